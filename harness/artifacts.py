@@ -1,0 +1,40 @@
+"""Findings go to disk, atomically, before anything reports them."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from harness.oracles import Finding
+from harness.scenario import Scenario, scenario_to_json
+
+
+def write_json_atomic(path: Path, payload: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(payload, fh, indent=1, default=str)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def finding_artifact(scenario: Scenario, findings: list[Finding], vllm_version: str, mutant: str | None) -> dict:
+    """A self-contained artifact: `hybrid-harness run ARTIFACT.json` replays its scenario."""
+    return {
+        "kind": "hybrid-harness-finding",
+        "vllm_version": vllm_version,
+        "mutant": mutant,
+        "scenario": scenario_to_json(scenario),
+        "findings": [f.to_json() for f in findings],
+    }
+
+
+def write_finding(directory: Path, stem: str, artifact: dict) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = Path(directory) / f"{stem}-{stamp}-{os.getpid()}.json"
+    return write_json_atomic(path, artifact)

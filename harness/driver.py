@@ -1,0 +1,458 @@
+"""Driver: replays a scenario through vLLM's real KVCacheManager in the order vLLM's Scheduler calls it.
+
+Per step (protocol doc §7.2, scheduler.py in vLLM 0.33.0): `new_step_starts`; scenario events (preempt,
+abort); running requests in order (`_mamba_block_aligned_split`, `allocate_slots`, preempt-the-tail on
+failure); then, if nothing was preempted, the waiting queue (finished async loads are cached first,
+`_update_waiting_for_remote_kv`; fresh ones do a prefix lookup and ask the simulated connector for an
+external hit); then CoW copies are taken, the worker shadow applies the step, tokens are sampled and
+speculative drafts verified, rejected drafts are rolled back and re-cached, finished requests freed.
+After every step the Mamba group's prefix cache is snapshotted for the integrity oracle.
+
+Departures from the real scheduler, on purpose: the connector writes the loaded boundary state at
+allocation time (it "delivers the correct state", so ordering against the pre-copy is not under test);
+a request gets at most `max_tokens - outputs - 1` drafts, so acceptance never overshoots `max_tokens`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.errors import BadInput, HarnessError
+from harness.scenario import VOCAB_SIZE, RequestSpec, Scenario
+from harness.states import SymbolicStates, chain
+from harness.trace import CacheCheck, Call, Trace, VllmException
+from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, Allocator, exception_site, installed_version
+from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow
+
+
+@dataclass
+class _Req:
+    spec: RequestSpec
+    vreq: object  # vllm.v1.request.Request
+    fps: list[int]  # fps[n] = fingerprint of the first n real tokens
+    phase: str = "pending"  # pending | waiting | loading | running | finished
+    chunk_idx: int = 0
+    accept_idx: int = 0
+    drafts: list[int] = field(default_factory=list)
+    external_used: bool = False
+    load_done_step: int = -1
+    hashes_named: int = 0
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+
+class _VllmRaised(Exception):
+    def __init__(self, record: VllmException):
+        self.record = record
+
+
+def true_token(fp: int) -> int:
+    """The deterministic 'model': the next token is a function of the exact prefix."""
+    return (fp >> 7) % (VOCAB_SIZE - 1) + 1
+
+
+class Driver:
+    def __init__(self, scenario: Scenario, mutant: str | None = None) -> None:
+        self.sc = scenario
+        self.g = g = scenario.geometry
+        self.alloc = Allocator(g)
+        self.K = g.num_speculative_tokens
+        self.lookahead = self.K  # MTP/EAGLE drafters keep KV for their lookahead (scheduler.py:914-918)
+        self.trace = Trace(vllm_version=installed_version(), mutant=mutant)
+        self.states = SymbolicStates(self.K)
+        ckpt = (self.alloc.checkpoint_position, self.alloc.checkpoint_valid) if g.prefill_checkpoint else None
+        self.worker = WorkerShadow(block_size=g.mamba_block_size, num_spec=self.K, mamba_groups=(MAMBA_GROUP,),
+                                   states=self.states, trace=self.trace, checkpoint=ckpt)
+        prompts = scenario.prompt_tokens()
+        self.reqs: dict[str, _Req] = {}
+        for spec in scenario.requests:
+            vreq = self.alloc.make_request(spec.id, prompts[spec.id], spec.max_tokens)
+            r = _Req(spec, vreq, chain([0], prompts[spec.id]))
+            self._name_states(r, 1)
+            self.reqs[spec.id] = r
+        self.hash_owner: dict[bytes, tuple[str, int]] = {}
+        self.waiting: list[_Req] = []
+        self.running: list[_Req] = []
+        self.finished_since_last: set[str] = set()
+        self.events: dict[int, list] = {}
+        for ev in scenario.events:
+            self.events.setdefault(ev.step, []).append(ev)
+        self.step_idx = 0
+
+    # -- bookkeeping -----------------------------------------------------------------------------
+    def _name_states(self, r: _Req, start: int) -> None:
+        names = self.trace.state_names
+        for n in range(start, len(r.fps)):
+            names.setdefault(r.fps[n], f"{r.id}[:{n}]")
+
+    def _call(self, r: _Req, name: str, fn, *args, **kwargs):
+        """Run one vLLM call; a vLLM exception ends the replay as a finding, a harness one as an error."""
+        recorded = kwargs.pop("_args", {})
+        try:
+            out = fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - classified below
+            inside, site = exception_site(exc)
+            if not inside:
+                raise HarnessError(f"harness error in {name} for {r.id}: {exc!r} at {site}") from exc
+            raise _VllmRaised(VllmException(self.step_idx, r.id, name, repr(exc), site)) from exc
+        if name in ("allocate_slots", "get_computed_blocks", "cache_blocks"):
+            core = self.alloc.block_ids(r.id) if r.id in self._live_ids() else None
+            shown = out if name != "get_computed_blocks" else out[1]
+            self.trace.calls.append(Call(self.step_idx, r.id, name, recorded, shown, core))
+        return out
+
+    def _live_ids(self) -> set[str]:
+        return self.alloc.mamba_manager.req_to_blocks.keys()
+
+    # -- public ------------------------------------------------------------------------------------
+    def run(self) -> Trace:
+        try:
+            for step in range(self.sc.max_steps):
+                self.step_idx = step
+                if self._all_done():
+                    break
+                self._step(step)
+                self.trace.steps_run = step + 1
+            self._shutdown()
+            self.trace.pool_end = self.alloc.pool_snapshot()
+        except _VllmRaised as raised:
+            self.trace.exception = raised.record
+        return self.trace
+
+    def _all_done(self) -> bool:
+        return all(r.phase == "finished" for r in self.reqs.values())
+
+    # -- one step ------------------------------------------------------------------------------------
+    def _step(self, step: int) -> None:
+        alloc, status = self.alloc, self.alloc.status
+        so = SchedulerOutput(step=step, finished=self.finished_since_last)
+        self.finished_since_last = set()
+        alloc.new_step()  # scheduler.py:746
+        for ev in self.events.get(step, ()):
+            self._apply_event(ev, so)
+        for r in self.reqs.values():
+            if r.phase == "pending" and r.spec.arrival_step <= step:
+                r.phase = "waiting"
+                self.waiting.append(r)
+
+        budget = self.g.token_budget
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:  # scheduler.py:795-1036
+            r = self.running[i]
+            v = r.vreq
+            nd = len(r.drafts)
+            n = v.num_tokens + nd - v.num_computed_tokens
+            n = self._chunk(r, min(n, budget, self.g.max_model_len - v.num_computed_tokens - 1))
+            if n <= 0:
+                i += 1
+                continue
+            while True:
+                new = self._call(r, "allocate_slots", alloc.allocate, v, n, lookahead=self.lookahead,
+                                 _args={"num_new_tokens": n, "num_lookahead_tokens": self.lookahead})
+                if new is not None:
+                    break
+                victim = self.running.pop()  # lowest priority under FCFS (scheduler.py:919-980)
+                self._preempt(victim, so)
+                preempted = True
+                if victim is r:
+                    break
+            if new is None:
+                continue
+            # get_block_ids(allow_none=True): None when every group got nothing (scheduler.py:1963-1965)
+            sent = new if any(new) else None
+            so.cached_reqs.append(CachedReq(r.id, sent, v.num_computed_tokens, resumed=False))
+            self._schedule(r, n, so)
+            budget -= n
+            i += 1
+
+        if not preempted:  # the waiting queue is only scanned when nothing was preempted (:1049)
+            j = 0
+            while j < len(self.waiting) and budget > 0:
+                r = self.waiting[j]
+                if r.phase == "loading":
+                    if step < r.load_done_step:
+                        j += 1  # still receiving: skipped, stays queued
+                        continue
+                    self._finish_load(r)
+                n = self._admit(r, budget, so)
+                if n is None:
+                    break  # did not fit: stop the scan (scheduler.py:1454-1461)
+                if r.phase == "loading":
+                    j += 1
+                    continue
+                self.waiting.pop(j)
+                budget -= n
+
+        copies, retained = alloc.take_copies()  # scheduler.py:1698-1707
+        so.copies = copies
+        self.trace.copies.extend((step, s, d) for s, d in copies)
+        alloc.take_zero_ids()  # attention pages only (§6.5): nothing symbolic to zero
+        core_tables = {r: alloc.block_ids(r) for r in so.num_scheduled}
+        seq_fps = {}
+        for rid in so.num_scheduled:
+            r = self.reqs[rid]
+            drafts = so.spec_tokens.get(rid, [])
+            seq_fps[rid] = chain(list(r.fps), drafts) if drafts else r.fps
+            if drafts:
+                names = self.trace.state_names
+                for k in range(1, len(drafts) + 1):
+                    names.setdefault(seq_fps[rid][len(r.fps) - 1 + k], f"{rid}[:{len(r.fps) - 1}]+{k} draft(s)")
+            r.vreq.num_computed_tokens += so.num_scheduled[rid]  # _update_after_schedule (:1845-1877)
+        kinds = self.worker.update_states(so)
+        self.worker.execute(so, kinds, seq_fps, core_tables)
+        accepted = self._sample(so)
+        self.worker.postprocess(so, accepted, seq_fps)
+        alloc.release_retained(retained)
+        self._check_cache(step)
+
+    def _chunk(self, r: _Req, limit: int, num_local: int = 0, num_external: int = 0) -> int:
+        """Tokens to schedule: vLLM's own align-mode rule under the budget `limit`, or the scenario's explicit
+        prefill chunk when it is one vLLM's scheduler can produce here (else the scenario is bad input)."""
+        if limit <= 0:
+            return 0
+        v = r.vreq
+        natural = self.alloc.split(v, limit, num_local, num_external)
+        chunks = r.spec.chunks
+        prefill = v.num_computed_tokens + num_local + num_external < v.num_prompt_tokens
+        if not (chunks and prefill and r.chunk_idx < len(chunks)):
+            return natural
+        want = chunks[r.chunk_idx]
+        if want > limit:
+            return natural  # the budget ran out first: vLLM's rule decides, the explicit chunk waits
+        if want != natural and self.alloc.split(v, want, num_local, num_external) != want:
+            start = v.num_computed_tokens + num_local + num_external
+            raise BadInput(f"requests[{r.id}].chunks[{r.chunk_idx}] = {want}: vLLM {self.trace.vllm_version}'s "
+                           f"scheduler cannot end a chunk there (from {start} tokens it schedules {natural})")
+        r.chunk_idx += 1
+        return want
+
+    def _schedule(self, r: _Req, n: int, so: SchedulerOutput) -> None:
+        so.num_scheduled[r.id] = n
+        if r.drafts:
+            kept = r.drafts[: max(n - 1, 0)]  # budget-trimmed drafts are dropped (scheduler.py spec trim)
+            if kept:
+                so.spec_tokens[r.id] = kept
+            r.drafts = kept
+
+    # -- waiting requests ------------------------------------------------------------------------------
+    def _admit(self, r: _Req, budget: int, so: SchedulerOutput) -> int | None:
+        """Schedule one waiting request (scheduler.py:1062-1606). None: it did not fit."""
+        alloc, v, status = self.alloc, r.vreq, self.alloc.status
+        local, ext, blocks, load_async = 0, 0, None, False
+        if v.num_computed_tokens == 0:
+            blocks, local = self._call(r, "get_computed_blocks", alloc.lookup, v)
+            ext, load_async, blocks, local = self._external(r, blocks, local)
+        total = v.num_computed_tokens + local + ext
+        if load_async:
+            n = 0
+        else:
+            n = self._chunk(r, min(v.num_tokens - total, budget), local, ext)
+            if n <= 0:
+                return None
+        lookahead = 0 if load_async else self.lookahead
+        new = self._call(r, "allocate_slots", alloc.allocate, v, n, num_local=local, blocks=blocks,
+                         lookahead=lookahead, num_external=ext, delay_cache=load_async,
+                         has_scheduled_reqs=bool(self.running),
+                         _args={"num_new_tokens": n, "num_new_computed_tokens": local,
+                                "num_external_computed_tokens": ext, "delay_cache_blocks": load_async,
+                                "num_lookahead_tokens": lookahead})
+        if new is None:
+            return None
+        if ext:
+            self._connector_deliver(r, total)
+        if load_async:  # WAITING_FOR_REMOTE_KVS, skipped back into the queue (:1514-1545)
+            v.status = status.WAITING_FOR_REMOTE_KVS
+            v.num_computed_tokens = total
+            r.phase = "loading"
+            r.load_done_step = self.step_idx + r.spec.external.load_steps
+            return 0
+        resumed = v.status == status.PREEMPTED
+        v.num_computed_tokens = total  # scheduler.py:1573
+        v.status = status.RUNNING
+        r.phase = "running"
+        self.running.append(r)
+        table = alloc.block_ids(r.id)  # full table (scheduler.py:1566-1568)
+        if resumed:
+            so.cached_reqs.append(CachedReq(r.id, table, total, resumed=True))
+        else:
+            so.new_reqs.append(NewReq(r.id, table, total, v.num_prompt_tokens))
+        self._schedule(r, n, so)
+        return n
+
+    def _external(self, r: _Req, blocks, local: int):
+        """The simulated connector's `get_num_new_matched_tokens` and the scheduler's use of it (:1129-1197)."""
+        spec = r.spec.external
+        if spec is None or r.external_used:
+            return 0, False, blocks, local
+        r.external_used = True
+        bs = self.g.scheduler_block_size
+        hit = min(spec.tokens, r.vreq.num_tokens - 1)
+        partial_tail = local % bs
+        aligned_local = local - partial_tail
+        ext_tokens = max(0, hit - aligned_local)
+        if partial_tail and ext_tokens > partial_tail:
+            blocks = self.alloc.truncate(blocks, aligned_local)
+            local, ext = aligned_local, ext_tokens
+        elif partial_tail:
+            ext = 0
+        else:
+            ext = ext_tokens
+        return ext, spec.async_load and ext > 0, blocks, local
+
+    def _connector_deliver(self, r: _Req, total: int) -> None:
+        """The connector loads the Mamba boundary state into the block the manager allocated for it
+        (`allocate_external_computed_blocks`, single_type_kv_cache_manager.py:327-368)."""
+        table = self.alloc.block_ids(r.id)[MAMBA_GROUP]
+        col = (total - 1) // self.g.mamba_block_size
+        if col < len(table):
+            self.states.deliver(table[col], (total, r.fps[total]))
+
+    def _finish_load(self, r: _Req) -> None:
+        """`_update_waiting_for_remote_kv` (scheduler.py:3467-3517)."""
+        v, status = r.vreq, self.alloc.status
+        self._call(r, "cache_blocks", self.alloc.cache_blocks, v, v.num_computed_tokens,
+                   _args={"num_computed_tokens": v.num_computed_tokens})
+        if v.num_computed_tokens == v.num_tokens:
+            v.num_computed_tokens = v.num_tokens - 1
+        v.status = status.PREEMPTED if v.num_preemptions > 0 else status.WAITING
+        r.phase = "waiting"
+
+    # -- sampling and update_from_output ---------------------------------------------------------------
+    def _sample(self, so: SchedulerOutput) -> dict[str, int]:
+        accepted: dict[str, int] = {}
+        for rid, ns in so.num_scheduled.items():
+            r = self.reqs[rid]
+            v = r.vreq
+            drafts = so.spec_tokens.get(rid, [])
+            nd = len(drafts)
+            before = v.num_computed_tokens - ns
+            if before + ns - nd < v.num_tokens:  # a non-final prefill chunk samples nothing
+                accepted[rid] = 1
+                r.drafts = []
+                continue
+            good = 0
+            for d in drafts:  # drafts were planned right or wrong; verification counts the right prefix
+                if d != self._true_next(r, good):
+                    break
+                good += 1
+            a = good + 1
+            v.num_computed_tokens -= nd - good  # reject (scheduler.py:2346-2364)
+            new_tokens = []
+            for _ in range(a):
+                tok = true_token(r.fps[-1])
+                new_tokens.append(tok)
+                chain(r.fps, [tok])
+            v.append_output_token_ids(new_tokens)
+            self._name_states(r, len(r.fps) - a)
+            if nd:
+                self._call(r, "cache_blocks", self.alloc.cache_blocks, v, v.num_computed_tokens,
+                           _args={"num_computed_tokens": v.num_computed_tokens})  # :2406-2415
+            accepted[rid] = a
+            if v.num_output_tokens >= r.spec.max_tokens:
+                self._finish(r)
+            else:
+                self._plan_drafts(r)
+        return accepted
+
+    def _true_next(self, r: _Req, k: int) -> int:
+        """The true token k positions after the request's current end (extends a scratch chain)."""
+        fps = r.fps
+        last = fps[-1]
+        for _ in range(k):
+            last = hash((last, true_token(last)))
+        return true_token(last)
+
+    def _plan_drafts(self, r: _Req) -> None:
+        """Propose K drafts; the acceptance pattern decides how many are right (the rest are wrong)."""
+        K = self.K
+        if K == 0:
+            r.drafts = []
+            return
+        nd = min(K, r.spec.max_tokens - r.vreq.num_output_tokens - 1)
+        pattern = r.spec.acceptance or [K]
+        good = min(pattern[r.accept_idx % len(pattern)], nd)
+        r.accept_idx += 1
+        drafts = []
+        for k in range(nd):
+            t = self._true_next(r, k)
+            drafts.append(t if k < good else t % (VOCAB_SIZE - 1) + 1)
+        r.drafts = drafts
+        if hasattr(r.vreq, "spec_token_ids"):
+            r.vreq.spec_token_ids = list(drafts)
+
+    # -- lifetimes -----------------------------------------------------------------------------------------
+    def _finish(self, r: _Req) -> None:
+        self._call(r, "free", self.alloc.free, r.vreq, _args={})
+        r.vreq.status = self.alloc.status.FINISHED_LENGTH_CAPPED
+        r.phase = "finished"
+        r.drafts = []
+        if r in self.running:
+            self.running.remove(r)
+        self.finished_since_last.add(r.id)
+
+    def _preempt(self, r: _Req, so: SchedulerOutput) -> None:
+        """`_preempt_request` (scheduler.py:1799-1843)."""
+        v = r.vreq
+        self._call(r, "free", self.alloc.free, v, _args={})
+        v.status = self.alloc.status.PREEMPTED
+        v.num_computed_tokens = 0
+        v.num_preemptions += 1
+        r.drafts = []
+        if hasattr(v, "spec_token_ids"):
+            v.spec_token_ids = []
+        if r in self.running:
+            self.running.remove(r)
+        r.phase = "waiting"
+        self.waiting.insert(0, r)
+        so.preempted.add(r.id)
+
+    def _apply_event(self, ev, so: SchedulerOutput) -> None:
+        r = self.reqs[ev.request]
+        if ev.kind == "preempt":
+            if r.phase == "running":
+                self._preempt(r, so)
+        elif ev.kind == "abort":
+            if r.phase in ("waiting", "loading", "running"):
+                if r in self.waiting:
+                    self.waiting.remove(r)
+                if r.id in self._live_ids():
+                    self._call(r, "free", self.alloc.free, r.vreq, _args={})
+                if r in self.running:
+                    self.running.remove(r)
+                r.vreq.status = self.alloc.status.FINISHED_ABORTED
+                so.finished.add(r.id)
+            r.phase = "finished"
+
+    def _shutdown(self) -> None:
+        """Abort whatever is still live when the step limit is reached, so pool accounting can be judged."""
+        for r in self.reqs.values():
+            if r.phase != "finished" and r.id in self._live_ids():
+                self._call(r, "free", self.alloc.free, r.vreq, _args={})
+            r.phase = "finished"
+
+    # -- cache integrity snapshot ----------------------------------------------------------------------------
+    def _check_cache(self, step: int) -> None:
+        hb = self.g.hash_block_size
+        for r in self.reqs.values():
+            hashes = r.vreq.block_hashes
+            for k in range(r.hashes_named, len(hashes)):
+                self.hash_owner.setdefault(bytes(hashes[k]), (r.id, (k + 1) * hb))
+            r.hashes_named = len(hashes)
+        for entry in self.alloc.cached_mamba_entries():
+            owner = self.hash_owner.get(entry.hash_bytes)
+            if owner is None:
+                raise HarnessError(f"step {step}: a Mamba cache key names no prefix the driver hashed")
+            rid, n = owner
+            conv, ssm = self.states.page(entry.block_id)
+            self.trace.cache.append(CacheCheck(step, entry.block_id, n, rid, (n, self.reqs[rid].fps[n]), conv[0], ssm))
+
+
+def replay(scenario: Scenario, mutant: str | None = None) -> Trace:
+    """Build a driver and run the scenario. Mutants must already be applied by the caller."""
+    return Driver(scenario, mutant).run()
+
+
+__all__ = ["Driver", "replay", "ATTN_GROUP", "MAMBA_GROUP"]

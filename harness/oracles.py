@@ -1,0 +1,140 @@
+"""Exact oracles: pure functions of a recorded Trace that return Findings.
+
+1. live-column   every block-table column the worker reads (pre-copy source) or writes this step names
+                 the same physical block in core and worker (stale columns below the window are legal);
+2. provenance    every state the worker reads holds exactly the prefix it is meant to summarize;
+3. cache         after every step, every Mamba-group prefix-cache key resolves to a block holding the
+                 state of the prefix that key names;
+4. pool          at the end every block is back in the free queue once, no ref count is left;
+5. exception     vLLM raised at some step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from harness.trace import Trace
+
+MAX_PER_ORACLE = 5
+
+
+@dataclass
+class Finding:
+    oracle: str
+    step: int
+    request: str | None
+    group: int | None
+    columns: list[int]
+    expected: str
+    actual: str
+    detail: str
+    signature: str
+    excerpt: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def headline(self) -> str:
+        where = f"step {self.step}" + (f", request {self.request}" if self.request else "")
+        where += f", group {self.group}" if self.group is not None else ""
+        cols = f", columns {self.columns}" if self.columns else ""
+        return f"[{self.oracle}] {where}{cols}: expected {self.expected}; actual {self.actual}"
+
+
+def live_columns(trace: Trace) -> list[Finding]:
+    out = []
+    for rv in trace.rows:
+        bad = [c for c in rv.live_columns
+               if _at(rv.worker_row, c) != _at(rv.core_row, c)]
+        if bad:
+            out.append(Finding(
+                "live-column", rv.step, rv.request, rv.group, bad,
+                expected=f"core row {rv.core_row}", actual=f"worker row {rv.worker_row}",
+                detail=(f"{rv.kind} request, num_computed={rv.num_computed}, scheduled={rv.num_scheduled}, "
+                        f"prev column {rv.prev}, running column {rv.curr}: worker uses block(s) "
+                        f"{[_at(rv.worker_row, c) for c in bad]} where the core has {[_at(rv.core_row, c) for c in bad]}"),
+                signature=f"live-column:{rv.kind}",
+                excerpt=trace.excerpt(rv.step, rv.request)))
+    return out
+
+
+def provenance(trace: Trace) -> list[Finding]:
+    out = []
+    for rd in trace.reads:
+        if rd.conv == rd.want and rd.ssm == rd.want:
+            continue
+        out.append(Finding(
+            "provenance", rd.step, rd.request, rd.group, [rd.column],
+            expected=f"state of {trace.name(rd.want)}",
+            actual=f"conv {trace.name(rd.conv)}, ssm {trace.name(rd.ssm)} (block {rd.block})",
+            detail=f"{rd.what} read at column {rd.column}",
+            signature=f"provenance:{rd.what}",
+            excerpt=trace.excerpt(rd.step, rd.request)))
+    return out
+
+
+def cache_integrity(trace: Trace) -> list[Finding]:
+    out, seen = [], set()
+    for cc in trace.cache:
+        if cc.conv == cc.want and cc.ssm == cc.want:
+            continue
+        key = (cc.block, cc.prefix_tokens, cc.prefix_owner)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(Finding(
+            "cache-integrity", cc.step, None, 1, [],
+            expected=f"block {cc.block} holds the state of {cc.prefix_owner}[:{cc.prefix_tokens}]",
+            actual=f"it holds conv {trace.name(cc.conv)}, ssm {trace.name(cc.ssm)}",
+            detail=f"prefix-cache key for {cc.prefix_tokens} tokens resolves to block {cc.block}",
+            signature="cache-integrity",
+            excerpt=trace.excerpt(cc.step)))
+    return out
+
+
+def pool_accounting(trace: Trace) -> list[Finding]:
+    pool = trace.pool_end
+    if pool is None or trace.exception is not None:
+        return []
+    problems = []
+    if pool["live_requests"]:
+        problems.append(f"requests still hold blocks: {pool['live_requests']}")
+    if pool["num_free"] != pool["num_blocks"] - 1:
+        problems.append(f"{pool['num_free']} free blocks, expected {pool['num_blocks'] - 1} (all but the null block)")
+    if pool["free_cycle"]:
+        problems.append(f"free queue visits block(s) {pool['free_cycle']} twice (double free)")
+    elif len(pool["free_walk"]) != pool["num_free"]:
+        problems.append(f"free queue walk finds {len(pool['free_walk'])} blocks, counter says {pool['num_free']}")
+    if pool["ref_cnt"]:
+        problems.append(f"non-zero ref counts left: {pool['ref_cnt']}")
+    return [Finding("pool-accounting", trace.steps_run, None, None, [], expected="every block free once, no refs",
+                    actual=p, detail=p, signature="pool-accounting") for p in problems]
+
+
+def vllm_exception(trace: Trace) -> list[Finding]:
+    e = trace.exception
+    if e is None:
+        return []
+    return [Finding("vllm-exception", e.step, e.request, None, [], expected="no exception",
+                    actual=e.error, detail=f"{e.call} raised at {e.site}", signature=f"vllm-exception:{e.site}",
+                    excerpt=trace.excerpt(e.step, e.request))]
+
+
+ORACLES = {
+    "live-column": live_columns,
+    "provenance": provenance,
+    "cache-integrity": cache_integrity,
+    "pool-accounting": pool_accounting,
+    "vllm-exception": vllm_exception,
+}
+
+
+def judge(trace: Trace) -> list[Finding]:
+    findings = []
+    for oracle in ORACLES.values():
+        findings.extend(oracle(trace)[:MAX_PER_ORACLE])
+    return findings
+
+
+def _at(row: list[int], column: int) -> int | None:
+    return row[column] if 0 <= column < len(row) else None

@@ -1,0 +1,182 @@
+"""Versioned JSON scenario format: what happens in one replay.
+
+A scenario names a geometry (block sizes, pool size, speculation, checkpoints), the requests (prompt,
+arrival, external hit, per-step prefill caps, decode length, acceptance pattern) and events (preempt,
+abort). Validation is pydantic's; any error becomes ``BadInput`` naming the field, so the CLI exits 2.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from harness.errors import BadInput
+
+SCENARIO_VERSION = 1
+VOCAB_SIZE = 32000
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Geometry(_Strict):
+    hash_block_size: int = Field(ge=1, le=4096)
+    attn_block_size: int = Field(ge=1, le=4096)
+    mamba_block_size: int = Field(ge=1, le=65536)
+    num_blocks: int = Field(ge=4, le=1_000_000)
+    max_model_len: int = Field(default=4096, ge=2, le=1_048_576)
+    num_speculative_tokens: int = Field(default=0, ge=0, le=8)
+    prefill_checkpoint: bool = False
+    eagle_block_drop: bool = False
+    token_budget: int = Field(default=2048, ge=1, le=1_048_576)
+
+    @model_validator(mode="after")
+    def _divisible(self) -> Geometry:
+        for name in ("attn_block_size", "mamba_block_size"):
+            if getattr(self, name) % self.hash_block_size:
+                raise ValueError(f"hash_block_size {self.hash_block_size} must divide {name}")
+        return self
+
+    @property
+    def scheduler_block_size(self) -> int:
+        return math.lcm(self.attn_block_size, self.mamba_block_size)
+
+
+class Share(_Strict):
+    request: str
+    tokens: int = Field(ge=1)
+
+
+class Prompt(_Strict):
+    tokens: list[int] | None = None
+    length: int | None = Field(default=None, ge=1)
+    seed: int = 0
+    share: Share | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Prompt:
+        if (self.tokens is None) == (self.length is None):
+            raise ValueError("give exactly one of 'tokens' or 'length'")
+        if self.tokens is not None:
+            if not self.tokens:
+                raise ValueError("'tokens' must not be empty")
+            if any(not 0 <= t < VOCAB_SIZE for t in self.tokens):
+                raise ValueError(f"token ids must lie in [0, {VOCAB_SIZE})")
+            if self.share is not None:
+                raise ValueError("'share' only applies to generated prompts ('length')")
+        if self.share is not None and self.length is not None and self.share.tokens > self.length:
+            raise ValueError("'share.tokens' exceeds 'length'")
+        return self
+
+
+class ExternalHit(_Strict):
+    tokens: int = Field(ge=1)
+    async_load: bool = Field(default=True, alias="async")
+    load_steps: int = Field(default=1, ge=1, le=64)
+
+
+class RequestSpec(_Strict):
+    id: str = Field(min_length=1, max_length=64)
+    prompt: Prompt
+    arrival_step: int = Field(default=0, ge=0)
+    external: ExternalHit | None = None
+    chunks: list[int] | None = None
+    max_tokens: int = Field(default=1, ge=1, le=100_000)
+    acceptance: list[int] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _positive_chunks(self) -> RequestSpec:
+        if self.chunks is not None and any(c < 1 for c in self.chunks):
+            raise ValueError("'chunks' entries must be >= 1")
+        if any(a < 0 for a in self.acceptance):
+            raise ValueError("'acceptance' entries must be >= 0")
+        return self
+
+
+class Event(_Strict):
+    step: int = Field(ge=0)
+    kind: Literal["preempt", "abort"]
+    request: str
+
+
+class Scenario(_Strict):
+    version: Literal[1]
+    name: str = ""
+    geometry: Geometry
+    requests: list[RequestSpec] = Field(min_length=1, max_length=512)
+    events: list[Event] = Field(default_factory=list)
+    max_steps: int = Field(default=2000, ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _references(self) -> Scenario:
+        seen: set[str] = set()
+        for i, req in enumerate(self.requests):
+            if req.id in seen:
+                raise ValueError(f"requests[{i}].id {req.id!r} is not unique")
+            share = req.prompt.share
+            if share is not None and share.request not in seen:
+                raise ValueError(f"requests[{i}].prompt.share.request {share.request!r} must name an earlier request")
+            seen.add(req.id)
+        for i, ev in enumerate(self.events):
+            if ev.request not in seen:
+                raise ValueError(f"events[{i}].request {ev.request!r} names no request")
+        max_len = self.geometry.max_model_len
+        for i, req in enumerate(self.requests):
+            n = len(req.prompt.tokens) if req.prompt.tokens is not None else req.prompt.length
+            if n + req.max_tokens > max_len:
+                raise ValueError(f"requests[{i}]: prompt + max_tokens = {n + req.max_tokens} exceeds max_model_len {max_len}")
+        return self
+
+    def prompt_tokens(self) -> dict[str, list[int]]:
+        """Resolve every prompt to explicit tokens (shared prefixes copied from the named request)."""
+        out: dict[str, list[int]] = {}
+        for req in self.requests:
+            p = req.prompt
+            if p.tokens is not None:
+                out[req.id] = list(p.tokens)
+                continue
+            rng = random.Random(f"{p.seed}:{req.id}")
+            shared = out[p.share.request][: p.share.tokens] if p.share else []
+            out[req.id] = shared + [rng.randrange(1, VOCAB_SIZE) for _ in range(p.length - len(shared))]
+        return out
+
+
+def _field_path(loc: tuple) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or "(root)"
+
+
+def parse_scenario(data: object) -> Scenario:
+    """Validate a decoded JSON object; raise BadInput naming the first offending field."""
+    if isinstance(data, dict) and "scenario" in data and "version" not in data:
+        data = data["scenario"]  # a finding artifact carries its scenario
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise BadInput(f"scenario field {_field_path(err['loc'])}: {err['msg']}") from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise BadInput(f"cannot read scenario {path}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    return parse_scenario(data)
+
+
+def scenario_to_json(scenario: Scenario) -> dict:
+    return scenario.model_dump(mode="json", by_alias=True, exclude_defaults=False)

@@ -1,0 +1,115 @@
+"""The recorded history of one replay: what the driver called, what the worker shadow read and wrote.
+
+Oracles are pure functions of a `Trace`. Records are plain slotted dataclasses so that recording costs
+little next to the allocator calls it records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from harness.states import State
+
+
+@dataclass(slots=True)
+class Call:
+    """One KVCacheManager call the driver made, as the Scheduler makes it."""
+
+    step: int
+    request: str
+    name: str
+    args: dict
+    returned: object
+    core_after: tuple | None
+
+
+@dataclass(slots=True)
+class Read:
+    """A state the worker consumed: a pre-copy source or a kernel's initial state."""
+
+    step: int
+    request: str
+    what: str  # "precopy" | "initial" | "postcopy"
+    group: int
+    column: int
+    block: int
+    conv: State | None
+    ssm: State | None
+    want: State
+
+
+@dataclass(slots=True)
+class RowView:
+    """The worker row and the core table of one request and group at one step, with the live columns."""
+
+    step: int
+    request: str
+    group: int
+    kind: str  # NEW | RUNNING | RESUMED
+    num_computed: int
+    num_scheduled: int
+    prev: int
+    curr: int
+    live_columns: list[int]
+    worker_row: list[int]
+    core_row: list[int]
+
+
+@dataclass(slots=True)
+class CacheCheck:
+    """After a step: one prefix-cache key of the Mamba group, the prefix it names and what its block holds."""
+
+    step: int
+    block: int
+    prefix_tokens: int
+    prefix_owner: str
+    want: State
+    conv: State | None
+    ssm: State | None
+
+
+@dataclass(slots=True)
+class VllmException:
+    step: int
+    request: str
+    call: str
+    error: str
+    site: str
+
+
+@dataclass
+class Trace:
+    vllm_version: str
+    mutant: str | None
+    calls: list[Call] = field(default_factory=list)
+    rows: list[RowView] = field(default_factory=list)
+    reads: list[Read] = field(default_factory=list)
+    cache: list[CacheCheck] = field(default_factory=list)
+    copies: list[tuple[int, int, int]] = field(default_factory=list)  # (step, src, dst)
+    exception: VllmException | None = None
+    pool_end: dict | None = None
+    steps_run: int = 0
+    state_names: dict[int, str] = field(default_factory=dict)  # fingerprint -> "a[:14]"
+
+    def name(self, state: State | None) -> str:
+        if state is None:
+            return "garbage (never written)"
+        n, fp = state
+        if n == 0:
+            return "zero state"
+        return self.state_names.get(fp, f"unknown prefix of {n} tokens")
+
+    def excerpt(self, step: int, request: str | None = None, radius: int = 1) -> list[dict]:
+        """The calls and rows around a step (for a finding), as JSON-ready dicts."""
+        lo, hi = step - radius, step + radius
+        out = []
+        for c in self.calls:
+            if lo <= c.step <= hi and (request is None or c.request == request):
+                out.append({"call": asdict(c)})
+        for r in self.rows:
+            if lo <= r.step <= hi and (request is None or r.request == request):
+                out.append({"row": asdict(r)})
+        for s, src, dst in self.copies:
+            if lo <= s <= hi:
+                out.append({"copy": {"step": s, "src": src, "dst": dst}})
+        return out

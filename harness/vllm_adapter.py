@@ -1,0 +1,294 @@
+"""The only module that imports vLLM.
+
+It builds the hybrid `KVCacheConfig` (a full-attention group and an align-mode `MambaSpec` group),
+a real `KVCacheManager`, real `Request`s hashed by vLLM's own block hasher, and exposes vLLM's own
+prefill chunk rule (`Scheduler._mamba_block_aligned_split`). The installed release is feature-detected:
+keyword arguments are passed only when the installed signature has them, and an unsupported release or
+a geometry the release cannot express is `BadInput` (exit 2).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import re
+from dataclasses import dataclass
+from importlib import metadata
+from types import SimpleNamespace
+
+from harness.errors import BadInput
+from harness.scenario import Geometry
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "CRITICAL")
+
+MIN_VERSION = (0, 26, 0)
+MAX_VERSION = (0, 33)  # any 0.33.x
+ATTN_GROUP = 0
+MAMBA_GROUP = 1
+
+
+def _parse_version(text: str) -> tuple[int, ...]:
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", text)
+    if not m:
+        raise BadInput(f"cannot parse the installed vLLM version {text!r}")
+    return tuple(int(x) for x in m.groups())
+
+
+def installed_version() -> str:
+    try:
+        return metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        raise BadInput("vLLM is not installed in this environment; run `make venv` (or `make venv VLLM=0.27.1`)") from None
+
+
+def check_supported(version: str) -> None:
+    v = _parse_version(version)
+    if not (MIN_VERSION <= v and v[:2] <= MAX_VERSION):
+        raise BadInput(
+            f"vLLM {version} is not supported: hybrid-harness drives releases 0.26.0 to 0.33.x "
+            "(mamba_cache_mode='align' with partial-tail hashes)"
+        )
+
+
+@functools.cache
+def _vllm() -> SimpleNamespace:
+    """Import vLLM's allocator pieces once (slow: torch)."""
+    check_supported(installed_version())
+    import torch
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1 import kv_cache_interface as kci
+    from vllm.v1.core import kv_cache_utils as kcu
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.core.single_type_kv_cache_manager import MambaManager
+    from vllm.v1.request import Request, RequestStatus
+
+    kcu.init_none_hash(sha256)
+    return SimpleNamespace(
+        torch=torch, SamplingParams=SamplingParams, sha256=sha256, kci=kci, kcu=kcu,
+        KVCacheManager=KVCacheManager, Scheduler=Scheduler, MambaManager=MambaManager,
+        Request=Request, RequestStatus=RequestStatus, version=installed_version(),
+    )
+
+
+def vllm_module_prefix() -> str:
+    """Path prefix of the installed vLLM package (to tell vLLM frames from harness frames)."""
+    spec = __import__("importlib.util").util.find_spec("vllm")
+    return os.path.dirname(spec.origin) + os.sep if spec and spec.origin else "/nonexistent/"
+
+
+def _supported_kwargs(fn, **kwargs) -> dict:
+    params = inspect.signature(fn).parameters
+    return {k: v for k, v in kwargs.items() if k in params}
+
+
+@dataclass(frozen=True)
+class CachedEntry:
+    """One prefix-cache key that resolves to a Mamba-group block."""
+
+    hash_bytes: bytes
+    block_id: int
+
+
+class Allocator:
+    """vLLM's KVCacheManager for one geometry, with the calls the Scheduler makes."""
+
+    def __init__(self, geometry: Geometry) -> None:
+        v = _vllm()
+        self.v = v
+        self.geometry = g = geometry
+        if g.mamba_block_size % g.attn_block_size:
+            raise BadInput("geometry: attn_block_size must divide mamba_block_size (align mode)")
+        K = g.num_speculative_tokens
+        mamba_kwargs = dict(
+            block_size=g.mamba_block_size, shapes=((1, 1),), dtypes=(v.torch.float32,),
+            mamba_cache_mode="align", num_speculative_blocks=K,
+        )
+        fields = v.kci.MambaSpec.__dataclass_fields__
+        if g.prefill_checkpoint:
+            if "num_prefill_checkpoint_blocks" not in fields:
+                raise BadInput(f"geometry.prefill_checkpoint: vLLM {v.version} has no Mamba prefill checkpoint blocks")
+            mamba_kwargs.update(num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1)
+        self.mamba_spec = v.kci.MambaSpec(**mamba_kwargs)
+        attn_spec = v.kci.FullAttentionSpec(
+            block_size=g.attn_block_size, num_kv_heads=1, head_size=1, dtype=v.torch.float32
+        )
+        config = v.kci.KVCacheConfig(
+            num_blocks=g.num_blocks, kv_cache_tensors=[],
+            kv_cache_groups=[v.kci.KVCacheGroupSpec(["attn"], attn_spec), v.kci.KVCacheGroupSpec(["mamba"], self.mamba_spec)],
+        )
+        try:
+            self.manager = v.KVCacheManager(**_supported_kwargs(
+                v.KVCacheManager.__init__, kv_cache_config=config, max_model_len=g.max_model_len,
+                scheduler_block_size=g.scheduler_block_size, hash_block_size=g.hash_block_size,
+                enable_caching=True, use_eagle=g.eagle_block_drop,
+            ))
+        except (AssertionError, ValueError) as exc:
+            raise BadInput(f"geometry rejected by vLLM {v.version}: {exc!r}") from None
+        self.block_pool = self.manager.block_pool
+        self.coordinator = self.manager.coordinator
+        self.mamba_manager = self.coordinator.single_type_managers[MAMBA_GROUP]
+        self.partial_hits = bool(getattr(self.coordinator, "enable_partial_hash_hits", False))
+        self.hasher = v.kcu.get_request_block_hasher(g.hash_block_size, v.sha256)
+        self._split_self = self._split_shim()
+        self._alloc_kwargs = set(inspect.signature(self.manager.allocate_slots).parameters)
+
+    # -- the Scheduler's chunk rule ---------------------------------------------------------
+    def _split_shim(self) -> SimpleNamespace:
+        """The Scheduler attributes `_mamba_block_aligned_split` reads (scheduler.py:~560-680 in 0.33.0)."""
+        g = self.geometry
+        bs = g.scheduler_block_size
+        shim = SimpleNamespace(
+            block_size=bs, hash_block_size=g.hash_block_size,
+            cache_config=SimpleNamespace(block_size=bs),
+            scheduler_config=SimpleNamespace(long_prefill_token_threshold=0),
+            max_num_scheduled_tokens=g.token_budget,
+            use_eagle=g.eagle_block_drop, use_eagle_block_drop=g.eagle_block_drop,
+            num_hash_lookahead_tokens=0,
+            mamba_partial_cache_hit=g.hash_block_size < bs and self.partial_hits,
+            mamba_has_prefill_checkpoint_blocks=g.prefill_checkpoint,
+            mamba_prefill_checkpoint_alignment=1 if g.prefill_checkpoint else None,
+            mamba_shared_prefix_checkpoint=bool(getattr(self.manager, "mamba_shared_prefix_checkpoint", False)),
+        )
+        source = inspect.getsource(self.v.Scheduler._mamba_block_aligned_split)
+        for dotted in set(re.findall(r"self\.([A-Za-z_][A-Za-z_0-9.]*)", source)):
+            obj = shim
+            for part in dotted.split("."):
+                if not hasattr(obj, part):
+                    raise BadInput(f"vLLM {self.v.version}: Scheduler._mamba_block_aligned_split reads self.{dotted}, "
+                                   "which this harness does not model")
+                obj = getattr(obj, part)
+        return shim
+
+    def split(self, request, num_new_tokens: int, num_local: int = 0, num_external: int = 0) -> int:
+        """vLLM's own align-mode chunk clipping, called unbound on the shim."""
+        return self.v.Scheduler._mamba_block_aligned_split(
+            self._split_self, request, num_new_tokens, num_local, num_external
+        )
+
+    # -- requests ---------------------------------------------------------------------------
+    def make_request(self, request_id: str, prompt: list[int], max_tokens: int):
+        params = self.v.SamplingParams(max_tokens=max_tokens)
+        return self.v.Request(request_id=request_id, prompt_token_ids=list(prompt), sampling_params=params,
+                              pooling_params=None, block_hasher=self.hasher)
+
+    @property
+    def status(self):
+        return self.v.RequestStatus
+
+    # -- KVCacheManager calls (kv_cache_manager.py, protocol doc §7.1) -------------------------
+    def lookup(self, request) -> tuple[object, int]:
+        blocks, num_local, *rest = self.manager.get_computed_blocks(request)
+        if rest and hasattr(request, "shared_prefix_boundary"):
+            request.shared_prefix_boundary = rest[0]  # scheduler.py:1122-1127
+        return blocks, num_local
+
+    def truncate(self, blocks, num_tokens: int):
+        return self.manager.truncate_computed_blocks(blocks, num_tokens)
+
+    def allocate(self, request, num_new_tokens: int, *, num_local: int = 0, blocks=None, lookahead: int = 0,
+                 num_external: int = 0, delay_cache: bool = False, has_scheduled_reqs: bool = True):
+        kwargs = dict(num_new_computed_tokens=num_local, new_computed_blocks=blocks, num_lookahead_tokens=lookahead,
+                      num_external_computed_tokens=num_external, delay_cache_blocks=delay_cache,
+                      has_scheduled_reqs=has_scheduled_reqs)
+        new = self.manager.allocate_slots(
+            request, num_new_tokens, **{k: v for k, v in kwargs.items() if k in self._alloc_kwargs})
+        # None: it did not fit. Otherwise one (possibly empty) id list per group.
+        return None if new is None else new.get_block_ids()
+
+    def cache_blocks(self, request, num_tokens: int) -> None:
+        self.manager.cache_blocks(request, num_tokens)
+
+    def free(self, request) -> None:
+        self.manager.free(request)
+
+    def new_step(self) -> None:
+        self.manager.new_step_starts()
+
+    def take_copies(self) -> tuple[list[tuple[int, int]], list]:
+        copies, retained = self.manager.take_kv_cache_block_copies()
+        return [(c.src_block_id, c.dst_block_id) for c in copies], retained
+
+    def release_retained(self, retained) -> None:
+        """scheduler.py:3095-3104 `_free_cow_retained_blocks`: CoW endpoints are freed after the step ran."""
+        if retained:
+            self.block_pool.free_blocks(retained)
+
+    def take_zero_ids(self) -> list[int]:
+        return self.manager.take_new_block_ids()
+
+    def block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        return self.manager.get_block_ids(request_id)
+
+    # -- worker-side formulas vLLM exposes (kv_cache_interface.py:1169-1210 in 0.33.0) ---------
+    def checkpoint_position(self, seq_len: int) -> int:
+        kci = self.v.kci
+        return kci.get_mamba_prefill_checkpoint_position(
+            seq_len, self.mamba_manager.cache_hit_alignment_tokens, self.geometry.eagle_block_drop)
+
+    def checkpoint_valid(self, query_start: int, query_end: int, position: int) -> bool:
+        return self.v.kci.is_mamba_prefill_checkpoint_valid(
+            query_start=query_start, query_end=query_end, checkpoint_position=position,
+            hash_block_size=self.geometry.hash_block_size, mamba_block_size=self.geometry.mamba_block_size,
+            checkpoint_alignment=1)
+
+    # -- introspection for the oracles --------------------------------------------------------
+    def cached_mamba_entries(self) -> list[CachedEntry]:
+        """Every prefix-cache key of the Mamba group and the block it resolves to (block_pool.py:56-130)."""
+        kcu = self.v.kcu
+        out = []
+        for key, value in self.block_pool.cached_block_hash_to_block._cache.items():
+            if kcu.get_group_id(key) != MAMBA_GROUP:
+                continue
+            blocks = value.values() if isinstance(value, dict) else (value,)
+            h = bytes(kcu.get_block_hash(key))
+            out.extend(CachedEntry(h, b.block_id) for b in blocks)
+        return out
+
+    def pool_snapshot(self) -> dict:
+        """Free-queue walk, ref counts and cached keys, for pool accounting."""
+        pool = self.block_pool
+        queue = pool.free_block_queue
+        walked, node, seen_twice = [], queue.fake_free_list_head.next_free_block, []
+        seen = set()
+        while node is not None and node is not queue.fake_free_list_tail and len(walked) <= pool.num_gpu_blocks + 1:
+            if node.block_id in seen:
+                seen_twice.append(node.block_id)
+                break
+            seen.add(node.block_id)
+            walked.append(node.block_id)
+            node = node.next_free_block
+        return {
+            "num_blocks": pool.num_gpu_blocks,
+            "num_free": pool.get_num_free_blocks(),
+            "free_walk": walked,
+            "free_cycle": seen_twice,
+            "ref_cnt": {b.block_id: b.ref_cnt for b in pool.blocks if b.ref_cnt != 0 and not b.is_null},
+            "null_block": pool.null_block.block_id,
+            "live_requests": sorted(
+                set().union(*(m.req_to_blocks.keys() for m in self.coordinator.single_type_managers))),
+        }
+
+
+def exception_site(exc: BaseException) -> tuple[bool, str]:
+    """(raised inside vLLM?, 'file:line in function' of the innermost frame)."""
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    if last is None:
+        return False, "?"
+    frame = last.tb_frame
+    path = frame.f_code.co_filename
+    prefix = vllm_module_prefix()
+    inside = path.startswith(prefix)
+    short = path[len(os.path.dirname(prefix.rstrip(os.sep))) + 1:] if inside else path
+    return inside, f"{short}:{last.tb_lineno} in {frame.f_code.co_name}"
+
+
+def mamba_manager_class():
+    """vLLM's MambaManager class, for mutants that patch it at run time."""
+    return _vllm().MambaManager

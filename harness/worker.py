@@ -1,0 +1,210 @@
+"""Worker shadow: mirrors vLLM 0.33.0's V1 GPU model runner for align-mode Mamba groups.
+
+It keeps its own block-table rows, built only from what the scheduler sends (append for running
+requests, replace for new and resumed ones), and reads and writes states by column exactly as the
+runner does. It mirrors; it never "repairs" a row from the core's tables. All file:line citations are
+for the vLLM 0.33.0 wheel (`vllm/`), as in `shared/docs/vllm-align-protocol.md`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from harness.states import NULL_BLOCK, State, SymbolicStates
+from harness.trace import Read, RowView, Trace
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(slots=True)
+class NewReq:
+    request: str
+    block_ids: tuple[list[int], ...]
+    num_computed: int
+    num_prompt: int
+
+
+@dataclass(slots=True)
+class CachedReq:
+    request: str
+    new_block_ids: tuple[list[int], ...] | None
+    num_computed: int
+    resumed: bool
+
+
+@dataclass
+class SchedulerOutput:
+    """The fields of vLLM's SchedulerOutput the shadow reads (v1/core/sched/output.py:231-325)."""
+
+    step: int
+    new_reqs: list[NewReq] = field(default_factory=list)
+    cached_reqs: list[CachedReq] = field(default_factory=list)
+    num_scheduled: dict[str, int] = field(default_factory=dict)  # insertion order = batch order
+    spec_tokens: dict[str, list[int]] = field(default_factory=dict)
+    finished: set[str] = field(default_factory=set)
+    preempted: set[str] = field(default_factory=set)
+    copies: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _ReqState:
+    block_ids: list[list[int]]
+    num_computed: int
+    num_prompt: int
+
+
+class WorkerShadow:
+    def __init__(self, *, block_size: int, num_spec: int, mamba_groups: tuple[int, ...], states: SymbolicStates,
+                 trace: Trace, checkpoint: tuple[Callable[[int], int], Callable[[int, int, int], bool]] | None):
+        self.bs = block_size
+        self.K = num_spec
+        self.mamba_groups = mamba_groups
+        self.states = states
+        self.trace = trace
+        self.checkpoint = checkpoint
+        self.requests: dict[str, _ReqState] = {}
+        self.in_batch: set[str] = set()
+        self.num_accepted: dict[str, int] = {}  # input_batch.num_accepted_tokens_cpu per row
+        self.mamba_state_idx: dict[str, int] = {}
+
+    # -- _update_states (gpu_model_runner.py:1176-1546) --------------------------------------------
+    def update_states(self, so: SchedulerOutput) -> dict[str, str]:
+        kinds: dict[str, str] = {}
+        for r in so.finished:  # :1187-1201
+            self.requests.pop(r, None)
+            self.in_batch.discard(r)
+        for src, dst in so.copies:  # CoW after zeroing, before the table updates (:1205-1212)
+            self.states.copy_page(src, dst)
+        resumed = {c.request for c in so.cached_reqs if c.resumed}
+        keep = set(so.num_scheduled) - resumed  # unscheduled leave the persistent batch (:1224-1237)
+        self.in_batch &= keep
+        for nr in so.new_reqs:  # NEW: full table, replace (:1250-1307)
+            self.requests[nr.request] = _ReqState([list(g) for g in nr.block_ids], nr.num_computed, nr.num_prompt)
+            kinds[nr.request] = "NEW"
+        for cr in so.cached_reqs:  # CACHED (:1335-1487)
+            s = self.requests[cr.request]
+            s.num_computed = cr.num_computed  # :1386
+            if cr.resumed:  # replace (:1427-1432)
+                s.block_ids = [list(g) for g in cr.new_block_ids]
+                kinds[cr.request] = "RESUMED"
+            else:
+                if cr.new_block_ids is not None:  # append per group (:1422-1426)
+                    for row, ids in zip(s.block_ids, cr.new_block_ids):
+                        row.extend(ids)
+                kinds[cr.request] = "RUNNING"
+        for r in so.num_scheduled:  # add_request resets num_accepted to 1 (gpu_input_batch.py:479)
+            if r not in self.in_batch:
+                self.in_batch.add(r)
+                self.num_accepted[r] = 1
+        # preprocess_mamba cleanup (v1/worker/mamba_utils.py:1398-1415, 1468)
+        for r in so.finished | so.preempted | resumed:
+            self.mamba_state_idx.pop(r, None)
+        return kinds
+
+    # -- preprocess_mamba + forward (mamba_utils.py:1446-1549; §3.3) --------------------------------
+    def execute(self, so: SchedulerOutput, kinds: dict[str, str], seq_fps: dict[str, list[int]],
+                core_tables: dict[str, tuple[list[int], ...]]) -> None:
+        bs, K, st, tr = self.bs, self.K, self.states, self.trace
+        for r, ns in so.num_scheduled.items():
+            s = self.requests[r]
+            nc = s.num_computed
+            fps = seq_fps[r]
+            want: State = (nc, fps[nc])
+            prev = self.mamba_state_idx.get(r)
+            if prev is None:
+                prev = (nc - 1) // bs  # Python floor: nc == 0 -> -1 (:1493-1495)
+            curr = cdiv(nc + ns, bs) - 1  # (:1497-1512)
+            self.mamba_state_idx[r] = curr
+            na = self.num_accepted[r]
+            nd = len(so.spec_tokens.get(r, ()))
+            # Rows the decode kernels take: a spec step (ns == nd + 1) or a 1-token step with prior state
+            # (mamba_attn.py:400-455; gpu_model_runner.py:2201-2235).
+            decode_row = nc > 0 and ns == nd + 1 and (nd > 0 or ns == 1)
+            precopy = prev != -1 and prev != curr
+            for g in self.mamba_groups:
+                row = s.block_ids[g]
+                live = [prev] if precopy else []
+                if precopy:  # (:1517-1535)
+                    b = na - 1
+                    src_conv, src_ssm = _col(row, prev), _col(row, prev + b)
+                    conv, _ = st.read(src_conv, b, src_conv)
+                    _, ssm = st.read(src_ssm, 0, src_ssm)
+                    tr.reads.append(Read(so.step, r, "precopy", g, prev, src_conv, conv, ssm, want))
+                    st.shift_copy(_col(row, curr), src_conv, src_ssm, b)
+                # after a pre-copy the runner reads the running state at offset 0 (na was reset to 1)
+                offset = 0 if precopy else (na - 1 if decode_row else 0)
+                cur_block = _col(row, curr)
+                if decode_row:  # SSM from row[curr + na - 1], conv at offset na-1 (ops/mamba_ssm.py:333-352)
+                    ssm_block = _col(row, curr + offset)
+                    conv, _ = st.read(cur_block, offset, cur_block)
+                    _, ssm = st.read(ssm_block, 0, ssm_block)
+                    tr.reads.append(Read(so.step, r, "initial", g, curr, cur_block, conv, ssm, want))
+                    blocks = [_col(row, curr + i) for i in range(ns)]
+                    st.write_tokens(cur_block, blocks, [(nc + i + 1, fps[nc + i + 1]) for i in range(ns)])
+                    live.extend(range(curr, curr + ns))
+                else:  # prefill: read row[curr] if nc > 0, write the final state there (mamba_mixer2.py:826-907)
+                    if nc > 0:
+                        conv, ssm = st.read(cur_block, 0, cur_block)
+                        tr.reads.append(Read(so.step, r, "initial", g, curr, cur_block, conv, ssm, want))
+                    st.write_final(cur_block, (nc + ns, fps[nc + ns]))
+                    live.append(curr)
+                    ckpt = self._checkpoint_column(nc, ns, row)
+                    if ckpt is not None:
+                        col, pos = ckpt
+                        st.write_final(row[col], (pos, fps[pos]))
+                        live.append(col)
+                tr.rows.append(RowView(so.step, r, g, kinds.get(r, "RUNNING"), nc, ns, prev, curr,
+                                       sorted(set(live)), list(row), list(core_tables[r][g])))
+            if precopy:
+                self.num_accepted[r] = 1
+
+    def _checkpoint_column(self, nc: int, ns: int, row: list[int]) -> tuple[int, int] | None:
+        """Internal prefill checkpoint export (§6.7; checkpoint.py:21-63, kv_cache_interface.py:1169-1210)."""
+        if self.checkpoint is None:
+            return None
+        position, valid = self.checkpoint
+        seq_len = nc + ns
+        pos = position(seq_len)
+        col = cdiv(seq_len, self.bs) - 2
+        if col < 0 or col <= (nc - 1) // self.bs or not valid(nc, seq_len, pos):
+            return None
+        if col >= len(row) or row[col] == NULL_BLOCK:
+            return None
+        return col, pos
+
+    # -- postprocess after sampling (spec decode + hybrid; mamba_utils.py:369-500, 1552-1605) -------
+    def postprocess(self, so: SchedulerOutput, accepted: dict[str, int], seq_fps: dict[str, list[int]]) -> None:
+        if self.K == 0:
+            return
+        bs, st = self.bs, self.states
+        for r, ns in so.num_scheduled.items():
+            s = self.requests[r]
+            a = accepted.get(r, 1)
+            nd = len(so.spec_tokens.get(r, ()))
+            running = s.num_computed + ns - nd
+            new_nc = running + a - 1
+            A = new_nc // bs * bs
+            self.num_accepted[r] = a
+            if A < running:
+                continue
+            bias, dest, src = A - running, A // bs - 1, self.mamba_state_idx[r]
+            if src == dest:
+                self.num_accepted[r] = 1
+            if src == dest and bias == 0:
+                continue
+            fps = seq_fps[r]
+            for g in self.mamba_groups:
+                row = s.block_ids[g]
+                conv_src, ssm_src = _col(row, src), _col(row, src + bias)
+                conv, _ = st.read(conv_src, bias, conv_src)
+                _, ssm = st.read(ssm_src, 0, ssm_src)
+                self.trace.reads.append(Read(so.step, r, "postcopy", g, src, conv_src, conv, ssm, (A, fps[A])))
+                st.shift_copy(_col(row, dest), conv_src, ssm_src, bias)
+
+
+def _col(row: list[int], column: int) -> int:
+    """The block id at a row column; columns past the row's end read as padding (0), as the GPU row does."""
+    return row[column] if 0 <= column < len(row) else NULL_BLOCK

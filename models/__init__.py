@@ -1,0 +1,1 @@
+"""Tiny hybrid language models (model tier; see issue on the model tier)."""
