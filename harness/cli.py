@@ -49,6 +49,52 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_FINDING if findings else EXIT_OK
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    import time
+
+    from harness.artifacts import finding_artifact, write_finding, write_json_atomic
+    from harness.driver import replay
+    from harness.generate import random_scenario
+    from harness.mutants import apply_mutant
+    from harness.oracles import judge
+    from harness.scenario import scenario_to_json
+    from harness.vllm_adapter import check_supported, installed_version, supports_prefill_checkpoints
+
+    version = installed_version()
+    check_supported(version)
+    if args.mutant:
+        apply_mutant(args.mutant)
+    checkpoints = supports_prefill_checkpoints()
+    found, errors, steps = [], [], 0
+    started = time.perf_counter()
+    for seed in range(args.seed, args.seed + args.count):
+        scenario = random_scenario(seed, checkpoints=checkpoints)
+        try:
+            trace = replay(scenario, args.mutant)
+        except HarnessError as exc:
+            path = write_json_atomic(Path(args.artifacts) / f"harness-error-{seed}.json",
+                                     {"kind": "hybrid-harness-error", "error": str(exc),
+                                      "scenario": scenario_to_json(scenario)})
+            errors.append((seed, str(exc), path))
+            continue
+        steps += trace.steps_run
+        findings = judge(trace)
+        if findings:
+            path = write_finding(Path(args.artifacts), f"sweep-{seed}",
+                                 finding_artifact(scenario, findings, version, args.mutant))
+            found.append((seed, findings, path))
+            print(f"FINDING seed {seed}: {findings[0].headline()} ({path})")
+    elapsed = time.perf_counter() - started
+    print(f"sweep: {args.count} scenarios (seeds {args.seed}..{args.seed + args.count - 1}), {steps} steps, "
+          f"vLLM {version}{' + mutant ' + args.mutant if args.mutant else ''}: {len(found)} with findings, "
+          f"{len(errors)} harness errors; {args.count / elapsed:.1f} scenarios/s")
+    for seed, err, path in errors:
+        print(f"HARNESS ERROR seed {seed} (not a vLLM finding): {err} ({path})", file=sys.stderr)
+    if errors:
+        return EXIT_HARNESS_ERROR
+    return EXIT_FINDING if found else EXIT_OK
+
+
 def _cmd_version(args: argparse.Namespace) -> int:
     from harness.vllm_adapter import check_supported, installed_version
 
@@ -67,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--mutant", help="apply a named run-time patch of vLLM first")
     run.add_argument("--artifacts", default="artifacts", help="where finding artifacts are written (default: artifacts/)")
     run.set_defaults(func=_cmd_run)
+    sweep = sub.add_parser("sweep", help="replay COUNT generated scenarios; exit 0 none with findings, 1 some")
+    sweep.add_argument("--count", type=int, default=300)
+    sweep.add_argument("--seed", type=int, default=0, help="first generator seed")
+    sweep.add_argument("--mutant", help="apply a named run-time patch of vLLM first")
+    sweep.add_argument("--artifacts", default="artifacts/sweep")
+    sweep.set_defaults(func=_cmd_sweep)
     ver = sub.add_parser("vllm-version", help="print the installed vLLM release (exit 2 if unsupported)")
     ver.set_defaults(func=_cmd_version)
     return parser

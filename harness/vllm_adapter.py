@@ -292,3 +292,7 @@ def exception_site(exc: BaseException) -> tuple[bool, str]:
 def mamba_manager_class():
     """vLLM's MambaManager class, for mutants that patch it at run time."""
     return _vllm().MambaManager
+
+
+def supports_prefill_checkpoints() -> bool:
+    return "num_prefill_checkpoint_blocks" in _vllm().kci.MambaSpec.__dataclass_fields__

@@ -1,0 +1,67 @@
+"""Random scenarios over the space the driver understands (for sweeps and property tests).
+
+Geometries mix hash < block and hash = block, K = 0/1/2, small pools that force eviction, tight token
+budgets; requests share prefixes, take external (connector) hits, decode with speculative drafts, and get
+preempted or aborted. Generation is seeded and deterministic.
+"""
+
+from __future__ import annotations
+
+import random
+
+from harness.scenario import Scenario, parse_scenario
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def random_geometry(rng: random.Random, *, checkpoints: bool) -> dict:
+    mamba = rng.choice([4, 8, 8, 16])
+    attn = rng.choice([d for d in _divisors(mamba) if d >= 2] or [mamba])
+    hash_bs = rng.choice(_divisors(attn)) if rng.random() < 0.7 else attn
+    k = rng.choice([0, 0, 1, 2])
+    return {
+        "hash_block_size": hash_bs, "attn_block_size": attn, "mamba_block_size": mamba,
+        "num_blocks": rng.choice([24, 32, 48, 64, 128, 256]),
+        "max_model_len": 256,
+        "num_speculative_tokens": k,
+        "prefill_checkpoint": checkpoints and rng.random() < 0.3,
+        "eagle_block_drop": k > 0 and rng.random() < 0.2,
+        "token_budget": rng.choice([mamba, 2 * mamba, 3 * mamba + 1, 64, 2048]),
+    }
+
+
+def random_scenario(seed: int, *, checkpoints: bool = True) -> Scenario:
+    rng = random.Random(seed)
+    geo = random_geometry(rng, checkpoints=checkpoints)
+    mamba, k = geo["mamba_block_size"], geo["num_speculative_tokens"]
+    requests = []
+    lengths: dict[str, int] = {}
+    for i in range(rng.choice([1, 2, 2, 3, 4])):
+        rid = "abcdefgh"[i]
+        length = rng.randint(2, 5 * mamba)
+        prompt: dict = {"length": length, "seed": rng.randrange(1 << 16)}
+        if requests and rng.random() < 0.6:
+            other = rng.choice(requests)["id"]
+            share = min(lengths[other], length)
+            # shared prefixes ending on, just before and just after hash/block boundaries
+            edge = rng.choice([0, -1, 1, 0])
+            share = max(1, min(share, (share // geo["hash_block_size"]) * geo["hash_block_size"] + edge, length))
+            prompt["share"] = {"request": other, "tokens": share}
+        req: dict = {"id": rid, "prompt": prompt, "arrival_step": rng.choice([0, 0, 1, 2, 3, 5, 8]),
+                     "max_tokens": rng.randint(1, 8)}
+        if length > 1 and rng.random() < 0.4:
+            hit = rng.choice([rng.randint(1, length - 1), min(length - 1, max(1, (length // mamba) * mamba)),
+                              min(length - 1, max(1, (length // mamba) * mamba - 1))])
+            req["external"] = {"tokens": hit, "async": rng.random() < 0.7, "load_steps": rng.choice([1, 1, 2])}
+        if k:
+            req["acceptance"] = [rng.randint(0, k) for _ in range(rng.randint(1, 4))]
+        lengths[rid] = length
+        requests.append(req)
+    events = []
+    for _ in range(rng.choice([0, 0, 0, 1, 2])):
+        events.append({"step": rng.randint(1, 12), "kind": rng.choice(["preempt", "preempt", "abort"]),
+                       "request": rng.choice(requests)["id"]})
+    return parse_scenario({"version": 1, "name": f"random-{seed}", "geometry": geo, "requests": requests,
+                           "events": events, "max_steps": 400})
