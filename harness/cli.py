@@ -13,7 +13,7 @@ from harness.errors import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_HARNESS_ERROR, EXI
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.artifacts import finding_artifact, write_finding
     from harness.driver import replay
-    from harness.mutants import apply_mutant, get_mutant
+    from harness.mutants import apply_mutant
     from harness.oracles import judge
     from harness.scenario import load_scenario
     from harness.vllm_adapter import check_supported, installed_version
@@ -21,10 +21,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     version = installed_version()
     check_supported(version)
-    if args.mutant:
-        get_mutant(args.mutant)
-        apply_mutant(args.mutant)
-    trace = replay(scenario, args.mutant)
+    undo = apply_mutant(args.mutant) if args.mutant else None
+    try:
+        trace = replay(scenario, args.mutant)
+    finally:
+        if undo:
+            undo()
     findings = judge(trace)
     artifact_path = None
     if findings:
@@ -50,21 +52,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    from harness.mutants import apply_mutant
+    from harness.vllm_adapter import check_supported, installed_version
+
+    version = installed_version()
+    check_supported(version)
+    undo = apply_mutant(args.mutant) if args.mutant else None
+    try:
+        return _sweep(args, version)
+    finally:
+        if undo:
+            undo()
+
+
+def _sweep(args: argparse.Namespace, version: str) -> int:
     import time
 
     from harness.artifacts import finding_artifact, write_finding, write_json_atomic
     from harness.driver import replay
     from harness.generate import random_scenario
-    from harness.mutants import apply_mutant
     from harness.oracles import judge
     from harness.scenario import scenario_to_json
-    from harness.vllm_adapter import check_supported, installed_version, supports_prefill_checkpoints
+    from harness.vllm_adapter import supports_prefill_checkpoints
 
-    version = installed_version()
-    check_supported(version)
-    if args.mutant:
-        apply_mutant(args.mutant)
-    checkpoints = supports_prefill_checkpoints()
+    checkpoints = args.checkpoints == "on" and supports_prefill_checkpoints()
     found, errors, steps = [], [], 0
     started = time.perf_counter()
     for seed in range(args.seed, args.seed + args.count):
@@ -118,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--seed", type=int, default=0, help="first generator seed")
     sweep.add_argument("--mutant", help="apply a named run-time patch of vLLM first")
     sweep.add_argument("--artifacts", default="artifacts/sweep")
+    sweep.add_argument("--checkpoints", choices=("on", "off"), default="on",
+                       help="generate geometries with Mamba prefill checkpoint blocks (default on where supported)")
     sweep.set_defaults(func=_cmd_sweep)
     ver = sub.add_parser("vllm-version", help="print the installed vLLM release (exit 2 if unsupported)")
     ver.set_defaults(func=_cmd_version)

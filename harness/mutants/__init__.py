@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from harness.errors import BadInput
 from harness.mutants.base import Mutant
+from harness.mutants.lifetime import MAMBA_FREE_LEAKS_BLOCK, MAMBA_OVERALLOCATE
 from harness.mutants.seed import SEED_UNMARKED_EARLY_RETURN
 
-REGISTRY: dict[str, Mutant] = {m.name: m for m in (SEED_UNMARKED_EARLY_RETURN,)}
+REGISTRY: dict[str, Mutant] = {m.name: m for m in (SEED_UNMARKED_EARLY_RETURN, MAMBA_FREE_LEAKS_BLOCK, MAMBA_OVERALLOCATE)}
 
 
 def get_mutant(name: str) -> Mutant:
