@@ -1,0 +1,56 @@
+"""The CLI's contract: exit 0 all oracles hold, 1 finding (artifact on disk first), 2 bad input."""
+
+from __future__ import annotations
+
+import json
+
+from harness.cli import main
+
+from conftest import SCENARIOS, seed_bug_release
+
+SEED = str(SCENARIOS / "seed-external-hit-same-block.json")
+
+
+def test_run_ok_and_json(tmp_path, capsys):
+    if seed_bug_release:
+        return
+    assert main(["run", SEED, "--json", "--artifacts", str(tmp_path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is True and out["findings"] == [] and out["artifact"] is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_finding_writes_artifact_that_replays(tmp_path, capsys):
+    mutant = [] if seed_bug_release else ["--mutant", "seed-unmarked-early-return"]
+    assert main(["run", SEED, "--json", "--artifacts", str(tmp_path), *mutant]) == 1
+    out = json.loads(capsys.readouterr().out)
+    (artifact,) = tmp_path.iterdir()
+    assert out["artifact"] == str(artifact)
+    saved = json.loads(artifact.read_text())
+    assert saved["findings"][0]["oracle"] == out["findings"][0]["oracle"] == "live-column"
+    assert saved["scenario"]["requests"][0]["id"] == "a"
+    # the artifact alone reproduces the finding
+    assert main(["run", str(artifact), "--artifacts", str(tmp_path / "again"), *mutant]) == 1
+    assert "live-column" in capsys.readouterr().out
+
+
+def test_bad_inputs_exit_2(tmp_path, capsys):
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text("{not json")
+    assert main(["run", str(corrupt)]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    assert main(["run", SEED, "--mutant", "no-such-mutant"]) == 2
+    assert "unknown mutant" in capsys.readouterr().err
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({"version": 1, "geometry": {}, "requests": []}))
+    assert main(["run", str(wrong)]) == 2
+    assert "scenario field geometry" in capsys.readouterr().err
+
+
+def test_infeasible_explicit_chunk_is_bad_input(tmp_path, capsys):
+    doc = json.loads((SCENARIOS / "seed-external-hit-same-block.json").read_text())
+    doc["requests"][0]["chunks"] = [3]  # 10 -> 13 ends mid-block and short of the prompt: vLLM never does that
+    path = tmp_path / "chunks.json"
+    path.write_text(json.dumps(doc))
+    assert main(["run", str(path), "--artifacts", str(tmp_path)]) == 2
+    assert "cannot end a chunk there" in capsys.readouterr().err

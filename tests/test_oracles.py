@@ -1,0 +1,88 @@
+"""Each oracle is tripped by a scenario that must trip it, and stays quiet where it must."""
+
+from __future__ import annotations
+
+from harness.oracles import cache_integrity, live_columns, pool_accounting, provenance, vllm_exception
+from harness.trace import CacheCheck, Read, RowView, Trace, VllmException
+
+from harness.scenario import load_scenario
+
+from conftest import SCENARIOS, by_oracle, needs_checkpoints, run
+
+
+def _trace() -> Trace:
+    t = Trace(vllm_version="test", mutant=None)
+    t.state_names = {11: "a[:4]", 12: "a[:8]"}
+    return t
+
+
+# -- pure-function checks on hand-made traces ---------------------------------------------------------
+def test_live_column_ignores_stale_columns_below_the_window():
+    t = _trace()
+    t.rows.append(RowView(3, "a", 1, "RUNNING", 8, 4, 1, 2, [1, 2], [5, 6, 7], [0, 6, 7]))
+    assert live_columns(t) == []
+    t.rows.append(RowView(4, "a", 1, "RUNNING", 8, 4, 1, 2, [1, 2], [5, 6, 7], [0, 6, 9]))
+    (f,) = live_columns(t)
+    assert f.columns == [2] and f.step == 4
+
+
+def test_provenance_compares_both_conv_and_ssm():
+    t = _trace()
+    t.reads.append(Read(1, "a", "initial", 1, 0, 3, (4, 11), (4, 11), (4, 11)))
+    assert provenance(t) == []
+    t.reads.append(Read(2, "a", "initial", 1, 0, 3, (4, 11), (8, 12), (4, 11)))
+    (f,) = provenance(t)
+    assert "a[:8]" in f.actual and "a[:4]" in f.expected
+
+
+def test_cache_integrity_reports_a_poisoned_entry_once():
+    t = _trace()
+    for step in (1, 2, 3):
+        t.cache.append(CacheCheck(step, 6, 8, "a", (8, 12), (4, 11), (4, 11)))
+    (f,) = cache_integrity(t)
+    assert f.step == 1 and "block 6" in f.expected
+
+
+def test_pool_accounting_and_exception():
+    t = _trace()
+    t.pool_end = {"num_blocks": 8, "num_free": 7, "free_walk": list(range(1, 8)), "free_cycle": [],
+                  "ref_cnt": {}, "null_block": 0, "live_requests": []}
+    assert pool_accounting(t) == []
+    t.pool_end = dict(t.pool_end, num_free=6, free_walk=list(range(1, 7)), ref_cnt={7: 1})
+    assert len(pool_accounting(t)) == 2
+    t.exception = VllmException(5, "a", "allocate_slots", "ValueError()", "vllm/x.py:1 in f")
+    assert pool_accounting(t) == [] and vllm_exception(t)[0].step == 5
+
+
+# -- scenarios through the real allocator ------------------------------------------------------------
+def test_pool_accounting_trips_on_a_leaking_free():
+    _, findings = run("seed-external-hit-same-block.json", "mamba-free-leaks-block")
+    pool = by_oracle(findings, "pool-accounting")
+    assert pool and any("ref counts" in f.actual for f in pool)
+
+
+def test_vllm_exception_trips_on_admission_undercount():
+    """A real vLLM behaviour: a sync external hit crossing a Mamba block is under-counted at admission."""
+    trace, findings = run("sync-external-admission-undercount.json")
+    (f,) = findings
+    assert f.oracle == "vllm-exception" and f.request == "a" and "free blocks" in f.actual
+    assert f.detail.startswith("allocate_slots raised at vllm/v1/core/block_pool.py")
+    assert trace.pool_end is None
+
+
+def test_vllm_exception_absent_when_the_pool_has_room():
+    scenario = load_scenario(SCENARIOS / "sync-external-admission-undercount.json")
+    roomy = scenario.model_copy(update={"geometry": scenario.geometry.model_copy(update={"num_blocks": 19})})
+    _, findings = run(roomy)
+    assert findings == []
+
+
+@needs_checkpoints
+def test_provenance_and_cache_trip_on_checkpoint_mid_block_start():
+    """A real vLLM 0.33.0 behaviour: with prefill checkpoints a final chunk starting mid-block runs past
+    the block boundary and its start block is cached under the boundary hash (see README)."""
+    _, findings = run("checkpoint-midblock-start.json")
+    cache = by_oracle(findings, "cache-integrity")
+    prov = by_oracle(findings, "provenance")
+    assert cache and "b[:48]" in cache[0].expected and "a[:36]" in cache[0].actual
+    assert prov and prov[0].request == "c" and "b[:48]" in prov[0].expected

@@ -1,0 +1,47 @@
+"""The seed bug: an external hit whose first continuation stays inside one Mamba block."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import by_oracle, run, seed_bug_release
+
+SEED = "seed-external-hit-same-block.json"
+
+
+def _assert_seed_findings(findings):
+    live = by_oracle(findings, "live-column")
+    assert len(live) == 1
+    f = live[0]
+    # the 14 -> 15 step: the worker appended the CoW block, the core replaced column 1 with it
+    assert (f.step, f.request, f.group, f.columns) == (2, "a", 1, [1])
+    assert f.actual == "worker row [0, 6, 10]" and f.expected == "core row [0, 10]"
+    cache = by_oracle(findings, "cache-integrity")
+    assert cache and cache[0].step == 2 and "a[:14]" in cache[0].expected and "a[:15]" in cache[0].actual
+    prov = by_oracle(findings, "provenance")
+    assert prov and prov[0].request == "b" and "a[:14]" in prov[0].expected and "a[:15]" in prov[0].actual
+
+
+@pytest.mark.skipif(seed_bug_release, reason="vLLM 0.26.0-0.27.1 carry the seed bug")
+def test_seed_scenario_holds_on_fixed_release():
+    trace, findings = run(SEED)
+    assert findings == []
+    assert trace.steps_run >= 4 and trace.pool_end["num_free"] == 31
+
+
+@pytest.mark.skipif(not seed_bug_release, reason="only 0.26.0-0.27.1 carry the seed bug as published")
+def test_seed_scenario_trips_on_published_buggy_release():
+    _, findings = run(SEED)
+    _assert_seed_findings(findings)
+
+
+@pytest.mark.skipif(seed_bug_release, reason="the published release already has the bug")
+def test_seed_mutant_reproduces_the_published_bug():
+    _, findings = run(SEED, "seed-unmarked-early-return")
+    _assert_seed_findings(findings)
+
+
+def test_mutant_is_undone_after_use():
+    run(SEED, "seed-unmarked-early-return")
+    _, findings = run(SEED)
+    assert bool(findings) == seed_bug_release
