@@ -37,15 +37,27 @@ class _Req:
     external_used: bool = False
     load_done_step: int = -1
     hashes_named: int = 0
+    id: str = ""
 
-    @property
-    def id(self) -> str:
-        return self.spec.id
+    def __post_init__(self) -> None:
+        self.id = self.spec.id
 
 
 class _VllmRaised(Exception):
     def __init__(self, record: VllmException):
         self.record = record
+
+
+class _WithDrafts:
+    """Prefix fingerprints of the real tokens followed by this step's drafts, without copying the prefix."""
+
+    __slots__ = ("base", "extra", "cut")
+
+    def __init__(self, base: list[int], extra: list[int]) -> None:
+        self.base, self.extra, self.cut = base, extra, len(base) - 1  # extra[0] == base[-1]
+
+    def __getitem__(self, n: int) -> int:
+        return self.base[n] if n <= self.cut else self.extra[n - self.cut]
 
 
 def true_token(fp: int) -> int:
@@ -70,9 +82,10 @@ class Driver:
         for spec in scenario.requests:
             vreq = self.alloc.make_request(spec.id, prompts[spec.id], spec.max_tokens)
             r = _Req(spec, vreq, chain([0], prompts[spec.id]))
-            self._name_states(r, 1)
             self.reqs[spec.id] = r
+            self.trace.prefixes[spec.id] = r.fps  # names states lazily, only when a finding is printed
         self.hash_owner: dict[bytes, tuple[str, int]] = {}
+        self.cache_checked: dict[tuple[bytes, int], int] = {}
         self.waiting: list[_Req] = []
         self.running: list[_Req] = []
         self.finished_since_last: set[str] = set()
@@ -82,11 +95,6 @@ class Driver:
         self.step_idx = 0
 
     # -- bookkeeping -----------------------------------------------------------------------------
-    def _name_states(self, r: _Req, start: int) -> None:
-        names = self.trace.state_names
-        for n in range(start, len(r.fps)):
-            names.setdefault(r.fps[n], f"{r.id}[:{n}]")
-
     def _call(self, r: _Req, name: str, fn, *args, **kwargs):
         """Run one vLLM call; a vLLM exception ends the replay as a finding, a harness one as an error."""
         recorded = kwargs.pop("_args", {})
@@ -98,13 +106,10 @@ class Driver:
                 raise HarnessError(f"harness error in {name} for {r.id}: {exc!r} at {site}") from exc
             raise _VllmRaised(VllmException(self.step_idx, r.id, name, repr(exc), site)) from exc
         if name in ("allocate_slots", "get_computed_blocks", "cache_blocks"):
-            core = self.alloc.block_ids(r.id) if r.id in self._live_ids() else None
+            core = self.alloc.block_ids(r.id) if self.alloc.holds_blocks(r.id) else None
             shown = out if name != "get_computed_blocks" else out[1]
             self.trace.calls.append(Call(self.step_idx, r.id, name, recorded, shown, core))
         return out
-
-    def _live_ids(self) -> set[str]:
-        return self.alloc.mamba_manager.req_to_blocks.keys()
 
     # -- public ------------------------------------------------------------------------------------
     def run(self) -> Trace:
@@ -195,11 +200,7 @@ class Driver:
         for rid in so.num_scheduled:
             r = self.reqs[rid]
             drafts = so.spec_tokens.get(rid, [])
-            seq_fps[rid] = chain(list(r.fps), drafts) if drafts else r.fps
-            if drafts:
-                names = self.trace.state_names
-                for k in range(1, len(drafts) + 1):
-                    names.setdefault(seq_fps[rid][len(r.fps) - 1 + k], f"{rid}[:{len(r.fps) - 1}]+{k} draft(s)")
+            seq_fps[rid] = _WithDrafts(r.fps, chain([r.fps[-1]], drafts)) if drafts else r.fps
             r.vreq.num_computed_tokens += so.num_scheduled[rid]  # _update_after_schedule (:1845-1877)
         kinds = self.worker.update_states(so)
         self.worker.execute(so, kinds, seq_fps, core_tables)
@@ -345,8 +346,7 @@ class Driver:
                 tok = true_token(r.fps[-1])
                 new_tokens.append(tok)
                 chain(r.fps, [tok])
-            v.append_output_token_ids(new_tokens)
-            self._name_states(r, len(r.fps) - a)
+            self.alloc.append_output(v, new_tokens)
             if nd:
                 self._call(r, "cache_blocks", self.alloc.cache_blocks, v, v.num_computed_tokens,
                            _args={"num_computed_tokens": v.num_computed_tokens})  # :2406-2415
@@ -418,7 +418,7 @@ class Driver:
             if r.phase in ("waiting", "loading", "running"):
                 if r in self.waiting:
                     self.waiting.remove(r)
-                if r.id in self._live_ids():
+                if self.alloc.holds_blocks(r.id):
                     self._call(r, "free", self.alloc.free, r.vreq, _args={})
                 if r in self.running:
                     self.running.remove(r)
@@ -429,25 +429,34 @@ class Driver:
     def _shutdown(self) -> None:
         """Abort whatever is still live when the step limit is reached, so pool accounting can be judged."""
         for r in self.reqs.values():
-            if r.phase != "finished" and r.id in self._live_ids():
+            if r.phase != "finished" and self.alloc.holds_blocks(r.id):
                 self._call(r, "free", self.alloc.free, r.vreq, _args={})
             r.phase = "finished"
 
     # -- cache integrity snapshot ----------------------------------------------------------------------------
     def _check_cache(self, step: int) -> None:
+        """Record every (Mamba cache key, block) pair that is new or whose page was written since last
+        recorded: a mismatch persists until one of the two changes, so the first step it shows is kept."""
         hb = self.g.hash_block_size
         for r in self.reqs.values():
             hashes = r.vreq.block_hashes
-            for k in range(r.hashes_named, len(hashes)):
-                self.hash_owner.setdefault(bytes(hashes[k]), (r.id, (k + 1) * hb))
-            r.hashes_named = len(hashes)
-        for entry in self.alloc.cached_mamba_entries():
-            owner = self.hash_owner.get(entry.hash_bytes)
+            if r.hashes_named < len(hashes):
+                for k in range(r.hashes_named, len(hashes)):
+                    self.hash_owner.setdefault(bytes(hashes[k]), (r.id, (k + 1) * hb))
+                r.hashes_named = len(hashes)
+        version, checked = self.states.version, self.cache_checked
+        for key in self.alloc.cached_mamba_entries():
+            h, block = key
+            v = version.get(block, 0)
+            if checked.get(key) == v:
+                continue
+            checked[key] = v
+            owner = self.hash_owner.get(h)
             if owner is None:
                 raise HarnessError(f"step {step}: a Mamba cache key names no prefix the driver hashed")
             rid, n = owner
-            conv, ssm = self.states.page(entry.block_id)
-            self.trace.cache.append(CacheCheck(step, entry.block_id, n, rid, (n, self.reqs[rid].fps[n]), conv[0], ssm))
+            conv, ssm = self.states.page(block)
+            self.trace.cache.append(CacheCheck(step, block, n, rid, (n, self.reqs[rid].fps[n]), conv[0], ssm))
 
 
 def replay(scenario: Scenario, mutant: str | None = None) -> Trace:

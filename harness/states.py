@@ -30,6 +30,12 @@ class SymbolicStates:
         self.width = num_speculative_tokens + 1
         self.conv: dict[int, tuple] = {}
         self.ssm: dict[int, State | None] = {}
+        self.version: dict[int, int] = {}  # block -> write counter, so checks can skip unchanged pages
+        self._writes = 0
+
+    def _touch(self, block: int) -> None:
+        self._writes += 1
+        self.version[block] = self._writes
 
     def page(self, block: int) -> tuple[tuple, State | None]:
         if block == NULL_BLOCK:
@@ -42,6 +48,7 @@ class SymbolicStates:
             return
         conv, ssm = self.page(src)
         self.conv[dst], self.ssm[dst] = conv, ssm
+        self._touch(dst)
 
     def shift_copy(self, dst: int, conv_src: int, ssm_src: int, shift: int) -> None:
         """Align pre/post-copy: conv[dst][0:W-b] <- conv[conv_src][b:W]; ssm[dst] <- ssm[ssm_src]
@@ -53,6 +60,7 @@ class SymbolicStates:
             return
         self.conv[dst] = src_conv[shift:] + old_conv[self.width - shift:]
         self.ssm[dst] = src_ssm
+        self._touch(dst)
 
     def read(self, conv_block: int, conv_offset: int, ssm_block: int) -> tuple[State | None, State | None]:
         return self.page(conv_block)[0][conv_offset], self.page(ssm_block)[1]
@@ -64,19 +72,23 @@ class SymbolicStates:
         conv, _ = self.page(block)
         self.conv[block] = (state,) + conv[1:]
         self.ssm[block] = state
+        self._touch(block)
 
     def write_tokens(self, conv_block: int, ssm_blocks: list[int], states: list[State]) -> None:
         """Spec-decode kernels: state after query token i -> ssm of ssm_blocks[i]; conv offset i in conv_block."""
         for block, state in zip(ssm_blocks, states):
             if block != NULL_BLOCK:
                 self.ssm[block] = state
+                self._touch(block)
         if conv_block != NULL_BLOCK:
             conv, _ = self.page(conv_block)
             n = min(len(states), self.width)
             self.conv[conv_block] = tuple(states[:n]) + conv[n:]
+            self._touch(conv_block)
 
     def deliver(self, block: int, state: State) -> None:
         """A connector writes a loaded boundary state into a block."""
         if block != NULL_BLOCK:
             self.conv[block] = (state,) * self.width
             self.ssm[block] = state
+            self._touch(block)

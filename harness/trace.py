@@ -89,15 +89,19 @@ class Trace:
     exception: VllmException | None = None
     pool_end: dict | None = None
     steps_run: int = 0
-    state_names: dict[int, str] = field(default_factory=dict)  # fingerprint -> "a[:14]"
+    prefixes: dict[str, list[int]] = field(default_factory=dict)  # request -> prefix fingerprints (fps[n])
 
     def name(self, state: State | None) -> str:
+        """'a[:14]' for the state of request a's first 14 tokens; drafts and unknown prefixes say so."""
         if state is None:
             return "garbage (never written)"
         n, fp = state
         if n == 0:
             return "zero state"
-        return self.state_names.get(fp, f"unknown prefix of {n} tokens")
+        for rid, fps in self.prefixes.items():
+            if n < len(fps) and fps[n] == fp:
+                return f"{rid}[:{n}]"
+        return f"a {n}-token prefix no request has (unverified draft tokens)"
 
     def excerpt(self, step: int, request: str | None = None, radius: int = 1) -> list[dict]:
         """The calls and rows around a step (for a finding), as JSON-ready dicts."""

@@ -13,7 +13,6 @@ import functools
 import inspect
 import os
 import re
-from dataclasses import dataclass
 from importlib import metadata
 from types import SimpleNamespace
 
@@ -35,6 +34,7 @@ def _parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in m.groups())
 
 
+@functools.cache
 def installed_version() -> str:
     try:
         return metadata.version("vllm")
@@ -73,23 +73,29 @@ def _vllm() -> SimpleNamespace:
     )
 
 
+@functools.cache
 def vllm_module_prefix() -> str:
     """Path prefix of the installed vLLM package (to tell vLLM frames from harness frames)."""
     spec = __import__("importlib.util").util.find_spec("vllm")
     return os.path.dirname(spec.origin) + os.sep if spec and spec.origin else "/nonexistent/"
 
 
+@functools.cache
+def _split_reads() -> frozenset[str]:
+    """The `self.` attributes vLLM's chunk rule reads (feature detection, once per process)."""
+    source = inspect.getsource(_vllm().Scheduler._mamba_block_aligned_split)
+    return frozenset(re.findall(r"self\.([A-Za-z_][A-Za-z_0-9.]*)", source))
+
+
+@functools.cache
+def _parameters(fn) -> frozenset[str]:
+    return frozenset(inspect.signature(fn).parameters)
+
+
 def _supported_kwargs(fn, **kwargs) -> dict:
-    params = inspect.signature(fn).parameters
+    """Only the keyword arguments the installed release's signature has (feature detection)."""
+    params = _parameters(fn)
     return {k: v for k, v in kwargs.items() if k in params}
-
-
-@dataclass(frozen=True)
-class CachedEntry:
-    """One prefix-cache key that resolves to a Mamba-group block."""
-
-    hash_bytes: bytes
-    block_id: int
 
 
 class Allocator:
@@ -133,7 +139,12 @@ class Allocator:
         self.partial_hits = bool(getattr(self.coordinator, "enable_partial_hash_hits", False))
         self.hasher = v.kcu.get_request_block_hasher(g.hash_block_size, v.sha256)
         self._split_self = self._split_shim()
-        self._alloc_kwargs = set(inspect.signature(self.manager.allocate_slots).parameters)
+        # keys are hash bytes + the group id (kv_cache_utils.make_block_hash_with_group_id); check the layout once
+        probe = v.kcu.make_block_hash_with_group_id(v.kcu.BlockHash(b"\x01" * 32), MAMBA_GROUP)
+        self._mamba_key_suffix = bytes(probe[32:])
+        if v.kcu.get_group_id(probe) != MAMBA_GROUP or bytes(v.kcu.get_block_hash(probe)) != b"\x01" * 32:
+            raise BadInput(f"vLLM {v.version}: prefix-cache keys are not hash + group id; not supported")
+        self._alloc_kwargs = _parameters(v.KVCacheManager.allocate_slots)
 
     # -- the Scheduler's chunk rule ---------------------------------------------------------
     def _split_shim(self) -> SimpleNamespace:
@@ -150,10 +161,12 @@ class Allocator:
             mamba_partial_cache_hit=g.hash_block_size < bs and self.partial_hits,
             mamba_has_prefill_checkpoint_blocks=g.prefill_checkpoint,
             mamba_prefill_checkpoint_alignment=1 if g.prefill_checkpoint else None,
-            mamba_shared_prefix_checkpoint=bool(getattr(self.manager, "mamba_shared_prefix_checkpoint", False)),
         )
-        source = inspect.getsource(self.v.Scheduler._mamba_block_aligned_split)
-        for dotted in set(re.findall(r"self\.([A-Za-z_][A-Za-z_0-9.]*)", source)):
+        # The junction-checkpoint switch, named mamba_fine_grained_prefix_cache up to 0.30 and
+        # mamba_shared_prefix_checkpoint since; the scheduler ANDs the manager's bit with partial hits.
+        for name in ("mamba_shared_prefix_checkpoint", "mamba_fine_grained_prefix_cache"):
+            setattr(shim, name, shim.mamba_partial_cache_hit and bool(getattr(self.manager, name, False)))
+        for dotted in _split_reads():
             obj = shim
             for part in dotted.split("."):
                 if not hasattr(obj, part):
@@ -177,6 +190,14 @@ class Allocator:
     @property
     def status(self):
         return self.v.RequestStatus
+
+    @staticmethod
+    def append_output(request, tokens: list[int]) -> None:
+        """Sampled tokens join the request; vLLM's block hasher extends its hashes (request.py)."""
+        request.append_output_token_ids(tokens)
+
+    def holds_blocks(self, request_id: str) -> bool:
+        return request_id in self.mamba_manager.req_to_blocks
 
     # -- KVCacheManager calls (kv_cache_manager.py, protocol doc §7.1) -------------------------
     def lookup(self, request) -> tuple[object, int]:
@@ -235,16 +256,18 @@ class Allocator:
             checkpoint_alignment=1)
 
     # -- introspection for the oracles --------------------------------------------------------
-    def cached_mamba_entries(self) -> list[CachedEntry]:
+    def cached_mamba_entries(self) -> list[tuple[bytes, int]]:
         """Every prefix-cache key of the Mamba group and the block it resolves to (block_pool.py:56-130)."""
-        kcu = self.v.kcu
+        suffix, cut = self._mamba_key_suffix, -len(self._mamba_key_suffix)
         out = []
         for key, value in self.block_pool.cached_block_hash_to_block._cache.items():
-            if kcu.get_group_id(key) != MAMBA_GROUP:
+            if not key.endswith(suffix):
                 continue
-            blocks = value.values() if isinstance(value, dict) else (value,)
-            h = bytes(kcu.get_block_hash(key))
-            out.extend(CachedEntry(h, b.block_id) for b in blocks)
+            h = bytes(key[:cut])
+            if isinstance(value, dict):
+                out.extend((h, b.block_id) for b in value.values())
+            else:
+                out.append((h, value.block_id))
         return out
 
     def pool_snapshot(self) -> dict:

@@ -12,7 +12,7 @@ from conftest import SCENARIOS, by_oracle, needs_checkpoints, run
 
 def _trace() -> Trace:
     t = Trace(vllm_version="test", mutant=None)
-    t.state_names = {11: "a[:4]", 12: "a[:8]"}
+    t.prefixes = {"a": [0, 1, 2, 3, 11, 5, 6, 7, 12]}
     return t
 
 
