@@ -73,8 +73,9 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
     from harness.generate import random_scenario
     from harness.oracles import judge
     from harness.scenario import scenario_to_json
-    from harness.vllm_adapter import supports_prefill_checkpoints
+    from harness.vllm_adapter import load_vllm, supports_prefill_checkpoints
 
+    startup = load_vllm()
     checkpoints = args.checkpoints == "on" and supports_prefill_checkpoints()
     found, errors, steps = [], [], 0
     started = time.perf_counter()
@@ -98,7 +99,7 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
     elapsed = time.perf_counter() - started
     print(f"sweep: {args.count} scenarios (seeds {args.seed}..{args.seed + args.count - 1}), {steps} steps, "
           f"vLLM {version}{' + mutant ' + args.mutant if args.mutant else ''}: {len(found)} with findings, "
-          f"{len(errors)} harness errors; {args.count / elapsed:.1f} scenarios/s")
+          f"{len(errors)} harness errors; {args.count / elapsed:.1f} scenarios/s after {startup:.1f} s start-up")
     for seed, err, path in errors:
         print(f"HARNESS ERROR seed {seed} (not a vLLM finding): {err} ({path})", file=sys.stderr)
     if errors:

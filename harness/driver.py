@@ -291,6 +291,9 @@ class Driver:
         r.external_used = True
         bs = self.g.scheduler_block_size
         hit = min(spec.tokens, r.vreq.num_tokens - 1)
+        if not self.alloc.connector_sees_aligned_local:  # 0.26.x: the connector sees the whole local hit
+            ext = max(0, hit - local)
+            return ext, spec.async_load and ext > 0, blocks, local
         partial_tail = local % bs
         aligned_local = local - partial_tail
         ext_tokens = max(0, hit - aligned_local)

@@ -73,6 +73,15 @@ def _vllm() -> SimpleNamespace:
     )
 
 
+def load_vllm() -> float:
+    """Import vLLM's allocator now; returns the seconds it took (start-up, reported apart from replay)."""
+    import time
+
+    t0 = time.perf_counter()
+    _vllm()
+    return time.perf_counter() - t0
+
+
 @functools.cache
 def vllm_module_prefix() -> str:
     """Path prefix of the installed vLLM package (to tell vLLM frames from harness frames)."""
@@ -85,6 +94,10 @@ def _split_reads() -> frozenset[str]:
     """The `self.` attributes vLLM's chunk rule reads (feature detection, once per process)."""
     source = inspect.getsource(_vllm().Scheduler._mamba_block_aligned_split)
     return frozenset(re.findall(r"self\.([A-Za-z_][A-Za-z_0-9.]*)", source))
+
+
+_ALLOCATE_KWARGS = frozenset({"num_new_computed_tokens", "new_computed_blocks", "num_lookahead_tokens",
+                              "num_external_computed_tokens", "delay_cache_blocks", "has_scheduled_reqs"})
 
 
 @functools.cache
@@ -112,10 +125,10 @@ class Allocator:
             block_size=g.mamba_block_size, shapes=((1, 1),), dtypes=(v.torch.float32,),
             mamba_cache_mode="align", num_speculative_blocks=K,
         )
-        fields = v.kci.MambaSpec.__dataclass_fields__
         if g.prefill_checkpoint:
-            if "num_prefill_checkpoint_blocks" not in fields:
-                raise BadInput(f"geometry.prefill_checkpoint: vLLM {v.version} has no Mamba prefill checkpoint blocks")
+            if not supports_prefill_checkpoints():
+                raise BadInput(f"geometry.prefill_checkpoint: vLLM {v.version} has no Mamba prefill checkpoint blocks "
+                               "whose worker export this harness mirrors (0.33.x)")
             mamba_kwargs.update(num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1)
         self.mamba_spec = v.kci.MambaSpec(**mamba_kwargs)
         attn_spec = v.kci.FullAttentionSpec(
@@ -137,6 +150,8 @@ class Allocator:
         self.coordinator = self.manager.coordinator
         self.mamba_manager = self.coordinator.single_type_managers[MAMBA_GROUP]
         self.partial_hits = bool(getattr(self.coordinator, "enable_partial_hash_hits", False))
+        # 0.27+: the scheduler shows the connector a block-aligned local hit and may truncate a sub-block tail
+        self.connector_sees_aligned_local = hasattr(self.manager, "truncate_computed_blocks")
         self.hasher = v.kcu.get_request_block_hasher(g.hash_block_size, v.sha256)
         self._split_self = self._split_shim()
         # keys are hash bytes + the group id (kv_cache_utils.make_block_hash_with_group_id); check the layout once
@@ -144,7 +159,9 @@ class Allocator:
         self._mamba_key_suffix = bytes(probe[32:])
         if v.kcu.get_group_id(probe) != MAMBA_GROUP or bytes(v.kcu.get_block_hash(probe)) != b"\x01" * 32:
             raise BadInput(f"vLLM {v.version}: prefix-cache keys are not hash + group id; not supported")
-        self._alloc_kwargs = _parameters(v.KVCacheManager.allocate_slots)
+        missing = _ALLOCATE_KWARGS - _parameters(v.KVCacheManager.allocate_slots)
+        if missing:
+            raise BadInput(f"vLLM {v.version}: allocate_slots lacks {sorted(missing)}; not supported")
 
     # -- the Scheduler's chunk rule ---------------------------------------------------------
     def _split_shim(self) -> SimpleNamespace:
@@ -211,11 +228,11 @@ class Allocator:
 
     def allocate(self, request, num_new_tokens: int, *, num_local: int = 0, blocks=None, lookahead: int = 0,
                  num_external: int = 0, delay_cache: bool = False, has_scheduled_reqs: bool = True):
-        kwargs = dict(num_new_computed_tokens=num_local, new_computed_blocks=blocks, num_lookahead_tokens=lookahead,
-                      num_external_computed_tokens=num_external, delay_cache_blocks=delay_cache,
-                      has_scheduled_reqs=has_scheduled_reqs)
+        """`allocate_slots` as the Scheduler calls it (scheduler.py:914-918 running, :1435-1452 waiting)."""
         new = self.manager.allocate_slots(
-            request, num_new_tokens, **{k: v for k, v in kwargs.items() if k in self._alloc_kwargs})
+            request, num_new_tokens, num_new_computed_tokens=num_local, new_computed_blocks=blocks,
+            num_lookahead_tokens=lookahead, num_external_computed_tokens=num_external,
+            delay_cache_blocks=delay_cache, has_scheduled_reqs=has_scheduled_reqs)
         # None: it did not fit. Otherwise one (possibly empty) id list per group.
         return None if new is None else new.get_block_ids()
 
@@ -318,4 +335,12 @@ def mamba_manager_class():
 
 
 def supports_prefill_checkpoints() -> bool:
-    return "num_prefill_checkpoint_blocks" in _vllm().kci.MambaSpec.__dataclass_fields__
+    """Prefill checkpoint blocks, the worker-side helpers the shadow calls, and a runner whose checkpoint
+    export the shadow mirrors: the shadow follows vLLM 0.33.0's (protocol doc §6.7), so 0.33.x only."""
+    if _parse_version(installed_version())[:2] < (0, 33):
+        return False
+    kci = _vllm().kci
+    fields = kci.MambaSpec.__dataclass_fields__
+    return ({"num_prefill_checkpoint_blocks", "prefill_checkpoint_alignment"} <= set(fields)
+            and hasattr(kci, "get_mamba_prefill_checkpoint_position")
+            and hasattr(kci, "is_mamba_prefill_checkpoint_valid"))
