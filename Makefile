@@ -8,6 +8,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hybrid-harness-installed
 SWEEP ?= 300
 SEED ?= 0
+# known stock-0.33.0 issue with prefill checkpoints (README): kept out of the nightly default
+FUZZ_ARGS ?= --checkpoints off
 
 .PHONY: venv test fuzz sweep clean-venv
 
@@ -27,7 +29,7 @@ test: venv
 	$(PY) -m pytest -q tests
 
 fuzz: venv
-	$(PY) -m harness sweep --count $(SWEEP) --seed $(SEED) --artifacts artifacts/sweep
+	$(PY) -m harness sweep --count $(SWEEP) --seed $(SEED) --artifacts artifacts/sweep $(FUZZ_ARGS)
 
 sweep: fuzz
 
