@@ -21,3 +21,24 @@ class Mutant:
             undo()
             raise RuntimeError(f"mutant {self.name}: self-check failed, patch not in place")
         return undo
+
+
+_MARK = "_hybrid_harness_mutant"
+
+
+def wrap_mamba_method(method_name: str, make) -> Callable[[], None]:
+    """Replace MambaManager.<method_name> by make(original) at run time; return the undo callable."""
+    from harness.vllm_adapter import mamba_manager_class
+
+    cls = mamba_manager_class()
+    original = getattr(cls, method_name)
+    patched = make(original)
+    setattr(patched, _MARK, True)
+    setattr(cls, method_name, patched)
+    return lambda: setattr(cls, method_name, original)
+
+
+def mamba_method_wrapped(method_name: str) -> bool:
+    from harness.vllm_adapter import mamba_manager_class
+
+    return getattr(getattr(mamba_manager_class(), method_name), _MARK, False)

@@ -2,24 +2,7 @@
 
 from __future__ import annotations
 
-from harness.mutants.base import Mutant
-from harness.vllm_adapter import mamba_manager_class
-
-_MARK = "_hybrid_harness_mutant"
-
-
-def _wrap(method_name: str, make):
-    """Replace MambaManager.<method_name> by make(original); return the undo callable."""
-    cls = mamba_manager_class()
-    original = getattr(cls, method_name)
-    patched = make(original)
-    setattr(patched, _MARK, True)
-    setattr(cls, method_name, patched)
-    return lambda: setattr(cls, method_name, original)
-
-
-def _is_wrapped(method_name: str) -> bool:
-    return getattr(getattr(mamba_manager_class(), method_name), _MARK, False)
+from harness.mutants.base import Mutant, mamba_method_wrapped, wrap_mamba_method
 
 
 def _leak_patch():
@@ -30,7 +13,7 @@ def _leak_patch():
             real = [b for b in blocks if not b.is_null]
             self.block_pool.free_blocks([b for b in blocks if b is not real[-1]] if real else blocks)
         return free
-    return _wrap("free", make)
+    return wrap_mamba_method("free", make)
 
 
 def _overallocate_patch():
@@ -40,7 +23,7 @@ def _overallocate_patch():
             bump = self.block_size if request_id in getattr(self, "_allocated_block_reqs", ()) else 0
             return original(self, request_id, num_tokens, num_tokens_main_model + bump)
         return allocate_new_blocks
-    return _wrap("allocate_new_blocks", make)
+    return wrap_mamba_method("allocate_new_blocks", make)
 
 
 MAMBA_FREE_LEAKS_BLOCK = Mutant(
@@ -49,7 +32,7 @@ MAMBA_FREE_LEAKS_BLOCK = Mutant(
     releases="0.26.0-0.33.x",
     origin="",
     patch=_leak_patch,
-    is_applied=lambda: _is_wrapped("free"),
+    is_applied=lambda: mamba_method_wrapped("free"),
 )
 
 MAMBA_OVERALLOCATE = Mutant(
@@ -58,5 +41,5 @@ MAMBA_OVERALLOCATE = Mutant(
     releases="0.26.0-0.33.x",
     origin="",
     patch=_overallocate_patch,
-    is_applied=lambda: _is_wrapped("allocate_new_blocks"),
+    is_applied=lambda: mamba_method_wrapped("allocate_new_blocks"),
 )

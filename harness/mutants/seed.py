@@ -9,16 +9,10 @@ appends the returned id: core and worker disagree on the live state column.
 
 from __future__ import annotations
 
-from harness.mutants.base import Mutant
-from harness.vllm_adapter import mamba_manager_class
-
-_PATCHED = "_hybrid_harness_seed_mutant"
+from harness.mutants.base import Mutant, mamba_method_wrapped, wrap_mamba_method
 
 
-def _patch():
-    cls = mamba_manager_class()
-    original = cls.allocate_new_blocks
-
+def _make(original):
     def allocate_new_blocks(self, request_id, num_tokens, num_tokens_main_model):
         marked_before = request_id in getattr(self, "_allocated_block_reqs", ())
         table_len = len(self.req_to_blocks[request_id])
@@ -28,17 +22,7 @@ def _patch():
             self._allocated_block_reqs.discard(request_id)
         return returned
 
-    setattr(allocate_new_blocks, _PATCHED, True)
-    cls.allocate_new_blocks = allocate_new_blocks
-
-    def undo():
-        cls.allocate_new_blocks = original
-
-    return undo
-
-
-def _applied() -> bool:
-    return getattr(mamba_manager_class().allocate_new_blocks, _PATCHED, False)
+    return allocate_new_blocks
 
 
 SEED_UNMARKED_EARLY_RETURN = Mutant(
@@ -46,6 +30,6 @@ SEED_UNMARKED_EARLY_RETURN = Mutant(
     bug_class="lifetime/marking: request not marked allocated on the no-new-block early return",
     releases="0.28.0-0.33.x (reintroduces the 0.26.0-0.27.1 bug)",
     origin="seed PR (fixed in vLLM 0.28.0)",
-    patch=_patch,
-    is_applied=_applied,
+    patch=lambda: wrap_mamba_method("allocate_new_blocks", _make),
+    is_applied=lambda: mamba_method_wrapped("allocate_new_blocks"),
 )
