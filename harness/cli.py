@@ -107,6 +107,91 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
     return EXIT_FINDING if found else EXIT_OK
 
 
+def _cmd_fuzz(args: argparse.Namespace) -> int:
+    from harness.campaign import Campaign
+    from harness.mutants import get_mutant
+
+    if args.mutant:
+        get_mutant(args.mutant)  # bad name: exit 2 before any worker starts
+    if args.jobs < 1:
+        raise BadInput("--jobs must be at least 1")
+    seconds = args.minutes * 60 if args.minutes is not None else (None if args.runs else 120.0)
+    artifacts = Path(args.artifacts)
+    corpus = Path(args.corpus) if args.corpus else artifacts / "corpus"
+    campaign = Campaign(target=args.target, corpus=corpus, artifacts=artifacts, jobs=args.jobs, seconds=seconds,
+                        runs=args.runs, seed=args.seed, mutant=args.mutant, seed_corpus=args.seed_corpus,
+                        checkpoints=args.checkpoints == "on", progress=not args.no_progress)
+    summary = campaign.run()
+    new = summary["findings_new"]
+    if new and not args.no_minimize:
+        _minimize_kept([artifacts / "findings" / name for name in new], args.mutant)
+    print(f"fuzz: {summary['execs']} execs in {summary['elapsed']} s ({summary['execs_per_s']}/s, {args.jobs} job(s)), "
+          f"coverage {summary['cov']}, corpus {summary['corpus']}, findings {summary['findings_total']} "
+          f"({len(new)} new), harness errors {summary['harness_errors']}")
+    for name, sig in summary["signatures"].items():
+        folder = artifacts / "findings" / name
+        extra = " (minimized)" if (folder / "minimized.json").exists() else ""
+        print(f"  {name}: {sig}{extra}  {folder}")
+    if summary["harness_errors"]:
+        print(f"harness errors (not vLLM findings) kept in {artifacts / 'findings' / 'harness-errors'}", file=sys.stderr)
+    return EXIT_FINDING if summary["findings_total"] else EXIT_OK
+
+
+def _minimize_kept(folders, mutant: str | None) -> None:
+    from harness.artifacts import write_json_atomic
+    from harness.fuzzing import read_finding
+    from harness.minimize import minimize
+    from harness.mutants import apply_mutant
+    from harness.regression import emit_regression
+    from harness.scenario import parse_scenario, scenario_to_json
+
+    undo = apply_mutant(mutant) if mutant else None
+    try:
+        for folder in folders:
+            artifact = read_finding(folder)
+            small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], mutant, seconds=60)
+            write_json_atomic(folder / "minimized.json", dict(artifact, scenario=scenario_to_json(small)))
+            (folder / "test_regression.py").write_text(emit_regression(small, artifact["signature"], mutant))
+    finally:
+        if undo:
+            undo()
+
+
+def _cmd_minimize(args: argparse.Namespace) -> int:
+    from harness.artifacts import write_json_atomic
+    from harness.fuzzing import read_finding
+    from harness.minimize import minimize
+    from harness.mutants import apply_mutant
+    from harness.scenario import parse_scenario, scenario_to_json
+
+    artifact = read_finding(args.finding)
+    signature = artifact.get("signature") or artifact["findings"][0]["signature"]
+    mutant = args.mutant if args.mutant is not None else artifact.get("mutant")
+    undo = apply_mutant(mutant) if mutant else None
+    try:
+        small = minimize(parse_scenario(artifact["scenario"]), signature, mutant, seconds=args.seconds)
+    finally:
+        if undo:
+            undo()
+    out = dict(artifact, scenario=scenario_to_json(small), signature=signature)
+    write_json_atomic(Path(args.output), out)
+    print(f"minimized to {len(small.requests)} request(s), {len(small.events)} event(s): {args.output}")
+    return EXIT_OK
+
+
+def _cmd_regression(args: argparse.Namespace) -> int:
+    from harness.fuzzing import read_finding
+    from harness.regression import emit_regression
+    from harness.scenario import parse_scenario
+
+    artifact = read_finding(args.finding)
+    signature = artifact.get("signature") or artifact["findings"][0]["signature"]
+    text = emit_regression(parse_scenario(artifact["scenario"]), signature, artifact.get("mutant"))
+    Path(args.output).write_text(text)
+    print(f"wrote {args.output}")
+    return EXIT_OK
+
+
 def _cmd_version(args: argparse.Namespace) -> int:
     from harness.vllm_adapter import check_supported, installed_version
 
@@ -133,6 +218,30 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--checkpoints", choices=("on", "off"), default="on",
                        help="generate geometries with Mamba prefill checkpoint blocks (default on where supported)")
     sweep.set_defaults(func=_cmd_sweep)
+    fuzz = sub.add_parser("fuzz", help="coverage-guided atheris campaign; exit 0 no finding, 1 finding(s)")
+    fuzz.add_argument("--minutes", type=float)
+    fuzz.add_argument("--runs", type=int, help="total executions instead of a time budget")
+    fuzz.add_argument("--jobs", type=int, default=1, help="libFuzzer worker processes")
+    fuzz.add_argument("--corpus", help="persistent corpus directory (default: ARTIFACTS/corpus)")
+    fuzz.add_argument("--artifacts", default="artifacts/fuzz")
+    fuzz.add_argument("--seed", type=int, default=0)
+    fuzz.add_argument("--mutant", help="apply a named run-time patch of vLLM in every worker")
+    fuzz.add_argument("--target", choices=("symbolic",), default="symbolic")
+    fuzz.add_argument("--seed-corpus", action="store_true", help="also read the checked-in seed corpus")
+    fuzz.add_argument("--checkpoints", choices=("on", "off"), default="on")
+    fuzz.add_argument("--no-minimize", action="store_true", help="do not minimize new findings at the end")
+    fuzz.add_argument("--no-progress", action="store_true")
+    fuzz.set_defaults(func=_cmd_fuzz)
+    mini = sub.add_parser("minimize", help="shrink a finding while its signature still fires")
+    mini.add_argument("finding", help="finding folder or its finding.json (or a `run` artifact)")
+    mini.add_argument("-o", "--output", required=True)
+    mini.add_argument("--mutant", help="override the mutant recorded in the finding")
+    mini.add_argument("--seconds", type=float, default=120.0)
+    mini.set_defaults(func=_cmd_minimize)
+    reg = sub.add_parser("regression", help="write a finding as a standalone pytest file in vLLM's test style")
+    reg.add_argument("finding")
+    reg.add_argument("-o", "--output", required=True)
+    reg.set_defaults(func=_cmd_regression)
     ver = sub.add_parser("vllm-version", help="print the installed vLLM release (exit 2 if unsupported)")
     ver.set_defaults(func=_cmd_version)
     return parser

@@ -93,6 +93,7 @@ class Driver:
         for ev in scenario.events:
             self.events.setdefault(ev.step, []).append(ev)
         self.step_idx = 0
+        self.last_scheduled = 0
 
     # -- bookkeeping -----------------------------------------------------------------------------
     def _call(self, r: _Req, name: str, fn, *args, **kwargs):
@@ -116,7 +117,7 @@ class Driver:
         try:
             for step in range(self.sc.max_steps):
                 self.step_idx = step
-                if self._all_done():
+                if self._all_done() or self._stuck(step):
                     break
                 self._step(step)
                 self.trace.steps_run = step + 1
@@ -125,6 +126,13 @@ class Driver:
         except _VllmRaised as raised:
             self.trace.exception = raised.record
         return self.trace
+
+    def _stuck(self, step: int) -> bool:
+        """Nothing ran last step and nothing can change: no load in flight, no arrival or event to come.
+        vLLM would spin here forever; the replay stops and shuts down (pool accounting still judged)."""
+        if step == 0 or self.last_scheduled or any(r.phase in ("loading", "pending") for r in self.reqs.values()):
+            return False
+        return not any(s >= step for s in self.events)
 
     def _all_done(self) -> bool:
         return all(r.phase == "finished" for r in self.reqs.values())
@@ -202,6 +210,7 @@ class Driver:
             drafts = so.spec_tokens.get(rid, [])
             seq_fps[rid] = _WithDrafts(r.fps, chain([r.fps[-1]], drafts)) if drafts else r.fps
             r.vreq.num_computed_tokens += so.num_scheduled[rid]  # _update_after_schedule (:1845-1877)
+        self.last_scheduled = len(so.num_scheduled)
         kinds = self.worker.update_states(so)
         self.worker.execute(so, kinds, seq_fps, core_tables)
         accepted = self._sample(so)

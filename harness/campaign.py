@@ -1,0 +1,216 @@
+"""`hybrid-harness fuzz`: a resumable atheris campaign over several libFuzzer worker processes.
+
+Layout under --artifacts DIR: `findings/finding-<sig>/` (input.bin, finding.json, scenario.json, then
+minimized.json and test_regression.py), `findings/harness-errors/`, `crashes/` (libFuzzer's own files),
+`stats.jsonl` (a sample per second: execs, coverage, corpus, findings) and `campaign.json` (summary).
+The corpus directory persists between campaigns. A worker stops when it keeps a new finding; the
+campaign restarts it with a new seed until the time or run budget is spent. Findings and corpus entries
+are on disk before they are reported, so Ctrl-C or a kill loses neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.artifacts import write_json_atomic
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGETS = {"symbolic": ROOT / "fuzz" / "symbolic_target.py"}
+SEED_CORPORA = {"symbolic": ROOT / "fuzz" / "corpus" / "symbolic"}
+DICTIONARIES = {"symbolic": ROOT / "fuzz" / "symbolic.dict"}
+STAT_LINE = re.compile(r"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/\S+.*?exec/s: (\d+)")
+
+
+@dataclass
+class WorkerState:
+    index: int
+    proc: subprocess.Popen | None = None
+    execs_done: int = 0  # from finished runs of this worker slot
+    execs: int = 0  # current run
+    cov: int = 0
+    corpus: int = 0
+    exec_rate: int = 0
+    restarts: int = 0
+    log: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Campaign:
+    target: str
+    corpus: Path
+    artifacts: Path
+    jobs: int
+    seconds: float | None
+    runs: int | None
+    seed: int
+    mutant: str | None
+    seed_corpus: bool
+    checkpoints: bool = True
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.findings_dir = self.artifacts / "findings"
+        self.crash_dir = self.artifacts / "crashes"
+        for d in (self.corpus, self.findings_dir, self.crash_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        self.workers = [WorkerState(i) for i in range(self.jobs)]
+        self.started = time.monotonic()
+        self.stop = False
+        self.known_before = self.kept_findings()
+
+    def kept_findings(self) -> list[Path]:
+        return sorted(p for p in self.findings_dir.glob("finding-*") if p.is_dir() and "." not in p.name)
+
+    # -- workers ----------------------------------------------------------------------------------
+    def _spawn(self, w: WorkerState) -> None:
+        cmd = [sys.executable, str(TARGETS[self.target]), str(self.corpus)]
+        if self.seed_corpus:
+            cmd.append(str(SEED_CORPORA[self.target]))
+        cmd += [f"-seed={self.seed + 1000 * w.index + w.restarts + 1}", "-max_len=128",
+                f"-artifact_prefix={self.crash_dir}/", "-print_final_stats=1", "-reload=1"]
+        if DICTIONARIES[self.target].exists():
+            cmd.append(f"-dict={DICTIONARIES[self.target]}")
+        if self.seconds is not None:
+            cmd.append(f"-max_total_time={max(1, int(self.remaining()))}")
+        if self.runs is not None:
+            cmd.append(f"-runs={max(1, self.runs // self.jobs - w.execs_done)}")
+        env = dict(os.environ, HH_ARTIFACTS=str(self.findings_dir), PYTHONPATH=str(ROOT))
+        env["HH_MUTANT"] = self.mutant or ""
+        if not self.checkpoints:
+            env["HH_NO_CHECKPOINTS"] = "1"
+        w.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                                  cwd=ROOT, start_new_session=True)
+        threading.Thread(target=self._read, args=(w, w.proc), daemon=True).start()
+
+    def _read(self, w: WorkerState, proc: subprocess.Popen) -> None:
+        for line in proc.stderr:
+            m = STAT_LINE.search(line)
+            if m:
+                w.execs, w.cov, _, w.corpus, w.exec_rate = map(int, m.groups())
+            w.log.append(line.rstrip())
+            del w.log[:-200]
+
+    def remaining(self) -> float:
+        return float("inf") if self.seconds is None else self.seconds - (time.monotonic() - self.started)
+
+    def execs(self) -> int:
+        return sum(w.execs_done + w.execs for w in self.workers)
+
+    def _budget_left(self, w: WorkerState) -> bool:
+        if self.stop or self.remaining() <= 1:
+            return False
+        return self.runs is None or w.execs_done < self.runs // self.jobs
+
+    # -- main loop ----------------------------------------------------------------------------------
+    def run(self) -> dict:
+        stats_path = self.artifacts / "stats.jsonl"
+        for w in self.workers:
+            self._spawn(w)
+        previous = signal.signal(signal.SIGTERM, lambda *_: self._request_stop())
+        progress = _Progress(self) if self.progress else None
+        try:
+            with open(stats_path, "a") as stats:
+                while True:
+                    alive = 0
+                    for w in self.workers:
+                        if w.proc is None:
+                            continue
+                        if w.proc.poll() is None:
+                            alive += 1
+                            continue
+                        w.execs_done += w.execs
+                        w.execs = 0
+                        w.proc = None
+                        if self._budget_left(w):
+                            w.restarts += 1
+                            self._spawn(w)
+                            alive += 1
+                    sample = self.sample()
+                    stats.write(json.dumps(sample) + "\n")
+                    stats.flush()
+                    if progress:
+                        progress.update(sample)
+                    if not alive:
+                        break
+                    if self.remaining() < -30:  # workers ignore -max_total_time while a slow input runs
+                        self._request_stop()
+                    time.sleep(1.0)
+        except KeyboardInterrupt:
+            self._request_stop()
+        finally:
+            self._terminate()
+            if progress:
+                progress.close()
+            signal.signal(signal.SIGTERM, previous)
+        return self.summary()
+
+    def _request_stop(self) -> None:
+        self.stop = True
+        self._terminate()
+
+    def _terminate(self) -> None:
+        for w in self.workers:
+            if w.proc is not None and w.proc.poll() is None:
+                try:
+                    os.killpg(w.proc.pid, signal.SIGINT)
+                    w.proc.wait(timeout=10)
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(w.proc.pid, signal.SIGKILL)
+
+    def sample(self) -> dict:
+        elapsed = time.monotonic() - self.started
+        return {"t": round(elapsed, 2), "execs": self.execs(), "cov": max((w.cov for w in self.workers), default=0),
+                "corpus": len(list(self.corpus.iterdir())), "findings": len(self.kept_findings()),
+                "harness_errors": len(list((self.findings_dir / "harness-errors").glob("*.json")))
+                if (self.findings_dir / "harness-errors").exists() else 0}
+
+    def summary(self) -> dict:
+        elapsed = time.monotonic() - self.started
+        found = self.kept_findings()
+        new = [p for p in found if p not in self.known_before]
+        out = dict(self.sample(), elapsed=round(elapsed, 1), execs_per_s=round(self.execs() / max(elapsed, 1e-9), 1),
+                   jobs=self.jobs, mutant=self.mutant, target=self.target, corpus_dir=str(self.corpus),
+                   findings_total=len(found), findings_new=[p.name for p in new],
+                   signatures={p.name: json.loads((p / "finding.json").read_text()).get("signature") for p in found})
+        write_json_atomic(self.artifacts / "campaign.json", out)
+        return out
+
+
+class _Progress:
+    """A live bar: elapsed/remaining, execs and execs/s, coverage, corpus, findings."""
+
+    def __init__(self, campaign: Campaign) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.c = campaign
+        total = campaign.seconds if campaign.seconds is not None else float(campaign.runs or 1)
+        self.p = Progress(TextColumn("[bold]fuzz[/]"), BarColumn(), TimeElapsedColumn(), TextColumn("/"),
+                          TimeRemainingColumn(), TextColumn("{task.fields[line]}"), transient=False,
+                          disable=not sys.stderr.isatty() and not os.environ.get("HH_FORCE_PROGRESS"))
+        self.task = self.p.add_task("fuzz", total=total, line="")
+        self.p.start()
+        self.last_print = 0.0
+
+    def update(self, s: dict) -> None:
+        rate = s["execs"] / max(s["t"], 1e-9)
+        line = (f"execs {s['execs']} ({rate:.0f}/s)  cov {s['cov']}  corpus {s['corpus']}  "
+                f"findings {s['findings']}  harness-errors {s['harness_errors']}")
+        done = s["t"] if self.c.seconds is not None else s["execs"]
+        self.p.update(self.task, completed=min(done, self.p.tasks[0].total), line=line)
+        if self.p.disable and s["t"] - self.last_print >= 10:  # plain log lines when not on a terminal
+            self.last_print = s["t"]
+            print(f"[{s['t']:7.1f}s] {line}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.p.stop()

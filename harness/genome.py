@@ -1,0 +1,169 @@
+"""Structure-aware byte encoding of scenarios, for coverage-guided fuzzing.
+
+Every byte string decodes to a valid, bounded scenario: bytes are read as fields (missing bytes read as
+0), each field maps a byte onto its range (`lo + b % span`). Because a field's byte *is* its value offset,
+a mutator can aim a field at a value (an external hit one token before a Mamba block boundary, a shared
+prefix ending on a hash boundary, K drafts all rejected) and encode it back exactly.
+
+Layout: 7 geometry bytes, 1 request-count byte, then 12 bytes per request (1-4 requests), then 3 bytes per event (0-3 events).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from harness.scenario import Scenario, parse_scenario
+
+MAMBA_SIZES = (4, 8, 16)
+POOL_SIZES = (12, 16, 24, 32, 48, 64, 128, 256)
+GEOMETRY_BYTES = 7
+REQUEST_BYTES = 12
+EVENT_BYTES = 3
+MAX_REQUESTS = 4
+MAX_EVENTS = 3
+MAX_STEPS = 120
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def byte(self) -> int:
+        b = self.data[self.pos] if self.pos < len(self.data) else 0
+        self.pos += 1
+        return b
+
+    def pick(self, options):
+        return options[self.byte() % len(options)]
+
+    def range(self, lo: int, hi: int) -> int:
+        """lo..hi inclusive."""
+        return lo + self.byte() % (hi - lo + 1)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the installed release supports; the decoder never emits what it cannot run."""
+
+    checkpoints: bool = False
+
+
+def geometry_from(r: _Reader, budget: Budget) -> dict:
+    mamba = r.pick(MAMBA_SIZES)
+    attn = r.pick([d for d in _divisors(mamba) if d >= 2])
+    hash_bs = r.pick(_divisors(attn))
+    k = r.range(0, 2)
+    blocks = r.pick(POOL_SIZES)
+    budget_tokens = r.pick((mamba, 2 * mamba, 3 * mamba + 1, mamba // 2 + 1, 64, 2048))
+    flags = r.byte()
+    return {
+        "hash_block_size": hash_bs, "attn_block_size": attn, "mamba_block_size": mamba,
+        "num_blocks": blocks, "max_model_len": 512, "num_speculative_tokens": k,
+        "prefill_checkpoint": budget.checkpoints and bool(flags & 1),
+        "eagle_block_drop": k > 0 and bool(flags & 2),
+        "token_budget": budget_tokens,
+    }
+
+
+def decode(data: bytes, budget: Budget = Budget()) -> Scenario:
+    """Bytes -> a valid scenario (total: never raises on any input)."""
+    r = _Reader(data)
+    geo = geometry_from(r, budget)
+    k, mamba = geo["num_speculative_tokens"], geo["mamba_block_size"]
+    max_len = min(96, 6 * mamba)
+    nreq = r.range(1, MAX_REQUESTS)
+    requests, lengths = [], []
+    for i in range(nreq):
+        rid = "abcd"[i]
+        length = r.range(2, max_len)
+        arrival = r.range(0, 7)
+        share_from = r.range(0, i)  # 0: none; j: request j-1
+        share_len = r.range(1, 255)
+        ext = r.range(0, 255)
+        ext_mode = r.byte()
+        max_tokens = r.range(1, 6)
+        accept = [r.range(0, k) for _ in range(4)]
+        r.byte()  # reserved (keeps requests 12 bytes wide)
+        prompt: dict = {"length": length, "seed": i + 1}
+        if share_from:
+            other = share_from - 1
+            prompt["share"] = {"request": "abcd"[other], "tokens": 1 + (share_len - 1) % min(length, lengths[other])}
+        req: dict = {"id": rid, "prompt": prompt, "arrival_step": arrival, "max_tokens": max_tokens}
+        if ext and length > 1:
+            req["external"] = {"tokens": 1 + (ext - 1) % (length - 1), "async": not ext_mode & 1,
+                               "load_steps": 1 + (ext_mode >> 1) % 2}
+        if k:
+            req["acceptance"] = accept
+        requests.append(req)
+        lengths.append(length)
+    events = []
+    for _ in range(r.range(0, MAX_EVENTS)):
+        step, kind, who = r.range(1, 15), r.byte(), r.range(0, nreq - 1)
+        events.append({"step": step, "kind": "abort" if kind % 4 == 3 else "preempt", "request": "abcd"[who]})
+    return parse_scenario({"version": 1, "name": "fuzz", "geometry": geo, "requests": requests,
+                           "events": events, "max_steps": MAX_STEPS})
+
+
+# -- structure-aware mutation ------------------------------------------------------------------------------
+def _request_offset(i: int) -> int:
+    return GEOMETRY_BYTES + 1 + i * REQUEST_BYTES
+
+
+def _boundary_values(scenario: Scenario, rng: random.Random) -> int:
+    """A token count on, just before or just after a hash or Mamba block boundary."""
+    g = scenario.geometry
+    unit = rng.choice((g.hash_block_size, g.mamba_block_size, g.attn_block_size))
+    return max(1, rng.randint(1, 6) * unit + rng.choice((-1, 0, 0, 1)))
+
+
+def mutate(data: bytes, rng: random.Random, budget: Budget = Budget()) -> bytes:
+    """One structure-aware edit: aim a field at a boundary, add/drop a request, add an event, flip K."""
+    scenario = decode(data, budget)
+    nreq = len(scenario.requests)
+    # missing bytes decode as 0: materialize them so every field of the decoded scenario can be edited
+    buf = bytearray(data.ljust(_request_offset(nreq) + 1 + MAX_EVENTS * EVENT_BYTES, b"\0"))
+    i = rng.randrange(nreq)
+    base = _request_offset(i)
+    choice = rng.randrange(9)
+    if choice == 0:  # external hit landing on / next to a boundary
+        buf[base + 4] = min(255, 1 + (_boundary_values(scenario, rng) - 1))
+    elif choice == 1:  # prompt length on / next to a boundary
+        buf[base] = max(0, min(255, _boundary_values(scenario, rng) - 2))
+    elif choice == 2 and i > 0:  # share a prefix with an earlier request, ending near a boundary
+        buf[base + 2] = rng.randint(1, i)
+        buf[base + 3] = max(0, min(255, _boundary_values(scenario, rng) - 1))
+    elif choice == 3:  # another request (more producers/consumers of cached prefixes)
+        buf[GEOMETRY_BYTES] = min(MAX_REQUESTS - 1, (buf[GEOMETRY_BYTES] % MAX_REQUESTS) + 1)
+        need = _request_offset(len(scenario.requests) + 1)
+        if len(buf) < need:
+            buf.extend(rng.randbytes(need - len(buf)))
+    elif choice == 4:  # speculative tokens and acceptance patterns (all rejected, all accepted, mixed)
+        buf[3] = rng.randrange(3)
+        for j in range(4):
+            buf[base + 7 + j] = rng.choice((0, 0, 1, 2))
+    elif choice == 5:  # small pools force eviction and preemption
+        buf[4] = rng.randrange(3)
+    elif choice == 6:  # sync vs async load and its length
+        buf[base + 5] = rng.randrange(4)
+    elif choice == 7:  # an event
+        end = _request_offset(nreq)
+        buf[end:end + 1] = bytes([rng.randint(1, MAX_EVENTS)])
+        need = end + 1 + MAX_EVENTS * EVENT_BYTES
+        if len(buf) < need:
+            buf.extend(rng.randbytes(need - len(buf)))
+        e = rng.randrange(MAX_EVENTS)
+        buf[end + 1 + e * EVENT_BYTES] = rng.randrange(15)
+        buf[end + 2 + e * EVENT_BYTES] = rng.randrange(4)
+    else:  # arrival order
+        buf[base + 1] = rng.randrange(8)
+    return bytes(buf)
+
+
+def random_bytes(rng: random.Random) -> bytes:
+    """A random input of the full layout (random sampling baseline uses the same decoder)."""
+    return rng.randbytes(_request_offset(MAX_REQUESTS) + 1 + MAX_EVENTS * EVENT_BYTES)
