@@ -4,7 +4,8 @@ The target raises `Finding` for an input whose finding signature this campaign h
 libFuzzer worker stops and the campaign restarts it), and `HarnessFailure` for a harness error, which is
 kept apart and never reported as a vLLM finding. Known signatures return normally so the search goes on.
 Configuration comes from the environment, so that `python fuzz/TARGET.py FILE` replays like any
-libFuzzer target: HH_ARTIFACTS (where findings go), HH_MUTANT (a mutant to apply first).
+libFuzzer target: HH_ARTIFACTS (where findings go), HH_MUTANT (a mutant to apply first), HH_NO_CHECKPOINTS
+(no prefill-checkpoint geometries), HH_STOP_ON (signature prefixes that stop the worker).
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ class Target:
         self.dir = Path(artifacts or os.environ.get("HH_ARTIFACTS") or "artifacts/fuzz")
         self.dir.mkdir(parents=True, exist_ok=True)
         self.execs = 0
+        # HH_STOP_ON=prefix,prefix: only these signatures stop the worker (others are kept and the search goes on)
+        self.stop_on = tuple(p for p in os.environ.get("HH_STOP_ON", "").split(",") if p)
         self.first_exec: float | None = None  # time.monotonic() of the first input (end of start-up)
         self.startup_s: float | None = None
 
@@ -86,7 +89,8 @@ class Target:
         if folder.exists():
             return
         self._keep_finding(folder, data, scenario, findings, sig)
-        raise Finding(f"{sig}: {findings[0].headline()}")
+        if not self.stop_on or sig.startswith(self.stop_on):
+            raise Finding(f"{sig}: {findings[0].headline()}")
 
     def _keep_finding(self, folder: Path, data: bytes, scenario, findings, sig: str) -> None:
         """Raw input, decoded scenario and trace excerpt, each written atomically, the folder renamed in last."""

@@ -13,6 +13,7 @@ import functools
 import inspect
 import os
 import re
+import sys
 from importlib import metadata
 from types import SimpleNamespace
 
@@ -344,3 +345,26 @@ def supports_prefill_checkpoints() -> bool:
     return ({"num_prefill_checkpoint_blocks", "prefill_checkpoint_alignment"} <= set(fields)
             and hasattr(kci, "get_mamba_prefill_checkpoint_position")
             and hasattr(kci, "is_mamba_prefill_checkpoint_valid"))
+
+
+def instrument_allocator(instrument_func) -> int:
+    """Apply a coverage instrumenter (atheris.instrument_func) to every function and method defined in
+    vLLM's allocator package, vllm.v1.core.*; returns how many were instrumented."""
+    import types
+
+    _vllm()
+    count = 0
+    for name, module in list(sys.modules.items()):
+        if not (name == "vllm.v1.core" or name.startswith("vllm.v1.core.")) or module is None:
+            continue
+        for obj in list(vars(module).values()):
+            members = vars(obj).values() if isinstance(obj, type) and obj.__module__ == name else [obj]
+            for fn in members:
+                fn = getattr(fn, "__func__", fn)  # classmethod / staticmethod
+                if isinstance(fn, property):
+                    fn = fn.fget
+                if isinstance(fn, types.FunctionType) and fn.__module__ == name and not getattr(fn, "_hh_cov", False):
+                    instrument_func(fn)
+                    fn._hh_cov = True
+                    count += 1
+    return count

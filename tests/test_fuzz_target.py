@@ -1,0 +1,45 @@
+"""The atheris target replays a crash file like any libFuzzer target, and a short campaign keeps findings."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from harness.cli import main
+
+from conftest import ROOT, seed_bug_release
+
+SEED_INPUT = ROOT / "fuzz" / "corpus" / "symbolic" / "seed-external-hit-same-block"
+MUTANT = "" if seed_bug_release else "seed-unmarked-early-return"
+
+
+def _replay(tmp_path, mutant: str) -> subprocess.CompletedProcess:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, HH_ARTIFACTS=str(tmp_path / "art"), HH_MUTANT=mutant, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, str(ROOT / "fuzz" / "symbolic_target.py"), str(SEED_INPUT)],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+
+def test_crash_file_replays_and_keeps_the_finding(tmp_path):
+    bad = _replay(tmp_path, MUTANT)
+    assert bad.returncode != 0 and "live-column" in bad.stdout + bad.stderr
+    (folder,) = (tmp_path / "art").glob("finding-*")
+    doc = json.loads((folder / "finding.json").read_text())
+    assert doc["signature"].startswith("live-column") and (folder / "input.bin").read_bytes() == SEED_INPUT.read_bytes()
+    if not seed_bug_release:
+        assert _replay(tmp_path / "clean", "").returncode == 0
+
+
+def test_short_campaign_keeps_minimizes_and_exits_1(tmp_path, capsys):
+    args = ["fuzz", "--runs", "20", "--seed-corpus", "--artifacts", str(tmp_path), "--no-progress",
+            "--checkpoints", "off"]
+    if MUTANT:
+        args += ["--mutant", MUTANT]
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "live-column" in out
+    folders = [p for p in (tmp_path / "findings").glob("finding-*")]
+    assert any((p / "minimized.json").exists() and (p / "test_regression.py").exists() for p in folders)
+    assert (tmp_path / "campaign.json").exists() and (tmp_path / "stats.jsonl").read_text()

@@ -1,0 +1,54 @@
+"""Minimization keeps the signature and shrinks; emitted regression tests fail exactly where the bug is."""
+
+from __future__ import annotations
+
+from harness.driver import replay
+from harness.fuzzing import finding_signature
+from harness.minimize import minimize
+from harness.oracles import judge
+from harness.regression import emit_regression
+from harness.scenario import load_scenario
+
+from conftest import SCENARIOS, mutant, seed_bug_release
+
+SEED = SCENARIOS / "seed-external-hit-same-block.json"
+MUTANT = None if seed_bug_release else "seed-unmarked-early-return"
+
+
+def _minimized():
+    scenario = load_scenario(SEED)
+    with mutant(MUTANT):
+        sig = finding_signature(judge(replay(scenario, MUTANT)))
+        small = minimize(scenario, sig, MUTANT, seconds=60)
+        trace = replay(small, MUTANT)
+        sigs = {f.signature for f in judge(trace)}
+    return sig, small, trace, sigs
+
+
+def test_minimized_seed_keeps_its_signature_and_shrinks():
+    sig, small, trace, sigs = _minimized()
+    assert sig.startswith("live-column") and sig in sigs
+    assert len(small.requests) <= 2 and trace.steps_run <= 4
+
+
+def _run_emitted(source: str) -> None:
+    namespace: dict = {}
+    exec(compile(source, "test_regression.py", "exec"), namespace)
+    (test,) = [v for k, v in namespace.items() if k.startswith("test_")]
+    test()
+
+
+def test_emitted_regression_fails_with_the_bug_and_passes_without():
+    sig, small, _, _ = _minimized()
+    with mutant(MUTANT):
+        source = emit_regression(small, sig, MUTANT)
+    assert "from harness" not in source and "import harness" not in source
+    with mutant(MUTANT):
+        try:
+            _run_emitted(source)
+        except AssertionError as exc:
+            assert "worker row" in str(exc)
+        else:
+            raise AssertionError("the emitted test passed on the buggy allocator")
+    if not seed_bug_release:
+        _run_emitted(source)  # the fixed allocator passes
