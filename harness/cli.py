@@ -71,13 +71,14 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
     from harness.artifacts import finding_artifact, write_finding, write_json_atomic
     from harness.driver import replay
     from harness.generate import random_scenario
+    from harness.known import known_issue
     from harness.oracles import judge
     from harness.scenario import scenario_to_json
     from harness.vllm_adapter import load_vllm, supports_prefill_checkpoints
 
     startup = load_vllm()
     checkpoints = args.checkpoints == "on" and supports_prefill_checkpoints()
-    found, errors, steps = [], [], 0
+    found, errors, known, steps = [], [], [], 0
     started = time.perf_counter()
     for seed in range(args.seed, args.seed + args.count):
         scenario = random_scenario(seed, checkpoints=checkpoints)
@@ -94,11 +95,17 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
         if findings:
             path = write_finding(Path(args.artifacts), f"sweep-{seed}",
                                  finding_artifact(scenario, findings, version, args.mutant))
-            found.append((seed, findings, path))
-            print(f"FINDING seed {seed}: {findings[0].headline()} ({path})")
+            issue = known_issue(findings[0].signature)
+            if issue:
+                known.append(seed)
+                print(f"KNOWN {issue['id']} seed {seed}: {findings[0].headline()} ({path})")
+            else:
+                found.append((seed, findings, path))
+                print(f"FINDING seed {seed}: {findings[0].headline()} ({path})")
     elapsed = time.perf_counter() - started
     print(f"sweep: {args.count} scenarios (seeds {args.seed}..{args.seed + args.count - 1}), {steps} steps, "
-          f"vLLM {version}{' + mutant ' + args.mutant if args.mutant else ''}: {len(found)} with findings, "
+          f"vLLM {version}{' + mutant ' + args.mutant if args.mutant else ''}: {len(found)} with findings "
+          f"({len(known)} more with known vLLM issues), "
           f"{len(errors)} harness errors; {args.count / elapsed:.1f} scenarios/s after {startup:.1f} s start-up")
     for seed, err, path in errors:
         print(f"HARNESS ERROR seed {seed} (not a vLLM finding): {err} ({path})", file=sys.stderr)
@@ -109,6 +116,7 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
 
 def _cmd_fuzz(args: argparse.Namespace) -> int:
     from harness.campaign import Campaign
+    from harness.known import known_issue
     from harness.mutants import get_mutant
 
     if args.mutant:
@@ -128,13 +136,18 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     print(f"fuzz: {summary['execs']} execs in {summary['elapsed']} s ({summary['execs_per_s']}/s, {args.jobs} job(s)), "
           f"coverage {summary['cov']}, corpus {summary['corpus']}, findings {summary['findings_total']} "
           f"({len(new)} new), harness errors {summary['harness_errors']}")
+    unknown = 0
     for name, sig in summary["signatures"].items():
         folder = artifacts / "findings" / name
         extra = " (minimized)" if (folder / "minimized.json").exists() else ""
-        print(f"  {name}: {sig}{extra}  {folder}")
+        issue = known_issue(sig)
+        unknown += issue is None
+        label = f"KNOWN {issue['id']}" if issue else "NEW" if name in new else "kept"
+        print(f"  [{label}] {name}: {sig}{extra}  {folder}")
     if summary["harness_errors"]:
         print(f"harness errors (not vLLM findings) kept in {artifacts / 'findings' / 'harness-errors'}", file=sys.stderr)
-    return EXIT_FINDING if summary["findings_total"] else EXIT_OK
+        return EXIT_HARNESS_ERROR
+    return EXIT_FINDING if unknown else EXIT_OK
 
 
 def _minimize_kept(folders, mutant: str | None) -> None:
