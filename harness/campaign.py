@@ -184,24 +184,12 @@ class Campaign:
                    findings_total=len(found), findings_new=[p.name for p in new],
                    signatures={p.name: json.loads((p / "finding.json").read_text()).get("signature") for p in found})
         write_json_atomic(self.artifacts / "campaign.json", out)
-        self._write_report(out)
+        from harness.report import render
+
+        render(self.artifacts)
         return out
 
-    def _write_report(self, s: dict) -> None:
-        from harness.known import known_issue
 
-        lines = [f"# Fuzz campaign ({s['target']} target)", "",
-                 f"{s['execs']} execs in {s['elapsed']} s ({s['execs_per_s']}/s over {s['jobs']} job(s)); "
-                 f"coverage {s['cov']}; corpus {s['corpus']} entries; mutant: {s['mutant'] or 'none'}.", "",
-                 "| finding | signature | status | minimized |", "|---|---|---|---|"]
-        for name, sig in s["signatures"].items():
-            issue = known_issue(sig or "")
-            status = f"known: {issue['id']}" if issue else ("new" if name in s["findings_new"] else "kept")
-            mini = "yes" if (self.findings_dir / name / "minimized.json").exists() else "no"
-            lines.append(f"| `{name}` | `{sig}` | {status} | {mini} |")
-        lines += ["", f"Harness errors (not vLLM findings): {s['harness_errors']}.",
-                  "Time series: `stats.jsonl` (one sample a second)."]
-        (self.artifacts / "report.md").write_text("\n".join(lines) + "\n")
 
 
 class _Progress:

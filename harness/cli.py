@@ -133,6 +133,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     new = summary["findings_new"]
     if new and not args.no_minimize:
         _minimize_kept([artifacts / "findings" / name for name in new], args.mutant)
+        summary = dict(campaign.summary(), elapsed=summary["elapsed"], execs_per_s=summary["execs_per_s"])
     print(f"fuzz: {summary['execs']} execs in {summary['elapsed']} s ({summary['execs_per_s']}/s, {args.jobs} job(s)), "
           f"coverage {summary['cov']}, corpus {summary['corpus']}, findings {summary['findings_total']} "
           f"({len(new)} new), harness errors {summary['harness_errors']}")
@@ -205,6 +206,14 @@ def _cmd_regression(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from harness.report import render
+
+    md, page = render(args.directory)
+    print(f"wrote {md} and {page}")
+    return EXIT_OK
+
+
 def _cmd_version(args: argparse.Namespace) -> int:
     from harness.vllm_adapter import check_supported, installed_version
 
@@ -255,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     reg.add_argument("finding")
     reg.add_argument("-o", "--output", required=True)
     reg.set_defaults(func=_cmd_regression)
+    rep = sub.add_parser("report", help="Markdown + HTML report with plots of a campaign directory")
+    rep.add_argument("directory")
+    rep.set_defaults(func=_cmd_report)
     ver = sub.add_parser("vllm-version", help="print the installed vLLM release (exit 2 if unsupported)")
     ver.set_defaults(func=_cmd_version)
     return parser
