@@ -1,6 +1,6 @@
 """Re-run sweep findings with prefill checkpoints off (not a test).
 
-    python bench/checkpoint_differential.py ARTIFACT_DIR
+    python bench/checkpoint_differential.py ARTIFACT_DIR   # sweep artifacts or a campaign's findings/
 
 For every finding artifact whose geometry has prefill checkpoints, replays the same scenario with
 `prefill_checkpoint: false` and reports whether the finding goes away: a finding that needs checkpoints to
@@ -21,7 +21,8 @@ from harness.scenario import parse_scenario
 
 def main() -> None:
     counts = collections.Counter()
-    for path in sorted(Path(sys.argv[1]).glob("*.json")):
+    root = Path(sys.argv[1])
+    for path in sorted([*root.glob("*.json"), *root.rglob("finding.json")]):
         artifact = json.loads(path.read_text())
         doc = artifact["scenario"]
         sig = artifact["findings"][0]["signature"]

@@ -30,6 +30,10 @@ def TestOneInput(data: bytes) -> None:
 
 def CustomMutator(data: bytes, max_size: int, seed: int) -> bytes:
     rng = random.Random(seed)
+    if len(data) < genome.MIN_FULL_INPUT:
+        # libFuzzer starts from tiny inputs that decode to one bare request; start from a full-layout
+        # random input instead (external hits, shared prefixes, several requests) and let coverage take over
+        return genome.random_bytes(rng)[:max_size]
     if rng.random() < 0.5:
         out = genome.mutate(data, rng, TARGET.budget)
     else:

@@ -23,6 +23,7 @@ EVENT_BYTES = 3
 MAX_REQUESTS = 4
 MAX_EVENTS = 3
 MAX_STEPS = 120
+MIN_FULL_INPUT = GEOMETRY_BYTES + 1 + REQUEST_BYTES  # geometry, count, one whole request
 
 
 def _divisors(n: int) -> list[int]:

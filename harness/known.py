@@ -17,6 +17,17 @@ KNOWN_ISSUES = (
                    "connector hit whose continuation crosses a Mamba block; allocate_slots admits the "
                    "request and get_new_blocks raises ValueError instead of returning None",
     },
+    {
+        "id": "v1-readd-resets-num-accepted",
+        "signature_prefix": "provenance:initial-after-accepted-reset",
+        "signature_suffix": "",
+        "releases": "seen on 0.33.0 (V1 GPUModelRunner, protocol doc §6.6)",
+        "repro": "scenarios/spec-unscheduled-accepted-reset.json",
+        "summary": "with spec decode, a running request left unscheduled for a step (token budget) is re-added "
+                   "to the persistent batch with num_accepted_tokens reset to 1 (gpu_input_batch.py:479), but "
+                   "its running SSM state sits at column curr + accepted - 1: the next step starts from the "
+                   "state after the first token of the previous step",
+    },
 )
 
 

@@ -69,6 +69,7 @@ class WorkerShadow:
         self.in_batch: set[str] = set()
         self.num_accepted: dict[str, int] = {}  # input_batch.num_accepted_tokens_cpu per row
         self.mamba_state_idx: dict[str, int] = {}
+        self.accepted_reset: dict[str, int] = {}  # this step: running rows re-added with num_accepted > 1
 
     # -- _update_states (gpu_model_runner.py:1176-1546) --------------------------------------------
     def update_states(self, so: SchedulerOutput) -> dict[str, str]:
@@ -95,9 +96,12 @@ class WorkerShadow:
                     for row, ids in zip(s.block_ids, cr.new_block_ids):
                         row.extend(ids)
                 kinds[cr.request] = "RUNNING"
+        self.accepted_reset = {}
         for r in so.num_scheduled:  # add_request resets num_accepted to 1 (gpu_input_batch.py:479)
             if r not in self.in_batch:
                 self.in_batch.add(r)
+                if self.num_accepted.get(r, 1) > 1 and r in self.requests and cr_kind(kinds, r) == "RUNNING":
+                    self.accepted_reset[r] = self.num_accepted[r]  # a running row re-added after a skipped step
                 self.num_accepted[r] = 1
         # preprocess_mamba cleanup (v1/worker/mamba_utils.py:1398-1415, 1468)
         for r in so.finished | so.preempted | resumed:
@@ -141,7 +145,9 @@ class WorkerShadow:
                     ssm_block = _col(row, curr + offset)
                     conv, _ = st.read(cur_block, offset, cur_block)
                     _, ssm = st.read(ssm_block, 0, ssm_block)
-                    tr.reads.append(Read(so.step, r, "initial", g, curr, cur_block, conv, ssm, want))
+                    # name the V1 re-add reset of num_accepted (§6.6) when it decides what is read
+                    what = "initial-after-accepted-reset" if r in self.accepted_reset and not precopy else "initial"
+                    tr.reads.append(Read(so.step, r, what, g, curr, cur_block, conv, ssm, want))
                     blocks = [_col(row, curr + i) for i in range(ns)]
                     st.write_tokens(cur_block, blocks, [(nc + i + 1, fps[nc + i + 1]) for i in range(ns)])
                     live.extend(range(curr, curr + ns))
@@ -203,6 +209,10 @@ class WorkerShadow:
                 _, ssm = st.read(ssm_src, 0, ssm_src)
                 self.trace.reads.append(Read(so.step, r, "postcopy", g, src, conv_src, conv, ssm, (A, fps[A])))
                 st.shift_copy(_col(row, dest), conv_src, ssm_src, bias)
+
+
+def cr_kind(kinds: dict[str, str], request: str) -> str:
+    return kinds.get(request, "RUNNING")
 
 
 def _col(row: list[int], column: int) -> int:

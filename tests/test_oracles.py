@@ -86,3 +86,11 @@ def test_provenance_and_cache_trip_on_checkpoint_mid_block_start():
     prov = by_oracle(findings, "provenance")
     assert cache and "b[:48]" in cache[0].expected and "a[:36]" in cache[0].actual
     assert prov and prov[0].request == "c" and "b[:48]" in prov[0].expected
+
+
+def test_provenance_names_the_v1_accepted_reset():
+    """A real V1 behaviour (protocol doc §6.6): re-adding a skipped spec-decode row resets num_accepted."""
+    _, findings = run("spec-unscheduled-accepted-reset.json")
+    prov = by_oracle(findings, "provenance")
+    assert prov and prov[0].signature == "provenance:initial-after-accepted-reset"
+    assert prov[0].request == "c" and "c[:6]" in prov[0].expected and "c[:5]" in prov[0].actual
