@@ -163,7 +163,11 @@ def _minimize_kept(folders, mutant: str | None) -> None:
     try:
         for folder in folders:
             artifact = read_finding(folder)
-            small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], mutant, seconds=60)
+            try:
+                small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], mutant, seconds=60)
+            except BadInput as exc:  # e.g. the finding no longer reproduces: keep it as found, say why
+                print(f"  {folder.name}: not minimized: {exc}", file=sys.stderr)
+                continue
             write_json_atomic(folder / "minimized.json", dict(artifact, scenario=scenario_to_json(small)))
             (folder / "test_regression.py").write_text(emit_regression(small, artifact["signature"], mutant))
     finally:
