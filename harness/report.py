@@ -62,7 +62,10 @@ def render(directory: str | Path) -> tuple[Path, Path]:
     directory = Path(directory)
     samples = _samples(directory)
     summary = json.loads((directory / "campaign.json").read_text()) if (directory / "campaign.json").exists() else {}
-    pngs = _plot(samples, directory) if samples else []
+    try:
+        pngs = _plot(samples, directory) if samples else []
+    except ImportError:  # matplotlib is in requirements/dev.txt; without it the report has no plots
+        pngs = []
     findings = []
     for folder in sorted((directory / "findings").glob("finding-*")):
         if not (folder / "finding.json").exists():
