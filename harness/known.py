@@ -19,8 +19,8 @@ KNOWN_ISSUES = (
     },
     {
         "id": "v1-readd-resets-num-accepted",
-        "signature_prefix": "provenance:initial-after-accepted-reset",
-        "signature_suffix": "",
+        "signature_prefix": "provenance:",
+        "signature_suffix": "-after-accepted-reset",
         "releases": "seen on 0.33.0 (V1 GPUModelRunner, protocol doc §6.6)",
         "repro": "scenarios/spec-unscheduled-accepted-reset.json",
         "summary": "with spec decode, a running request left unscheduled for a step (token budget) is re-added "

@@ -136,7 +136,8 @@ class WorkerShadow:
                     src_conv, src_ssm = _col(row, prev), _col(row, prev + b)
                     conv, _ = st.read(src_conv, b, src_conv)
                     _, ssm = st.read(src_ssm, 0, src_ssm)
-                    tr.reads.append(Read(so.step, r, "precopy", g, prev, src_conv, conv, ssm, want))
+                    what = "precopy-after-accepted-reset" if r in self.accepted_reset else "precopy"
+                    tr.reads.append(Read(so.step, r, what, g, prev, src_conv, conv, ssm, want))
                     st.shift_copy(_col(row, curr), src_conv, src_ssm, b)
                 # after a pre-copy the runner reads the running state at offset 0 (na was reset to 1)
                 offset = 0 if precopy else (na - 1 if decode_row else 0)
