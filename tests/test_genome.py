@@ -12,7 +12,7 @@ from harness.driver import replay
 from harness.genome import MAX_REQUESTS, decode, mutate, random_bytes
 from harness.oracles import judge
 
-from conftest import ROOT
+from testlib import ROOT
 
 SEED_INPUT = ROOT / "fuzz" / "corpus" / "symbolic" / "seed-external-hit-same-block"
 

@@ -9,7 +9,7 @@ from harness.oracles import judge
 from harness.regression import emit_regression
 from harness.scenario import load_scenario
 
-from conftest import SCENARIOS, mutant, seed_bug_release
+from testlib import SCENARIOS, mutant, seed_bug_release
 
 SEED = SCENARIOS / "seed-external-hit-same-block.json"
 MUTANT = None if seed_bug_release else "seed-unmarked-early-return"

@@ -7,7 +7,7 @@ from harness.trace import CacheCheck, Read, RowView, Trace, VllmException
 
 from harness.scenario import load_scenario
 
-from conftest import SCENARIOS, by_oracle, needs_checkpoints, run
+from testlib import SCENARIOS, by_oracle, needs_checkpoints, run
 
 
 def _trace() -> Trace:

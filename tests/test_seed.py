@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import by_oracle, run, seed_bug_release
+from testlib import by_oracle, run, seed_bug_release
 
 SEED = "seed-external-hit-same-block.json"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.generate import random_scenario
 
-from conftest import run, seed_bug_release
+from testlib import run, seed_bug_release
 
 
 def test_generated_scenarios_hold_on_stock_release():

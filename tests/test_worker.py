@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import run
+from testlib import run
 
 
 def _geometry(k=0, bs=4, hash_bs=None, blocks=64):

@@ -1,4 +1,4 @@
-"""Shared fixtures: scenarios from disk, replays with a mutant applied and always undone."""
+"""Shared test helpers: scenarios from disk, replays with a mutant applied and always undone."""
 
 from __future__ import annotations
 

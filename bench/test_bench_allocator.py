@@ -1,0 +1,137 @@
+"""Cost of vLLM's hybrid allocator calls (allocate_slots, get_computed_blocks, free, CoW bookkeeping).
+
+Run for real:  pytest bench --benchmark-only --benchmark-json=bench/results/bench.json
+Each benchmark times one allocator call (or one small sequence, said in its name) on a fresh manager
+prepared outside the timed region (pedantic setup), so rounds do not pile state on each other.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from benchlib import PRODUCTION, SMALL, make_allocator
+
+_ids = itertools.count()
+
+
+def _request(alloc, length, shared_seed=0):
+    return alloc.make_request(f"r{next(_ids)}", [(shared_seed * 7919 + i * 31) % 31999 + 1 for i in range(length)], 16)
+
+
+def _prefilled(alloc, length, seed=0):
+    """A request whose whole prompt has been allocated and cached (a producer of prefix-cache entries)."""
+    req = _request(alloc, length, seed)
+    done = 0
+    while done < length:
+        n = alloc.split(req, length - done)
+        assert alloc.allocate(req, n) is not None
+        req.num_computed_tokens += n
+        done += n
+    return req
+
+
+def _run(benchmark, setup, call, rounds=30):
+    benchmark.pedantic(call, setup=setup, rounds=rounds, iterations=1)
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 3])
+def test_allocate_prefill_chunk(benchmark, info, k):
+    info(geometry="small", k=k)
+
+    def setup():
+        alloc = make_allocator(**SMALL, num_speculative_tokens=k)
+        return (alloc, _request(alloc, 2048)), {}
+
+    _run(benchmark, setup, lambda alloc, req: alloc.allocate(req, alloc.split(req, 2048)))
+
+
+@pytest.mark.parametrize("k", [0, 2])
+def test_allocate_decode_step(benchmark, info, k):
+    info(geometry="small", k=k)
+
+    def setup():
+        alloc = make_allocator(**SMALL, num_speculative_tokens=k)
+        req = _prefilled(alloc, 1023)
+        req.append_output_token_ids([5])
+        return (alloc, req), {}
+
+    _run(benchmark, setup, lambda alloc, req: alloc.allocate(req, 1 + k, lookahead=k))
+
+
+def test_allocate_async_external_load(benchmark, info):
+    info(geometry="production", external=24960)
+
+    def setup():
+        alloc = make_allocator(**PRODUCTION)
+        return (alloc, _request(alloc, 25525)), {}
+
+    _run(benchmark, setup, lambda alloc, req: alloc.allocate(req, 0, num_external=24960, delay_cache=True), rounds=10)
+
+
+def test_production_continuation_partial_tail(benchmark, info):
+    """The seed geometry: after a 24,960-token external state, the 512-token chunk to the partial tail at
+    25,472 (cached under a hash finer than the Mamba block) - the allocate_slots the seed bug went through."""
+    info(geometry="production", external=24960, tail=25472, prompt=25525)
+
+    def setup():
+        alloc = make_allocator(**PRODUCTION)
+        req = _request(alloc, 25525)
+        alloc.allocate(req, 0, num_external=24960, delay_cache=True)
+        req.num_computed_tokens = 24960
+        alloc.cache_blocks(req, 24960)
+        alloc.new_step()
+        return (alloc, req), {}
+
+    def call(alloc, req):
+        n = alloc.split(req, 25525 - 24960)
+        assert n == 512
+        return alloc.allocate(req, n)
+
+    _run(benchmark, setup, call, rounds=10)
+
+
+@pytest.mark.parametrize("kind", ["full", "partial"])
+def test_get_computed_blocks(benchmark, info, kind):
+    info(geometry="small", hit=kind)
+
+    def setup():
+        alloc = make_allocator(**SMALL)
+        _prefilled(alloc, 4096, seed=1)
+        alloc.new_step()
+        length = 4096 + 100 if kind == "full" else 4096 - 6  # partial: ends inside a Mamba block
+        return (alloc, _request(alloc, length, 1)), {}
+
+    _run(benchmark, setup, lambda alloc, req: alloc.lookup(req))
+
+
+def test_free(benchmark, info):
+    info(geometry="small", prompt=4096)
+
+    def setup():
+        alloc = make_allocator(**SMALL)
+        return (alloc, _prefilled(alloc, 4096)), {}
+
+    _run(benchmark, setup, lambda alloc, req: alloc.free(req))
+
+
+def test_cow_bookkeeping(benchmark, info):
+    """A consumer's sub-block partial hit queues a copy-on-write; time allocate + take_kv_cache_block_copies."""
+    info(geometry="small", hit="partial")
+
+    def setup():
+        alloc = make_allocator(**SMALL)
+        _prefilled(alloc, 4096, seed=2)
+        alloc.new_step()
+        req = _request(alloc, 4096 - 6, 2)
+        blocks, local = alloc.lookup(req)
+        return (alloc, req, blocks, local), {}
+
+    def call(alloc, req, blocks, local):
+        alloc.allocate(req, alloc.split(req, req.num_tokens - local, local), num_local=local, blocks=blocks)
+        copies, _ = alloc.take_copies()
+        assert copies
+        return copies
+
+    _run(benchmark, setup, call)
