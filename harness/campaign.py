@@ -57,6 +57,7 @@ class Campaign:
     seed_corpus: bool
     checkpoints: bool = True
     progress: bool = True
+    extra_env: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.findings_dir = self.artifacts / "findings"
@@ -88,6 +89,7 @@ class Campaign:
         env["HH_MUTANT"] = self.mutant or ""
         if not self.checkpoints:
             env["HH_NO_CHECKPOINTS"] = "1"
+        env.update(self.extra_env)
         w.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
                                   cwd=ROOT, start_new_session=True)
         threading.Thread(target=self._read, args=(w, w.proc), daemon=True).start()

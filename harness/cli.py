@@ -218,6 +218,30 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_mutants(args: argparse.Namespace) -> int:
+    from harness.mutants import REGISTRY
+
+    if args.action == "list":
+        for m in REGISTRY.values():
+            print(f"{m.name:28s} {m.releases:22s} {m.origin or 'synthetic':28s} {m.bug_class}")
+        return EXIT_OK
+    from harness.mutation import check, mutant_names, table
+
+    if args.jobs < 1 or args.trials < 1 or args.budget_seconds <= 0:
+        raise BadInput("--jobs, --trials and --budget-seconds must be positive")
+    names = mutant_names(args.only)
+    results = check(names, budget_s=args.budget_seconds, jobs=args.jobs, trials=args.trials,
+                    work=Path(args.work) if args.work else None)
+    command = "hybrid-harness mutants check " + " ".join(sys.argv[3:] if len(sys.argv) > 3 else [])
+    text = table(results, command.strip())
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+    survived = [r for r in results if r.verdict == "survived"]
+    return EXIT_FINDING if survived else EXIT_OK
+
+
 def _cmd_version(args: argparse.Namespace) -> int:
     from harness.vllm_adapter import check_supported, installed_version
 
@@ -271,6 +295,15 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="Markdown + HTML report with plots of a campaign directory")
     rep.add_argument("directory")
     rep.set_defaults(func=_cmd_report)
+    mut = sub.add_parser("mutants", help="list the mutant bank, or check the fuzzer kills each mutant")
+    mut.add_argument("action", choices=("list", "check"))
+    mut.add_argument("--budget-seconds", type=float, default=120.0)
+    mut.add_argument("--jobs", type=int, default=1)
+    mut.add_argument("--trials", type=int, default=1)
+    mut.add_argument("--only", nargs="*", help="mutant names or files (default: the whole bank)")
+    mut.add_argument("--work", help="where campaigns run (default: a temporary directory)")
+    mut.add_argument("--out", help="also write the Markdown table here")
+    mut.set_defaults(func=_cmd_mutants)
     ver = sub.add_parser("vllm-version", help="print the installed vLLM release (exit 2 if unsupported)")
     ver.set_defaults(func=_cmd_version)
     return parser

@@ -5,7 +5,8 @@ libFuzzer worker stops and the campaign restarts it), and `HarnessFailure` for a
 kept apart and never reported as a vLLM finding. Known signatures return normally so the search goes on.
 Configuration comes from the environment, so that `python fuzz/TARGET.py FILE` replays like any
 libFuzzer target: HH_ARTIFACTS (where findings go), HH_MUTANT (a mutant to apply first), HH_NO_CHECKPOINTS
-(no prefill-checkpoint geometries), HH_STOP_ON (signature prefixes that stop the worker).
+(no prefill-checkpoint geometries), HH_STOP_ON (signature prefixes that stop the worker), HH_IGNORE_KNOWN
+(findings of known stock-vLLM issues are kept but never stop the worker).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from harness.artifacts import finding_artifact, write_json_atomic
 from harness.driver import replay
 from harness.errors import BadInput, HarnessError
 from harness.genome import Budget, decode
+from harness.known import known_issue
 from harness.oracles import Finding as OracleFinding
 from harness.oracles import judge
 from harness.scenario import scenario_to_json
@@ -61,6 +63,7 @@ class Target:
         self.execs = 0
         # HH_STOP_ON=prefix,prefix: only these signatures stop the worker (others are kept and the search goes on)
         self.stop_on = tuple(p for p in os.environ.get("HH_STOP_ON", "").split(",") if p)
+        self.ignore_known = bool(os.environ.get("HH_IGNORE_KNOWN"))  # known stock issues never stop a worker
         self.first_exec: float | None = None  # time.monotonic() of the first input (end of start-up)
         self.startup_s: float | None = None
 
@@ -89,6 +92,8 @@ class Target:
         if folder.exists():
             return
         self._keep_finding(folder, data, scenario, findings, sig)
+        if self.ignore_known and known_issue(sig):
+            return
         if not self.stop_on or sig.startswith(self.stop_on):
             raise Finding(f"{sig}: {findings[0].headline()}")
 

@@ -373,3 +373,11 @@ def instrument_allocator(instrument_func) -> int:
 def torch_module():
     """torch, for benchmarks that copy real state tensors (imported with vLLM's allocator)."""
     return _vllm().torch
+
+
+def block_pool_class():
+    """vLLM's BlockPool class, for mutants that patch it at run time."""
+    from vllm.v1.core.block_pool import BlockPool
+
+    _vllm()
+    return BlockPool

@@ -1,20 +1,47 @@
 """Mutants: named run-time patches of vLLM's allocator (vLLM files on disk are never edited).
 
-A mutant is a module-level `Mutant` with `apply()` returning an undo callable. The registry maps names to
-mutants; `apply_mutant(name)` applies one for the rest of the process (the CLI runs one replay per process).
+A mutant is a `Mutant` (harness/mutants/base.py) with `apply()` returning an undo callable. Built-ins live
+in the registry; a user's own file works the same way: `--mutant path/to/my_patch.py`, a Python file that
+defines `MUTANT = Mutant(...)` (see README), so a vLLM developer can fuzz a local change before sending it.
 """
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 from harness.errors import BadInput
 from harness.mutants.base import Mutant
+from harness.mutants.bank import BANK
 from harness.mutants.lifetime import MAMBA_FREE_LEAKS_BLOCK, MAMBA_OVERALLOCATE
 from harness.mutants.seed import SEED_UNMARKED_EARLY_RETURN
 
-REGISTRY: dict[str, Mutant] = {m.name: m for m in (SEED_UNMARKED_EARLY_RETURN, MAMBA_FREE_LEAKS_BLOCK, MAMBA_OVERALLOCATE)}
+REGISTRY: dict[str, Mutant] = {
+    m.name: m for m in (SEED_UNMARKED_EARLY_RETURN, MAMBA_FREE_LEAKS_BLOCK, MAMBA_OVERALLOCATE, *BANK)}
+
+
+def _from_file(path: Path) -> Mutant:
+    spec = importlib.util.spec_from_file_location(f"hybrid_harness_user_mutant_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise BadInput(f"cannot load mutant file {path}")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: report, do not crash
+        raise BadInput(f"mutant file {path} failed to import: {exc!r}") from None
+    mutant = getattr(module, "MUTANT", None)
+    if not isinstance(mutant, Mutant):
+        raise BadInput(f"mutant file {path} must define MUTANT = harness.mutants.base.Mutant(...)")
+    return mutant
 
 
 def get_mutant(name: str) -> Mutant:
+    """A built-in mutant by name, or a user's mutant file (a path ending in .py)."""
+    if name.endswith(".py"):
+        path = Path(name)
+        if not path.is_file():
+            raise BadInput(f"mutant file {name} does not exist")
+        return _from_file(path.resolve())
     try:
         return REGISTRY[name]
     except KeyError:

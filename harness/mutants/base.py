@@ -26,19 +26,35 @@ class Mutant:
 _MARK = "_hybrid_harness_mutant"
 
 
+def wrap_method(cls, method_name: str, make) -> Callable[[], None]:
+    """Replace cls.<method_name> by make(original) at run time (classmethods stay classmethods); return undo."""
+    raw = cls.__dict__.get(method_name)
+    if isinstance(raw, classmethod):
+        original = raw.__func__
+        patched = make(original)
+        setattr(patched, _MARK, True)
+        setattr(cls, method_name, classmethod(patched))
+    else:
+        original = getattr(cls, method_name)
+        patched = make(original)
+        setattr(patched, _MARK, True)
+        setattr(cls, method_name, patched)
+    return lambda: setattr(cls, method_name, raw if raw is not None else original)
+
+
+def method_wrapped(cls, method_name: str) -> bool:
+    fn = getattr(cls, method_name)
+    return getattr(getattr(fn, "__func__", fn), _MARK, False)
+
+
 def wrap_mamba_method(method_name: str, make) -> Callable[[], None]:
     """Replace MambaManager.<method_name> by make(original) at run time; return the undo callable."""
     from harness.vllm_adapter import mamba_manager_class
 
-    cls = mamba_manager_class()
-    original = getattr(cls, method_name)
-    patched = make(original)
-    setattr(patched, _MARK, True)
-    setattr(cls, method_name, patched)
-    return lambda: setattr(cls, method_name, original)
+    return wrap_method(mamba_manager_class(), method_name, make)
 
 
 def mamba_method_wrapped(method_name: str) -> bool:
     from harness.vllm_adapter import mamba_manager_class
 
-    return getattr(getattr(mamba_manager_class(), method_name), _MARK, False)
+    return method_wrapped(mamba_manager_class(), method_name)
