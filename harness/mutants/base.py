@@ -39,7 +39,13 @@ def wrap_method(cls, method_name: str, make) -> Callable[[], None]:
         patched = make(original)
         setattr(patched, _MARK, True)
         setattr(cls, method_name, patched)
-    return lambda: setattr(cls, method_name, raw if raw is not None else original)
+    def undo() -> None:
+        if raw is None:  # inherited: drop the override, the base class's method shows through again
+            delattr(cls, method_name)
+        else:
+            setattr(cls, method_name, raw)
+
+    return undo
 
 
 def method_wrapped(cls, method_name: str) -> bool:

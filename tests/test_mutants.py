@@ -1,0 +1,79 @@
+"""The mutant bank: every mutant applies, self-checks and undoes; user files load like built-ins."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.cli import main
+from harness.errors import BadInput
+from harness.mutants import REGISTRY, apply_mutant, get_mutant
+from harness.vllm_adapter import block_pool_class, mamba_manager_class
+
+from testlib import run
+
+USER_FILE = '''
+from harness.mutants.base import Mutant, mamba_method_wrapped, wrap_mamba_method
+
+
+def _make(original):
+    def take_pending_cow_copies(self):
+        return original(self)[1:]
+    return take_pending_cow_copies
+
+
+MUTANT = Mutant(name="user", bug_class="drops the first CoW copy", releases="any", origin="local",
+                patch=lambda: wrap_mamba_method("take_pending_cow_copies", _make),
+                is_applied=lambda: mamba_method_wrapped("take_pending_cow_copies"))
+'''
+
+
+def _methods():
+    cls, pool = mamba_manager_class(), block_pool_class()
+    return {**{k: v for k, v in vars(cls).items()}, **{f"pool.{k}": v for k, v in vars(pool).items()}}
+
+
+def test_bank_has_at_least_twelve_with_public_origins():
+    assert len(REGISTRY) >= 12
+    origins = " ".join(m.origin for m in REGISTRY.values())
+    for ref in ("#43090", "#48375", "#57908", "seed"):
+        assert ref in origins
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_mutant_applies_self_checks_and_undoes(name):
+    before = _methods()
+    undo = apply_mutant(name)
+    try:
+        assert REGISTRY[name].is_applied()
+        assert _methods() != before
+    finally:
+        undo()
+    assert _methods() == before and not REGISTRY[name].is_applied()
+
+
+def test_user_mutant_file_loads_and_kills(tmp_path):
+    path = tmp_path / "my_patch.py"
+    path.write_text(USER_FILE)
+    mutant = get_mutant(str(path))
+    assert mutant.name == "user"
+    _, findings = run("seed-external-hit-same-block.json", str(path))
+    assert findings  # the dropped CoW copy leaves the partial-tail key on an unwritten block
+
+
+def test_bad_mutant_files_are_bad_input(tmp_path):
+    with pytest.raises(BadInput, match="does not exist"):
+        get_mutant(str(tmp_path / "missing.py"))
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n")
+    with pytest.raises(BadInput, match="must define MUTANT"):
+        get_mutant(str(empty))
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('nope')\n")
+    with pytest.raises(BadInput, match="failed to import"):
+        get_mutant(str(broken))
+
+
+def test_mutants_list(capsys):
+    assert main(["mutants", "list"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in REGISTRY)
