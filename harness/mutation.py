@@ -112,7 +112,8 @@ def check(names: list[str], *, budget_s: float, jobs: int, trials: int, work: Pa
                 res.signature = sig
                 scenario = doc["scenario"]
                 res.minimized = (f"{len(scenario['requests'])} request(s), "
-                                 f"{sum(1 for _ in scenario.get('events', []))} event(s): {art / 'findings'}")
+                                 f"{len(scenario.get('events', []))} event(s), prompts "
+                                 f"{[r['prompt'].get('length') for r in scenario['requests']]}")
             corpus = art / "corpus"
         if any(t is not None for t in res.kill_times) or res.signature:
             res.verdict = "killed"
@@ -129,7 +130,7 @@ def table(results: list[MutantResult], command: str) -> str:
     considered = [r for r in results if r.verdict != "not shown to change behaviour"]
     killed = sum(r.verdict == "killed" for r in considered)
     lines = [f"Command: `{command}`", "",
-             "| mutant | verdict | trials killed | median s to kill | spread s | signature | minimized / evidence |",
+             "| mutant | verdict | trials killed | median s to kill | spread s | signature | killing scenario / evidence |",
              "|---|---|---|---|---|---|---|", *[r.row() for r in results], "",
              f"Kill rate: {killed}/{len(considered)} behaviour-changing mutants "
              f"({len(results) - len(considered)} not shown to change behaviour)."]
