@@ -1,6 +1,11 @@
-"""Time-to-detect of the seed bug: coverage-guided (atheris) vs random sampling, same decoder and budget.
+"""Time-to-detect: coverage-guided (atheris) vs random sampling, same decoder and budget (FuzzBench-style).
 
     .venv-0.27.1/bin/python bench/time_to_detect.py [--trials 10] [--budget 120] [--out bench/results/ttd.md]
+    .venv/bin/python bench/time_to_detect.py --all-mutants [--trials 3] [--budget 30] [--out docs/mutants-guided-vs-random.md]
+
+Without --mutant/--all-mutants it measures the seed bug on a release that carries it. With mutants, each
+mutant is applied (in the fuzz workers and in the random loop) and detection is a finding whose scenario
+does not fire on stock vLLM (differential), so stock bugs never count.
 
 Run it on a release that carries the seed bug as published (0.26.0-0.27.1), on one core (taskset -c 0).
 Coverage-guided: each trial is a fresh `fuzz/symbolic_target.py` process on an empty corpus (libFuzzer
@@ -28,29 +33,47 @@ ROOT = Path(__file__).resolve().parent.parent
 SEED_ORACLES = ("live-column", "provenance", "cache-integrity")
 
 
-def fuzz_trial(trial: int, budget: float) -> tuple[float, float | None, int]:
+def fuzz_trial(trial: int, budget: float, mutant: str | None = None) -> tuple[float, float | None, int]:
     with tempfile.TemporaryDirectory() as tmp:
         corpus, art = Path(tmp, "corpus"), Path(tmp, "findings")
         corpus.mkdir()
-        env = dict(os.environ, HH_ARTIFACTS=str(art), HH_STOP_ON=",".join(SEED_ORACLES), PYTHONPATH=str(ROOT),
-                   HH_NO_CHECKPOINTS="1")
+        env = dict(os.environ, HH_ARTIFACTS=str(art), PYTHONPATH=str(ROOT), HH_NO_CHECKPOINTS="1",
+                   HH_MUTANT=mutant or "", HH_IGNORE_KNOWN="1")
+        if not mutant:
+            env["HH_STOP_ON"] = ",".join(SEED_ORACLES)
         started = time.monotonic()
         subprocess.run([sys.executable, str(ROOT / "fuzz/symbolic_target.py"), str(corpus), f"-seed={trial + 1}",
                         "-max_len=128", f"-max_total_time={int(budget)}", f"-dict={ROOT / 'fuzz/symbolic.dict'}",
                         f"-artifact_prefix={tmp}/"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        timeout=budget + 120)
         wall = time.monotonic() - started
+        hits = []
         for f in sorted(art.glob("finding-*/finding.json")):
             doc = json.loads(f.read_text())
-            if doc["signature"].startswith(SEED_ORACLES):
+            if mutant and _on_stock(doc["scenario"], doc["signature"]):
+                continue
+            if mutant or doc["signature"].startswith(SEED_ORACLES):
                 d = doc["detection"]
-                return d["startup_s"], d["after_startup_s"], d["execs"]
+                hits.append((d["after_startup_s"], d["startup_s"], d["execs"]))
+        if hits:
+            after, startup, execs = min(hits)
+            return startup, after, execs
         return wall, None, 0
 
 
-def random_trials(trials: int, budget: float) -> tuple[float, list[tuple[float | None, int]]]:
+def _on_stock(scenario_doc: dict, signature: str) -> bool:
+    from harness.driver import replay
+    from harness.oracles import judge
+    from harness.scenario import parse_scenario
+
+    return signature in {f.signature for f in judge(replay(parse_scenario(scenario_doc)))}
+
+
+def random_trials(trials: int, budget: float, mutant: str | None = None) -> tuple[float, list[tuple[float | None, int]]]:
     from harness.driver import replay
     from harness.genome import Budget, decode, random_bytes
+    from harness.known import known_issue
+    from harness.mutants import apply_mutant
     from harness.oracles import judge
     from harness.vllm_adapter import load_vllm
 
@@ -61,8 +84,19 @@ def random_trials(trials: int, budget: float) -> tuple[float, list[tuple[float |
         t0, execs, found = time.monotonic(), 0, None
         while time.monotonic() - t0 < budget:
             execs += 1
-            findings = judge(replay(decode(random_bytes(rng), Budget())))
-            if any(f.signature.startswith(SEED_ORACLES) for f in findings):
+            scenario = decode(random_bytes(rng), Budget())
+            undo = apply_mutant(mutant) if mutant else None
+            try:
+                findings = judge(replay(scenario, mutant))
+            finally:
+                if undo:
+                    undo()
+            if mutant:
+                sigs = {f.signature for f in findings if not known_issue(f.signature)}
+                if sigs and sigs - {f.signature for f in judge(replay(scenario))}:
+                    found = time.monotonic() - t0
+                    break
+            elif any(f.signature.startswith(SEED_ORACLES) for f in findings):
                 found = time.monotonic() - t0
                 break
         out.append((found, execs))
@@ -80,34 +114,60 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--budget", type=float, default=120.0)
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "time_to_detect.md"))
+    parser.add_argument("--mutant", action="append", help="measure killing this mutant (repeatable)")
+    parser.add_argument("--all-mutants", action="store_true")
+    parser.add_argument("--out", default=None)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from harness.vllm_adapter import installed_version
 
-    fuzz = [fuzz_trial(t, args.budget) for t in range(args.trials)]
-    startup_random, rnd = random_trials(args.trials, args.budget)
-    fuzz_row, fuzz_med = row("coverage-guided (atheris)", [f[1] for f in fuzz], args.budget)
-    rnd_row, rnd_med = row("random sampling", [r[0] for r in rnd], args.budget)
-    startups = [f[0] for f in fuzz if f[1] is not None]
-    lines = [
-        f"Time-to-detect of the seed bug on vLLM {installed_version()}, {args.trials} trials, budget {args.budget:.0f} s, "
-        "1 core, empty corpus. Seconds after start-up.",
-        "",
-        "| strategy | median | min | max | detected |",
-        "|---|---|---|---|---|",
-        fuzz_row,
-        rnd_row,
-        "",
-        f"Ratio random/guided (medians): {rnd_med / max(fuzz_med, 1e-9):.2f}. "
-        f"Start-up of a fuzz worker (import + instrumentation): median {statistics.median(startups) if startups else float('nan'):.1f} s; "
-        f"random sampling start-up (import): {startup_random:.1f} s. "
-        f"Execs to detect, guided: {[f[2] for f in fuzz]}; random: {[r[1] for r in rnd]}.",
-        "",
-        f"Command: `taskset -c 0 python bench/time_to_detect.py --trials {args.trials} --budget {args.budget:.0f}`",
-    ]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    if args.mutant or args.all_mutants:
+        from harness.mutants import REGISTRY
+
+        names = args.mutant or list(REGISTRY)
+        lines = [f"Guided (atheris) vs random sampling per mutant on vLLM {installed_version()}: {args.trials} trials, "
+                 f"budget {args.budget:.0f} s each, 1 core, empty corpus, seconds after start-up; a kill is a finding "
+                 "that does not fire on stock vLLM.", "",
+                 "| mutant | guided median s | guided kills | random median s | random kills | ratio random/guided |",
+                 "|---|---|---|---|---|---|"]
+        for name in names:
+            guided = [fuzz_trial(t, args.budget, name)[1] for t in range(args.trials)]
+            _, rnd = random_trials(args.trials, args.budget, name)
+            rtimes = [r[0] for r in rnd]
+            g = statistics.median([t if t is not None else args.budget for t in guided])
+            r = statistics.median([t if t is not None else args.budget for t in rtimes])
+            lines.append(f"| `{name}` | {g:.2f} | {sum(t is not None for t in guided)}/{args.trials} | {r:.2f} | "
+                         f"{sum(t is not None for t in rtimes)}/{args.trials} | {r / max(g, 1e-9):.2f} |")
+            print(lines[-1], flush=True)
+        lines += ["", f"Command: `taskset -c N python bench/time_to_detect.py --all-mutants --trials {args.trials} "
+                      f"--budget {args.budget:.0f}`"]
+        out = Path(args.out or ROOT / "docs" / "mutants-guided-vs-random.md")
+    else:
+        fuzz = [fuzz_trial(t, args.budget) for t in range(args.trials)]
+        startup_random, rnd = random_trials(args.trials, args.budget)
+        fuzz_row, fuzz_med = row("coverage-guided (atheris)", [f[1] for f in fuzz], args.budget)
+        rnd_row, rnd_med = row("random sampling", [r[0] for r in rnd], args.budget)
+        startups = [f[0] for f in fuzz if f[1] is not None]
+        lines = [
+            f"Time-to-detect of the seed bug on vLLM {installed_version()}, {args.trials} trials, budget "
+            f"{args.budget:.0f} s, 1 core, empty corpus. Seconds after start-up.",
+            "",
+            "| strategy | median | min | max | detected |",
+            "|---|---|---|---|---|",
+            fuzz_row,
+            rnd_row,
+            "",
+            f"Ratio random/guided (medians): {rnd_med / max(fuzz_med, 1e-9):.2f}. "
+            f"Start-up of a fuzz worker (import + instrumentation): median "
+            f"{statistics.median(startups) if startups else float('nan'):.1f} s; "
+            f"random sampling start-up (import): {startup_random:.1f} s. "
+            f"Execs to detect, guided: {[f[2] for f in fuzz]}; random: {[r[1] for r in rnd]}.",
+            "",
+            f"Command: `taskset -c 0 python bench/time_to_detect.py --trials {args.trials} --budget {args.budget:.0f}`",
+        ]
+        out = Path(args.out or ROOT / "bench" / "results" / "time_to_detect.md")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
