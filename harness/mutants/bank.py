@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 
-from harness.mutants.base import Mutant, mamba_method_wrapped, method_wrapped, wrap_mamba_method, wrap_method
+from harness.mutants.base import Mutant, mamba_mutant, method_wrapped, wrap_method
 
 
 def _bound(original, *args, **kwargs) -> inspect.BoundArguments:
@@ -130,37 +130,31 @@ def _block_pool_class():
     return block_pool_class()
 
 
-def _mamba(name, bug_class, method, make, origin="", releases="0.28.0-0.33.x"):
-    return Mutant(name=name, bug_class=bug_class, releases=releases, origin=origin,
-                  patch=lambda: wrap_mamba_method(method, make),
-                  is_applied=lambda: mamba_method_wrapped(method))
-
-
 BANK = (
-    _mamba("mamba-hit-without-state", "wrong-branch: a Mamba miss reported as a hit of null blocks; the layer "
+    mamba_mutant("mamba-hit-without-state", "wrong-branch: a Mamba miss reported as a hit of null blocks; the layer "
            "starts from an empty state at num_computed > 0", "find_longest_cache_hit", _hit_without_state,
            origin="vLLM #43090"),
-    _mamba("mamba-eagle-drop-ignored", "off-by-one block: the Mamba lookup ignores drop_eagle_block and may hit "
+    mamba_mutant("mamba-eagle-drop-ignored", "off-by-one block: the Mamba lookup ignores drop_eagle_block and may hit "
            "past the attention-verified prefix", "find_longest_cache_hit", _eagle_drop_ignored,
            origin="vLLM #48375 / PR #57128", releases="0.31.0-0.33.x"),
     Mutant(name="producer-hash-not-moved", bug_class="missing CoW: a producer's partial-tail key stays on the "
            "block it keeps writing (no move to the copy)", releases="0.28.0-0.33.x", origin="vLLM PR #57908",
            patch=lambda: wrap_method(_block_pool_class(), "move_block_hashes", _hash_not_moved),
            is_applied=lambda: method_wrapped(_block_pool_class(), "move_block_hashes")),
-    _mamba("null-running-slot", "null block (id 0) handed out as the running state slot", "allocate_new_blocks",
+    mamba_mutant("null-running-slot", "null block (id 0) handed out as the running state slot", "allocate_new_blocks",
            _null_running_slot, origin="vLLM PR #33937"),
-    _mamba("cow-copies-dropped", "missing copy: CoW pairs are released but never copied", "take_pending_cow_copies",
+    mamba_mutant("cow-copies-dropped", "missing copy: CoW pairs are released but never copied", "take_pending_cow_copies",
            _cow_copies_dropped),
-    _mamba("cow-direction-swapped", "wrong direction: CoW copies destination onto source", "take_pending_cow_copies",
+    mamba_mutant("cow-direction-swapped", "wrong direction: CoW copies destination onto source", "take_pending_cow_copies",
            _cow_direction_swapped),
-    _mamba("same-step-hit-allowed", "lifetime: a block cached this step is served before its producer's forward",
+    mamba_mutant("same-step-hit-allowed", "lifetime: a block cached this step is served before its producer's forward",
            "get_num_blocks_to_allocate", _same_step_hit),
-    _mamba("frees-running-block-early", "off-by-one block: remove_skipped_blocks frees one block too far",
+    mamba_mutant("frees-running-block-early", "off-by-one block: remove_skipped_blocks frees one block too far",
            "remove_skipped_blocks", _frees_running_block_early),
-    _mamba("last-state-idx-off-by-one", "off-by-one: last_state_block_idx points one column too far, the "
+    mamba_mutant("last-state-idx-off-by-one", "off-by-one: last_state_block_idx points one column too far, the "
            "wrong block is retired", "allocate_new_blocks", _last_state_off_by_one),
-    _mamba("hit-one-hash-block-long", "off-by-one hash block: a sub-block hit claims one hash block more than "
+    mamba_mutant("hit-one-hash-block-long", "off-by-one hash block: a sub-block hit claims one hash block more than "
            "its state covers", "find_longest_cache_hit", _hit_one_hash_block_long),
-    _mamba("spec-block-not-relocated", "wrong branch: speculative scratch blocks left below the running column "
+    mamba_mutant("spec-block-not-relocated", "wrong branch: speculative scratch blocks left below the running column "
            "instead of relocated", "_relocate_speculative_block", _spec_block_not_relocated),
 )

@@ -64,3 +64,11 @@ def mamba_method_wrapped(method_name: str) -> bool:
     from harness.vllm_adapter import mamba_manager_class
 
     return method_wrapped(mamba_manager_class(), method_name)
+
+
+def mamba_mutant(name: str, bug_class: str, method: str, make, *, origin: str = "",
+                 releases: str = "0.28.0-0.33.x") -> Mutant:
+    """A mutant that wraps one MambaManager method with make(original)."""
+    return Mutant(name=name, bug_class=bug_class, releases=releases, origin=origin,
+                  patch=lambda: wrap_mamba_method(method, make),
+                  is_applied=lambda: mamba_method_wrapped(method))

@@ -9,7 +9,7 @@ appends the returned id: core and worker disagree on the live state column.
 
 from __future__ import annotations
 
-from harness.mutants.base import Mutant, mamba_method_wrapped, wrap_mamba_method
+from harness.mutants.base import mamba_mutant
 
 
 def _make(original):
@@ -25,11 +25,8 @@ def _make(original):
     return allocate_new_blocks
 
 
-SEED_UNMARKED_EARLY_RETURN = Mutant(
-    name="seed-unmarked-early-return",
-    bug_class="lifetime/marking: request not marked allocated on the no-new-block early return",
-    releases="0.28.0-0.33.x (reintroduces the 0.26.0-0.27.1 bug)",
-    origin="seed PR (fixed in vLLM 0.28.0)",
-    patch=lambda: wrap_mamba_method("allocate_new_blocks", _make),
-    is_applied=lambda: mamba_method_wrapped("allocate_new_blocks"),
-)
+SEED_UNMARKED_EARLY_RETURN = mamba_mutant(
+    "seed-unmarked-early-return",
+    "lifetime/marking: request not marked allocated on the no-new-block early return",
+    "allocate_new_blocks", _make, origin="seed PR (fixed in vLLM 0.28.0)",
+    releases="0.28.0-0.33.x (reintroduces the 0.26.0-0.27.1 bug)")
