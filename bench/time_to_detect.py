@@ -34,6 +34,8 @@ SEED_ORACLES = ("live-column", "provenance", "cache-integrity")
 
 
 def fuzz_trial(trial: int, budget: float, mutant: str | None = None) -> tuple[float, float | None, int]:
+    from harness.mutation import fires_on_stock
+
     with tempfile.TemporaryDirectory() as tmp:
         corpus, art = Path(tmp, "corpus"), Path(tmp, "findings")
         corpus.mkdir()
@@ -50,7 +52,7 @@ def fuzz_trial(trial: int, budget: float, mutant: str | None = None) -> tuple[fl
         hits = []
         for f in sorted(art.glob("finding-*/finding.json")):
             doc = json.loads(f.read_text())
-            if mutant and _on_stock(doc["scenario"], doc["signature"]):
+            if mutant and fires_on_stock(doc["scenario"], doc["signature"]):
                 continue
             if mutant or doc["signature"].startswith(SEED_ORACLES):
                 d = doc["detection"]
@@ -61,19 +63,12 @@ def fuzz_trial(trial: int, budget: float, mutant: str | None = None) -> tuple[fl
         return wall, None, 0
 
 
-def _on_stock(scenario_doc: dict, signature: str) -> bool:
-    from harness.driver import replay
-    from harness.oracles import judge
-    from harness.scenario import parse_scenario
-
-    return signature in {f.signature for f in judge(replay(parse_scenario(scenario_doc)))}
-
 
 def random_trials(trials: int, budget: float, mutant: str | None = None) -> tuple[float, list[tuple[float | None, int]]]:
     from harness.driver import replay
     from harness.genome import Budget, decode, random_bytes
     from harness.known import known_issue
-    from harness.mutants import apply_mutant
+    from harness.mutants import mutant_applied
     from harness.oracles import judge
     from harness.vllm_adapter import load_vllm
 
@@ -85,12 +80,8 @@ def random_trials(trials: int, budget: float, mutant: str | None = None) -> tupl
         while time.monotonic() - t0 < budget:
             execs += 1
             scenario = decode(random_bytes(rng), Budget())
-            undo = apply_mutant(mutant) if mutant else None
-            try:
+            with mutant_applied(mutant):
                 findings = judge(replay(scenario, mutant))
-            finally:
-                if undo:
-                    undo()
             if mutant:
                 sigs = {f.signature for f in findings if not known_issue(f.signature)}
                 if sigs and sigs - {f.signature for f in judge(replay(scenario))}:

@@ -13,7 +13,7 @@ from harness.errors import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_HARNESS_ERROR, EXI
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.artifacts import finding_artifact, write_finding
     from harness.driver import replay
-    from harness.mutants import apply_mutant
+    from harness.mutants import mutant_applied
     from harness.oracles import judge
     from harness.scenario import load_scenario
     from harness.vllm_adapter import check_supported, installed_version
@@ -21,12 +21,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     version = installed_version()
     check_supported(version)
-    undo = apply_mutant(args.mutant) if args.mutant else None
-    try:
+    with mutant_applied(args.mutant):
         trace = replay(scenario, args.mutant)
-    finally:
-        if undo:
-            undo()
     findings = judge(trace)
     artifact_path = None
     if findings:
@@ -52,17 +48,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from harness.mutants import apply_mutant
+    from harness.mutants import mutant_applied
     from harness.vllm_adapter import check_supported, installed_version
 
     version = installed_version()
     check_supported(version)
-    undo = apply_mutant(args.mutant) if args.mutant else None
-    try:
+    with mutant_applied(args.mutant):
         return _sweep(args, version)
-    finally:
-        if undo:
-            undo()
 
 
 def _sweep(args: argparse.Namespace, version: str) -> int:
@@ -155,12 +147,11 @@ def _minimize_kept(folders, mutant: str | None) -> None:
     from harness.artifacts import write_json_atomic
     from harness.fuzzing import read_finding
     from harness.minimize import minimize
-    from harness.mutants import apply_mutant
+    from harness.mutants import mutant_applied
     from harness.regression import emit_regression
     from harness.scenario import parse_scenario, scenario_to_json
 
-    undo = apply_mutant(mutant) if mutant else None
-    try:
+    with mutant_applied(mutant):
         for folder in folders:
             artifact = read_finding(folder)
             try:
@@ -170,28 +161,20 @@ def _minimize_kept(folders, mutant: str | None) -> None:
                 continue
             write_json_atomic(folder / "minimized.json", dict(artifact, scenario=scenario_to_json(small)))
             (folder / "test_regression.py").write_text(emit_regression(small, artifact["signature"], mutant))
-    finally:
-        if undo:
-            undo()
 
 
 def _cmd_minimize(args: argparse.Namespace) -> int:
     from harness.artifacts import write_json_atomic
     from harness.fuzzing import read_finding
     from harness.minimize import minimize
-    from harness.mutants import apply_mutant
+    from harness.mutants import mutant_applied
     from harness.scenario import parse_scenario, scenario_to_json
 
     artifact = read_finding(args.finding)
-    signature = artifact.get("signature") or artifact["findings"][0]["signature"]
     mutant = args.mutant if args.mutant is not None else artifact.get("mutant")
-    undo = apply_mutant(mutant) if mutant else None
-    try:
-        small = minimize(parse_scenario(artifact["scenario"]), signature, mutant, seconds=args.seconds)
-    finally:
-        if undo:
-            undo()
-    out = dict(artifact, scenario=scenario_to_json(small), signature=signature)
+    with mutant_applied(mutant):
+        small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], mutant, seconds=args.seconds)
+    out = dict(artifact, scenario=scenario_to_json(small))
     write_json_atomic(Path(args.output), out)
     print(f"minimized to {len(small.requests)} request(s), {len(small.events)} event(s): {args.output}")
     return EXIT_OK
@@ -203,8 +186,7 @@ def _cmd_regression(args: argparse.Namespace) -> int:
     from harness.scenario import parse_scenario
 
     artifact = read_finding(args.finding)
-    signature = artifact.get("signature") or artifact["findings"][0]["signature"]
-    text = emit_regression(parse_scenario(artifact["scenario"]), signature, artifact.get("mutant"))
+    text = emit_regression(parse_scenario(artifact["scenario"]), artifact["signature"], artifact.get("mutant"))
     Path(args.output).write_text(text)
     print(f"wrote {args.output}")
     return EXIT_OK

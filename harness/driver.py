@@ -21,7 +21,7 @@ from harness.errors import BadInput, HarnessError
 from harness.scenario import VOCAB_SIZE, RequestSpec, Scenario
 from harness.states import SymbolicStates, chain
 from harness.trace import CacheCheck, Call, Trace, VllmException
-from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, Allocator, exception_site, installed_version
+from harness.vllm_adapter import MAMBA_GROUP, Allocator, exception_site, installed_version
 from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow
 
 
@@ -139,7 +139,7 @@ class Driver:
 
     # -- one step ------------------------------------------------------------------------------------
     def _step(self, step: int) -> None:
-        alloc, status = self.alloc, self.alloc.status
+        alloc = self.alloc
         so = SchedulerOutput(step=step, finished=self.finished_since_last)
         self.finished_since_last = set()
         alloc.new_step()  # scheduler.py:746
@@ -476,4 +476,4 @@ def replay(scenario: Scenario, mutant: str | None = None) -> Trace:
     return Driver(scenario, mutant).run()
 
 
-__all__ = ["Driver", "replay", "ATTN_GROUP", "MAMBA_GROUP"]
+__all__ = ["Driver", "replay"]

@@ -126,11 +126,13 @@ class Target:
 
 
 def read_finding(path: str | os.PathLike) -> dict:
-    """A kept finding: its folder or its finding.json."""
+    """A kept finding (its folder or finding.json) or a `run` artifact; "signature" is always set."""
     path = Path(path)
     if path.is_dir():
         path = path / "finding.json"
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BadInput(f"cannot read finding {path}: {exc}") from None
+        artifact = json.loads(path.read_text())
+        artifact.setdefault("signature", artifact["findings"][0]["signature"])  # a `run` artifact
+    except (OSError, json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+        raise BadInput(f"cannot read finding {path}: {exc!r}") from None
+    return artifact

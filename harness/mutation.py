@@ -18,9 +18,9 @@ from pathlib import Path
 
 from harness.campaign import Campaign
 from harness.driver import replay
-from harness.errors import BadInput, HarnessError
+from harness.errors import HarnessError
 from harness.genome import Budget, decode
-from harness.mutants import get_mutant
+from harness.mutants import get_mutant, mutant_applied
 from harness.oracles import judge
 from harness.scenario import parse_scenario
 
@@ -42,13 +42,8 @@ class MutantResult:
                 f"`{self.signature or '-'}` | {self.minimized or self.evidence or '-'} |")
 
 
-def _fires(doc: dict, signature: str, mutant: str | None) -> bool:
-    if mutant:
-        undo = get_mutant(mutant).apply()
-        try:
-            return signature in {f.signature for f in judge(replay(parse_scenario(doc), mutant))}
-        finally:
-            undo()
+def fires_on_stock(doc: dict, signature: str) -> bool:
+    """Does a finding's scenario fire this signature on unpatched vLLM too?"""
     return signature in {f.signature for f in judge(replay(parse_scenario(doc)))}
 
 
@@ -59,7 +54,7 @@ def _kill(findings_dir: Path, mutant: str) -> tuple[float | None, str, dict | No
         doc = json.loads(path.read_text())
         sig = doc.get("signature", "")
         try:
-            if _fires(doc["scenario"], sig, None):
+            if fires_on_stock(doc["scenario"], sig):
                 continue  # stock vLLM shows it too: not this mutant's doing
         except HarnessError:
             continue
@@ -80,13 +75,11 @@ def _changes_behaviour(corpus: Path, mutant: str, limit: int = 300) -> tuple[boo
     for path in inputs:
         scenario = decode(path.read_bytes(), Budget())
         stock = calls(scenario, None)
-        undo = get_mutant(mutant).apply()
         try:
-            mutated = calls(scenario, mutant)
+            with mutant_applied(mutant):
+                mutated = calls(scenario, mutant)
         except HarnessError:
             return True, compared
-        finally:
-            undo()
         compared += 1
         if stock != mutated:
             return True, compared
@@ -120,7 +113,7 @@ def check(names: list[str], *, budget_s: float, jobs: int, trials: int, work: Pa
         else:
             changed, compared = _changes_behaviour(corpus, name) if corpus else (True, 0)
             res.verdict = "survived" if changed else "not shown to change behaviour"
-            res.evidence = (f"allocator results differ on the corpus" if changed else
+            res.evidence = ("allocator results differ on the corpus" if changed else
                             f"identical allocator results on all {compared} corpus inputs")
         results.append(res)
     return results
@@ -147,4 +140,4 @@ def mutant_names(selection: list[str] | None) -> list[str]:
     return selection
 
 
-__all__ = ["check", "table", "mutant_names", "BadInput"]
+__all__ = ["check", "fires_on_stock", "table", "mutant_names"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from harness import driver as driver_mod
 from harness.scenario import Scenario
-from harness.vllm_adapter import MAMBA_GROUP, Allocator
+from harness.vllm_adapter import MAMBA_GROUP
 
 
 @dataclass
@@ -193,4 +193,4 @@ def emit_regression(scenario: Scenario, signature: str, mutant: str | None = Non
     )
 
 
-__all__ = ["emit_regression", "Allocator"]
+__all__ = ["emit_regression"]

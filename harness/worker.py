@@ -100,7 +100,7 @@ class WorkerShadow:
         for r in so.num_scheduled:  # add_request resets num_accepted to 1 (gpu_input_batch.py:479)
             if r not in self.in_batch:
                 self.in_batch.add(r)
-                if self.num_accepted.get(r, 1) > 1 and r in self.requests and cr_kind(kinds, r) == "RUNNING":
+                if self.num_accepted.get(r, 1) > 1 and r in self.requests and kinds.get(r, "RUNNING") == "RUNNING":
                     self.accepted_reset[r] = self.num_accepted[r]  # a running row re-added after a skipped step
                 self.num_accepted[r] = 1
         # preprocess_mamba cleanup (v1/worker/mamba_utils.py:1398-1415, 1468)
@@ -111,7 +111,7 @@ class WorkerShadow:
     # -- preprocess_mamba + forward (mamba_utils.py:1446-1549; §3.3) --------------------------------
     def execute(self, so: SchedulerOutput, kinds: dict[str, str], seq_fps: dict[str, list[int]],
                 core_tables: dict[str, tuple[list[int], ...]]) -> None:
-        bs, K, st, tr = self.bs, self.K, self.states, self.trace
+        bs, st, tr = self.bs, self.states, self.trace
         for r, ns in so.num_scheduled.items():
             s = self.requests[r]
             nc = s.num_computed
@@ -210,10 +210,6 @@ class WorkerShadow:
                 _, ssm = st.read(ssm_src, 0, ssm_src)
                 self.trace.reads.append(Read(so.step, r, "postcopy", g, src, conv_src, conv, ssm, (A, fps[A])))
                 st.shift_copy(_col(row, dest), conv_src, ssm_src, bias)
-
-
-def cr_kind(kinds: dict[str, str], request: str) -> str:
-    return kinds.get(request, "RUNNING")
 
 
 def _col(row: list[int], column: int) -> int:

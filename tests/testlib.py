@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import pytest
 
 from harness.driver import replay
-from harness.mutants import apply_mutant
+from harness.mutants import mutant_applied
 from harness.oracles import judge
 from harness.scenario import load_scenario, parse_scenario
 from harness.vllm_adapter import installed_version, supports_prefill_checkpoints
@@ -21,14 +20,7 @@ def version_tuple() -> tuple[int, ...]:
     return tuple(int(x) for x in installed_version().split(".")[:3])
 
 
-@contextlib.contextmanager
-def mutant(name: str | None):
-    undo = apply_mutant(name) if name else None
-    try:
-        yield
-    finally:
-        if undo:
-            undo()
+mutant = mutant_applied
 
 
 def run(scenario, mutant_name: str | None = None):

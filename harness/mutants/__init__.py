@@ -7,6 +7,7 @@ defines `MUTANT = Mutant(...)` (see README), so a vLLM developer can fuzz a loca
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from pathlib import Path
 
@@ -51,3 +52,14 @@ def get_mutant(name: str) -> Mutant:
 def apply_mutant(name: str):
     """Apply a named mutant; returns the undo callable."""
     return get_mutant(name).apply()
+
+
+@contextlib.contextmanager
+def mutant_applied(name: str | None):
+    """Apply a mutant (none when name is empty) for the duration of a with-block, then undo it."""
+    undo = apply_mutant(name) if name else None
+    try:
+        yield
+    finally:
+        if undo:
+            undo()
