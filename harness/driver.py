@@ -202,7 +202,7 @@ class Driver:
         copies, retained = alloc.take_copies()  # scheduler.py:1698-1707
         so.copies = copies
         self.trace.copies.extend((step, s, d) for s, d in copies)
-        alloc.take_zero_ids()  # attention pages only (§6.5): nothing symbolic to zero
+        so.zero_ids = alloc.take_zero_ids()  # attention pages only (§6.5): nothing symbolic to zero
         core_tables = {r: alloc.block_ids(r) for r in so.num_scheduled}
         seq_fps = {}
         for rid in so.num_scheduled:
@@ -272,7 +272,7 @@ class Driver:
         if new is None:
             return None
         if ext:
-            self._connector_deliver(r, total)
+            self._connector_deliver(r, total - ext, total)
         if load_async:  # WAITING_FOR_REMOTE_KVS, skipped back into the queue (:1514-1545)
             v.status = status.WAITING_FOR_REMOTE_KVS
             v.num_computed_tokens = total
@@ -315,9 +315,10 @@ class Driver:
             ext = ext_tokens
         return ext, spec.async_load and ext > 0, blocks, local
 
-    def _connector_deliver(self, r: _Req, total: int) -> None:
+    def _connector_deliver(self, r: _Req, start: int, total: int) -> None:
         """The connector loads the Mamba boundary state into the block the manager allocated for it
-        (`allocate_external_computed_blocks`, single_type_kv_cache_manager.py:327-368)."""
+        (`allocate_external_computed_blocks`, single_type_kv_cache_manager.py:327-368); tokens start..total
+        are the external ones."""
         table = self.alloc.block_ids(r.id)[MAMBA_GROUP]
         col = (total - 1) // self.g.mamba_block_size
         if col < len(table):
@@ -346,28 +347,29 @@ class Driver:
                 accepted[rid] = 1
                 r.drafts = []
                 continue
-            good = 0
-            for d in drafts:  # drafts were planned right or wrong; verification counts the right prefix
-                if d != self._true_next(r, good):
-                    break
-                good += 1
-            a = good + 1
+            new_tokens = self._verify(r, drafts)
+            good = len(new_tokens) - 1
             v.num_computed_tokens -= nd - good  # reject (scheduler.py:2346-2364)
-            new_tokens = []
-            for _ in range(a):
-                tok = true_token(r.fps[-1])
-                new_tokens.append(tok)
-                chain(r.fps, [tok])
+            chain(r.fps, new_tokens)
             self.alloc.append_output(v, new_tokens)
             if nd:
                 self._call(r, "cache_blocks", self.alloc.cache_blocks, v, v.num_computed_tokens,
                            _args={"num_computed_tokens": v.num_computed_tokens})  # :2406-2415
-            accepted[rid] = a
+            accepted[rid] = good + 1
             if v.num_output_tokens >= r.spec.max_tokens:
                 self._finish(r)
             else:
                 self._plan_drafts(r)
         return accepted
+
+    def _verify(self, r: _Req, drafts: list[int]) -> list[int]:
+        """Rejection sampling against the deterministic 'model': the accepted drafts plus one token."""
+        good = 0
+        for d in drafts:  # drafts were planned right or wrong; verification counts the right prefix
+            if d != self._true_next(r, good):
+                break
+            good += 1
+        return [self._true_next(r, k) for k in range(good + 1)]
 
     def _true_next(self, r: _Req, k: int) -> int:
         """The true token k positions after the request's current end (extends a scratch chain)."""
@@ -378,22 +380,21 @@ class Driver:
         return true_token(last)
 
     def _plan_drafts(self, r: _Req) -> None:
-        """Propose K drafts; the acceptance pattern decides how many are right (the rest are wrong)."""
-        K = self.K
-        if K == 0:
-            r.drafts = []
-            return
-        nd = min(K, r.spec.max_tokens - r.vreq.num_output_tokens - 1)
-        pattern = r.spec.acceptance or [K]
+        nd = min(self.K, r.spec.max_tokens - r.vreq.num_output_tokens - 1)
+        r.drafts = self._propose(r, nd) if nd > 0 else []
+        if hasattr(r.vreq, "spec_token_ids"):
+            r.vreq.spec_token_ids = list(r.drafts)
+
+    def _propose(self, r: _Req, nd: int) -> list[int]:
+        """Propose nd drafts; the scenario's acceptance pattern decides how many are right."""
+        pattern = r.spec.acceptance or [self.K]
         good = min(pattern[r.accept_idx % len(pattern)], nd)
         r.accept_idx += 1
         drafts = []
         for k in range(nd):
             t = self._true_next(r, k)
             drafts.append(t if k < good else t % (VOCAB_SIZE - 1) + 1)
-        r.drafts = drafts
-        if hasattr(r.vreq, "spec_token_ids"):
-            r.vreq.spec_token_ids = list(drafts)
+        return drafts
 
     # -- lifetimes -----------------------------------------------------------------------------------------
     def _finish(self, r: _Req) -> None:

@@ -6,7 +6,12 @@
 3. cache         after every step, every Mamba-group prefix-cache key resolves to a block holding the
                  state of the prefix that key names;
 4. pool          at the end every block is back in the free queue once, no ref count is left;
-5. exception     vLLM raised at some step.
+5. exception     vLLM raised at some step;
+6. output        (model tier) every generated token's logits match the uncached reference within
+                 LOGIT_TOLERANCE and every token is the reference's greedy choice; a divergence is
+                 classified by symptom: repeat (the cached run copies an earlier span verbatim where the
+                 reference does not), garbage (non-finite logits, or an error wider than the reference
+                 logits' whole range), drift (anything else).
 """
 
 from __future__ import annotations
@@ -120,12 +125,91 @@ def vllm_exception(trace: Trace) -> list[Finding]:
                     excerpt=trace.excerpt(e.step, e.request))]
 
 
+# float64 CPU: chunked/recurrent cached runs differ from the one-chunk reference by at most ~1e-13
+# (measured: `hybrid-harness sweep --tier model`, README); six orders of magnitude of headroom.
+LOGIT_TOLERANCE = 1e-7
+REPEAT_MIN_SPAN = 2
+
+
+def outputs(trace: Trace) -> list[Finding]:
+    out = []
+    for rec in trace.outputs or ():
+        first_logit = next((i for i, d in enumerate(rec.max_diff) if not d <= LOGIT_TOLERANCE), None)
+        first_token = _first_token_divergence(rec)
+        if first_logit is None and first_token is None:
+            continue
+        i = min(x for x in (first_logit, first_token) if x is not None)
+        symptom = output_symptom(rec)
+        j = rec.prompt_len + i
+        got = rec.tokens[j:]
+        want = rec.tokens[j:rec.prompt_len + first_token] + rec.ref_continuation if first_token is not None else got
+        out.append(Finding(
+            "output", rec.steps[i], rec.request, None, [],
+            expected=f"reference tokens {want}", actual=f"cached tokens {got} ({symptom})",
+            detail=(f"first divergence at token {j} (output {i}): max |logit diff| {rec.max_diff[i]:.3g} "
+                    f"(tolerance {LOGIT_TOLERANCE:g}); first divergent token: "
+                    f"{'none' if first_token is None else rec.prompt_len + first_token}; "
+                    f"max |logit diff| over the output {max(rec.max_diff):.3g}"),
+            signature=f"output:{symptom}", excerpt=trace.excerpt(rec.steps[i], rec.request)))
+    return out
+
+
+def _first_token_divergence(rec) -> int | None:
+    """First output whose token is not the reference's greedy choice by more than the tolerance."""
+    for i, (top, margin) in enumerate(zip(rec.ref_top, rec.margin)):
+        if top != rec.tokens[rec.prompt_len + i] and not margin <= LOGIT_TOLERANCE:
+            return i
+    return None
+
+
+def output_symptom(rec) -> str | None:
+    """None when the output matches the reference, else repeat | garbage | drift."""
+    first_token = _first_token_divergence(rec)
+    if first_token is None and all(d <= LOGIT_TOLERANCE for d in rec.max_diff):
+        return None
+    if not rec.finite:
+        return "garbage"
+    if first_token is None:
+        return "drift"  # logits moved, tokens not (yet)
+    j0 = rec.prompt_len + first_token
+    got, ref = rec.tokens[j0:], rec.ref_continuation
+    for i in range(len(got)):
+        m = _copied_span(rec.tokens[:j0 + i], got[i:])
+        if m >= REPEAT_MIN_SPAN and ref[i:i + m] != got[i:i + m]:
+            return "repeat"
+    if rec.max_diff[first_token] > rec.ref_range[first_token]:
+        return "garbage"
+    return "drift"
+
+
+def _copied_span(before: list[int], after: list[int]) -> int:
+    """Length of the longest prefix of `after` that occurs verbatim in `before`."""
+    best = 0
+    for start in range(len(before)):
+        m = 0
+        while m < len(after) and start + m < len(before) and before[start + m] == after[m]:
+            m += 1
+        best = max(best, m)
+    return best
+
+
+def output_summary(trace: Trace) -> dict:
+    """Generations, diverged ones, repeats, and the largest logit difference (model tier)."""
+    recs = trace.outputs or []
+    symptoms = [output_symptom(r) for r in recs]
+    return {"generations": len(recs), "diverged": sum(s is not None for s in symptoms),
+            "repeat": symptoms.count("repeat"), "garbage": symptoms.count("garbage"),
+            "drift": symptoms.count("drift"),
+            "max_logit_diff": max((d for r in recs for d in r.max_diff), default=0.0)}
+
+
 ORACLES = {
     "live-column": live_columns,
     "provenance": provenance,
     "cache-integrity": cache_integrity,
     "pool-accounting": pool_accounting,
     "vllm-exception": vllm_exception,
+    "output": outputs,
 }
 
 

@@ -90,6 +90,7 @@ class Trace:
     pool_end: dict | None = None
     steps_run: int = 0
     prefixes: dict[str, list[int]] = field(default_factory=dict)  # request -> prefix fingerprints (fps[n])
+    outputs: list | None = None  # model tier: one harness.model_tier.OutputRecord per generating request
 
     def name(self, state: State | None) -> str:
         """'a[:14]' for the state of request a's first 14 tokens; drafts and unknown prefixes say so."""

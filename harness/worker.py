@@ -47,6 +47,28 @@ class SchedulerOutput:
     finished: set[str] = field(default_factory=set)
     preempted: set[str] = field(default_factory=set)
     copies: list[tuple[int, int]] = field(default_factory=list)
+    zero_ids: list[int] = field(default_factory=list)  # new_block_ids_to_zero (scheduler.py:1743)
+
+
+@dataclass(slots=True)
+class Forward:
+    """What one request's Mamba kernels do this step, as the runner decided it (for a tensor backend).
+
+    init: (conv block, conv offset, SSM block) of the initial state, None for a zero state (nc == 0).
+    decode: the decode kernels run (per-token states to `token_blocks`, conv windows to `block`);
+    otherwise the prefill kernels write the final state to `block` and, if set, a checkpoint
+    (block, position). attn_row: the worker's full-attention row (slot mapping)."""
+
+    step: int
+    request: str
+    num_computed: int
+    num_scheduled: int
+    init: tuple[int, int, int] | None
+    decode: bool
+    block: int
+    token_blocks: list[int]
+    checkpoint: tuple[int, int] | None
+    attn_row: list[int]
 
 
 @dataclass(slots=True)
@@ -58,13 +80,17 @@ class _ReqState:
 
 class WorkerShadow:
     def __init__(self, *, block_size: int, num_spec: int, mamba_groups: tuple[int, ...], states: SymbolicStates,
-                 trace: Trace, checkpoint: tuple[Callable[[int], int], Callable[[int, int, int], bool]] | None):
+                 trace: Trace, checkpoint: tuple[Callable[[int], int], Callable[[int, int, int], bool]] | None,
+                 kernels=None, attn_group: int = 0):
         self.bs = block_size
         self.K = num_spec
         self.mamba_groups = mamba_groups
         self.states = states
         self.trace = trace
         self.checkpoint = checkpoint
+        # A tensor backend (model tier): gets the same page moves and one `Forward` per request and step.
+        self.kernels = kernels
+        self.attn_group = attn_group
         self.requests: dict[str, _ReqState] = {}
         self.in_batch: set[str] = set()
         self.num_accepted: dict[str, int] = {}  # input_batch.num_accepted_tokens_cpu per row
@@ -77,8 +103,12 @@ class WorkerShadow:
         for r in so.finished:  # :1187-1201
             self.requests.pop(r, None)
             self.in_batch.discard(r)
+        if self.kernels is not None:  # zero new attention pages (:1205-1206)
+            self.kernels.zero(so.zero_ids)
         for src, dst in so.copies:  # CoW after zeroing, before the table updates (:1205-1212)
             self.states.copy_page(src, dst)
+            if self.kernels is not None:
+                self.kernels.copy_page(src, dst)
         resumed = {c.request for c in so.cached_reqs if c.resumed}
         keep = set(so.num_scheduled) - resumed  # unscheduled leave the persistent batch (:1224-1237)
         self.in_batch &= keep
@@ -111,62 +141,87 @@ class WorkerShadow:
     # -- preprocess_mamba + forward (mamba_utils.py:1446-1549; §3.3) --------------------------------
     def execute(self, so: SchedulerOutput, kinds: dict[str, str], seq_fps: dict[str, list[int]],
                 core_tables: dict[str, tuple[list[int], ...]]) -> None:
-        bs, st, tr = self.bs, self.states, self.trace
-        for r, ns in so.num_scheduled.items():
-            s = self.requests[r]
-            nc = s.num_computed
-            fps = seq_fps[r]
-            want: State = (nc, fps[nc])
-            prev = self.mamba_state_idx.get(r)
-            if prev is None:
-                prev = (nc - 1) // bs  # Python floor: nc == 0 -> -1 (:1493-1495)
-            curr = cdiv(nc + ns, bs) - 1  # (:1497-1512)
-            self.mamba_state_idx[r] = curr
-            na = self.num_accepted[r]
-            nd = len(so.spec_tokens.get(r, ()))
-            # Rows the decode kernels take: a spec step (ns == nd + 1) or a 1-token step with prior state
-            # (mamba_attn.py:400-455; gpu_model_runner.py:2201-2235).
-            decode_row = nc > 0 and ns == nd + 1 and (nd > 0 or ns == 1)
-            precopy = prev != -1 and prev != curr
+        """preprocess_mamba decides every row's columns and runs all pre-copies, then the forward runs
+        (mamba_utils.py:1446-1549 collects the copies and launches them before the model)."""
+        plans = [self._preprocess(so, r, ns, seq_fps[r]) for r, ns in so.num_scheduled.items()]
+        for plan in plans:
+            self._forward(so, kinds, seq_fps, core_tables, *plan)
+
+    def _preprocess(self, so: SchedulerOutput, r: str, ns: int, fps):
+        bs, st = self.bs, self.states
+        s = self.requests[r]
+        nc = s.num_computed
+        prev = self.mamba_state_idx.get(r)
+        if prev is None:
+            prev = (nc - 1) // bs  # Python floor: nc == 0 -> -1 (:1493-1495)
+        curr = cdiv(nc + ns, bs) - 1  # (:1497-1512)
+        self.mamba_state_idx[r] = curr
+        na = self.num_accepted[r]
+        nd = len(so.spec_tokens.get(r, ()))
+        # Rows the decode kernels take: a spec step (ns == nd + 1) or a 1-token step with prior state
+        # (mamba_attn.py:400-455; gpu_model_runner.py:2201-2235).
+        decode_row = nc > 0 and ns == nd + 1 and (nd > 0 or ns == 1)
+        precopy = prev != -1 and prev != curr
+        if precopy:  # (:1517-1535)
+            b = na - 1
             for g in self.mamba_groups:
                 row = s.block_ids[g]
-                live = [prev] if precopy else []
-                if precopy:  # (:1517-1535)
-                    b = na - 1
-                    src_conv, src_ssm = _col(row, prev), _col(row, prev + b)
-                    conv, _ = st.read(src_conv, b, src_conv)
-                    _, ssm = st.read(src_ssm, 0, src_ssm)
-                    what = "precopy-after-accepted-reset" if r in self.accepted_reset else "precopy"
-                    tr.reads.append(Read(so.step, r, what, g, prev, src_conv, conv, ssm, want))
-                    st.shift_copy(_col(row, curr), src_conv, src_ssm, b)
-                # after a pre-copy the runner reads the running state at offset 0 (na was reset to 1)
-                offset = 0 if precopy else (na - 1 if decode_row else 0)
-                cur_block = _col(row, curr)
-                if decode_row:  # SSM from row[curr + na - 1], conv at offset na-1 (ops/mamba_ssm.py:333-352)
-                    ssm_block = _col(row, curr + offset)
-                    conv, _ = st.read(cur_block, offset, cur_block)
-                    _, ssm = st.read(ssm_block, 0, ssm_block)
-                    # name the V1 re-add reset of num_accepted (§6.6) when it decides what is read
-                    what = "initial-after-accepted-reset" if r in self.accepted_reset and not precopy else "initial"
-                    tr.reads.append(Read(so.step, r, what, g, curr, cur_block, conv, ssm, want))
-                    blocks = [_col(row, curr + i) for i in range(ns)]
-                    st.write_tokens(cur_block, blocks, [(nc + i + 1, fps[nc + i + 1]) for i in range(ns)])
-                    live.extend(range(curr, curr + ns))
-                else:  # prefill: read row[curr] if nc > 0, write the final state there (mamba_mixer2.py:826-907)
-                    if nc > 0:
-                        conv, ssm = st.read(cur_block, 0, cur_block)
-                        tr.reads.append(Read(so.step, r, "initial", g, curr, cur_block, conv, ssm, want))
-                    st.write_final(cur_block, (nc + ns, fps[nc + ns]))
-                    live.append(curr)
-                    ckpt = self._checkpoint_column(nc, ns, row)
-                    if ckpt is not None:
-                        col, pos = ckpt
-                        st.write_final(row[col], (pos, fps[pos]))
-                        live.append(col)
-                tr.rows.append(RowView(so.step, r, g, kinds.get(r, "RUNNING"), nc, ns, prev, curr,
-                                       sorted(set(live)), list(row), list(core_tables[r][g])))
-            if precopy:
-                self.num_accepted[r] = 1
+                src_conv, src_ssm = _col(row, prev), _col(row, prev + b)
+                conv, _ = st.read(src_conv, b, src_conv)
+                _, ssm = st.read(src_ssm, 0, src_ssm)
+                what = "precopy-after-accepted-reset" if r in self.accepted_reset else "precopy"
+                self.trace.reads.append(Read(so.step, r, what, g, prev, src_conv, conv, ssm, (nc, fps[nc])))
+                self._shift_copy(_col(row, curr), src_conv, src_ssm, b)
+            self.num_accepted[r] = 1
+        return r, ns, nc, prev, curr, na, decode_row, precopy
+
+    def _forward(self, so, kinds, seq_fps, core_tables, r, ns, nc, prev, curr, na, decode_row, precopy) -> None:
+        st, tr = self.states, self.trace
+        s = self.requests[r]
+        fps = seq_fps[r]
+        want: State = (nc, fps[nc])
+        for g in self.mamba_groups:
+            row = s.block_ids[g]
+            live = [prev] if precopy else []
+            # after a pre-copy the runner reads the running state at offset 0 (na was reset to 1)
+            offset = 0 if precopy else (na - 1 if decode_row else 0)
+            cur_block = _col(row, curr)
+            ckpt = None
+            if decode_row:  # SSM from row[curr + na - 1], conv at offset na-1 (ops/mamba_ssm.py:333-352)
+                ssm_block = _col(row, curr + offset)
+                conv, _ = st.read(cur_block, offset, cur_block)
+                _, ssm = st.read(ssm_block, 0, ssm_block)
+                # name the V1 re-add reset of num_accepted (§6.6) when it decides what is read
+                what = "initial-after-accepted-reset" if r in self.accepted_reset and not precopy else "initial"
+                tr.reads.append(Read(so.step, r, what, g, curr, cur_block, conv, ssm, want))
+                blocks = [_col(row, curr + i) for i in range(ns)]
+                st.write_tokens(cur_block, blocks, [(nc + i + 1, fps[nc + i + 1]) for i in range(ns)])
+                live.extend(range(curr, curr + ns))
+                init = (cur_block, offset, ssm_block)
+            else:  # prefill: read row[curr] if nc > 0, write the final state there (mamba_mixer2.py:826-907)
+                blocks = []
+                init = (cur_block, 0, cur_block) if nc > 0 else None
+                if nc > 0:
+                    conv, ssm = st.read(cur_block, 0, cur_block)
+                    tr.reads.append(Read(so.step, r, "initial", g, curr, cur_block, conv, ssm, want))
+                st.write_final(cur_block, (nc + ns, fps[nc + ns]))
+                live.append(curr)
+                ckpt = self._checkpoint_column(nc, ns, row)
+                if ckpt is not None:
+                    col, pos = ckpt
+                    st.write_final(row[col], (pos, fps[pos]))
+                    live.append(col)
+                    ckpt = (row[col], pos)
+            tr.rows.append(RowView(so.step, r, g, kinds.get(r, "RUNNING"), nc, ns, prev, curr,
+                                   sorted(set(live)), list(row), list(core_tables[r][g])))
+            if self.kernels is not None:
+                self.kernels.forward(Forward(so.step, r, nc, ns, init, decode_row, cur_block, blocks, ckpt,
+                                             s.block_ids[self.attn_group]))
+
+    def _shift_copy(self, dst: int, conv_src: int, ssm_src: int, shift: int) -> None:
+        self.states.shift_copy(dst, conv_src, ssm_src, shift)
+        if self.kernels is not None:
+            self.kernels.shift_copy(dst, conv_src, ssm_src, shift)
 
     def _checkpoint_column(self, nc: int, ns: int, row: list[int]) -> tuple[int, int] | None:
         """Internal prefill checkpoint export (§6.7; checkpoint.py:21-63, kv_cache_interface.py:1169-1210)."""
@@ -209,7 +264,7 @@ class WorkerShadow:
                 conv, _ = st.read(conv_src, bias, conv_src)
                 _, ssm = st.read(ssm_src, 0, ssm_src)
                 self.trace.reads.append(Read(so.step, r, "postcopy", g, src, conv_src, conv, ssm, (A, fps[A])))
-                st.shift_copy(_col(row, dest), conv_src, ssm_src, bias)
+                self._shift_copy(_col(row, dest), conv_src, ssm_src, bias)
 
 
 def _col(row: list[int], column: int) -> int:

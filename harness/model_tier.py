@@ -1,0 +1,173 @@
+"""Model tier: the same replay, with a tiny hybrid LM running on real state tensors paged by vLLM's blocks.
+
+The symbolic worker shadow still decides every read, write and copy (and the symbolic oracles still
+judge them); `ModelKernels` performs the same page moves on a `TensorPool` and runs the model's forward
+for each scheduled request on the state the runner would read. Tokens are the cached run's own greedy
+choices; speculative drafts come from an n-gram drafter and are accepted by verification against the
+cached run's logits. After the replay every generated token is scored against the uncached reference
+(`models/reference.py`); the output oracle (`harness/oracles.py: outputs`) judges those records.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.driver import Driver, _Req
+from harness.scenario import Scenario
+from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP
+from harness.worker import Forward
+from models.drafter import ngram_propose
+from models.hybrid import HybridLM, ModelConfig
+from models.pool import TensorPool
+from models.reference import greedy, prefix_state, teacher_forced_logits
+
+
+@dataclass(slots=True)
+class OutputRecord:
+    """One request's generation, scored against the uncached reference (pure data for the oracle).
+
+    For generated token index j (prompt_len <= j < len(tokens)): max_diff[i] = max |cached - reference|
+    logits predicting token j = prompt_len + i; ref_top[i] the reference's greedy token there; margin[i]
+    how far the reference prefers ref_top over the cached token. ref_continuation: the reference's own
+    greedy tokens from the first divergent token on (empty when none diverged)."""
+
+    request: str
+    prompt_len: int
+    tokens: list[int]
+    steps: list[int]  # the step that sampled each output token
+    max_diff: list[float]
+    ref_top: list[int]
+    margin: list[float]
+    ref_range: list[float]
+    finite: bool
+    ref_continuation: list[int] = field(default_factory=list)
+
+
+@functools.cache
+def default_model(seed: int = 0) -> HybridLM:
+    return HybridLM(ModelConfig(seed=seed))
+
+
+class ModelKernels:
+    """The tensor backend the worker shadow drives (`WorkerShadow.kernels`)."""
+
+    def __init__(self, driver: ModelDriver) -> None:
+        self.driver = driver
+        self.model = driver.model
+        g = driver.g
+        self.pool = TensorPool(driver.model, g.num_blocks, g.num_speculative_tokens, g.attn_block_size)
+        self.logits: dict[str, torch.Tensor] = {}
+        self.pending_kv: dict[str, tuple[list[int], int, int, dict]] = {}
+
+    def zero(self, blocks: list[int]) -> None:
+        self.pool.zero_kv(blocks)
+
+    def copy_page(self, src: int, dst: int) -> None:
+        self.pool.copy_page(src, dst)
+
+    def shift_copy(self, dst: int, conv_src: int, ssm_src: int, shift: int) -> None:
+        self.pool.shift_copy(dst, conv_src, ssm_src, shift)
+
+    def forward(self, f: Forward) -> None:
+        pool, nc, ns = self.pool, f.num_computed, f.num_scheduled
+        self._load_pending_kv(f.request)
+        tokens = self.driver.step_tokens(f.request)[nc:nc + ns]
+        states = pool.read(*f.init) if f.init else [self.model.zero_state() for _ in self.model.cfg.mamba_layers]
+        if f.decode:
+            state_at = list(range(ns))
+        else:
+            state_at = [ns - 1] + ([f.checkpoint[1] - nc - 1] if f.checkpoint else [])
+        logits, outs = self.model.forward(tokens, nc, states, pool.paged_kv(f.attn_row, nc), state_at,
+                                          logits_from=0 if f.decode else ns - 1, recurrent=f.decode)
+        if f.decode:
+            pool.write_tokens(f.block, f.token_blocks, outs)
+        else:
+            pool.write_final(f.block, outs, 0)
+            if f.checkpoint:
+                pool.write_final(f.checkpoint[0], outs, 1)
+        self.logits[f.request] = logits
+
+    def _load_pending_kv(self, request: str) -> None:
+        """A connector's attention pages land before the request's first forward: after that step's zeroing,
+        as a sync load does (and an async one, which vLLM keeps out of zeroing: scheduler.py:1443-1447)."""
+        pending = self.pending_kv.pop(request, None)
+        if pending is None:
+            return
+        row, start, total, store = pending
+        for layer, (k, v) in store.items():
+            self.pool.write_kv(layer, row, start, k[start:total], v[start:total])
+
+
+class ModelDriver(Driver):
+    def __init__(self, scenario: Scenario, mutant: str | None = None, model: HybridLM | None = None) -> None:
+        super().__init__(scenario, mutant)
+        self.model = model or default_model()
+        self.kernels = ModelKernels(self)
+        self.worker.kernels = self.kernels
+        self.cached_logits: dict[str, dict[int, tuple[int, torch.Tensor]]] = {rid: {} for rid in self.reqs}
+
+    def step_tokens(self, rid: str) -> list[int]:
+        r = self.reqs[rid]
+        return list(r.vreq.all_token_ids) + r.drafts
+
+    def _verify(self, r: _Req, drafts: list[int]) -> list[int]:
+        """Greedy verification against the cached run's own logits (rejection sampling at temperature 0)."""
+        logits = self.kernels.logits.pop(r.id)
+        targets = logits.argmax(-1).tolist()
+        good = 0
+        while good < len(drafts) and drafts[good] == targets[good]:
+            good += 1
+        first = r.vreq.num_tokens
+        for i in range(good + 1):
+            self.cached_logits[r.id][first + i] = (self.step_idx, logits[i])
+        return targets[:good + 1]
+
+    def _propose(self, r: _Req, nd: int) -> list[int]:
+        return ngram_propose(list(r.vreq.all_token_ids), nd)
+
+    def _connector_deliver(self, r: _Req, start: int, total: int) -> None:
+        super()._connector_deliver(r, start, total)
+        states, store = prefix_state(self.model, list(r.vreq.all_token_ids)[:total])
+        table = self.alloc.block_ids(r.id)
+        col = (total - 1) // self.g.mamba_block_size
+        if col < len(table[MAMBA_GROUP]):
+            self.kernels.pool.deliver_state(table[MAMBA_GROUP][col], states)
+        self.kernels.pending_kv[r.id] = (list(table[ATTN_GROUP]), start, total, store)
+
+    def run(self):
+        with torch.inference_mode():
+            trace = super().run()
+            if trace.exception is None:
+                trace.outputs = [self._score(rid) for rid, got in self.cached_logits.items() if got]
+        return trace
+
+    def _score(self, rid: str) -> OutputRecord:
+        """Teacher-forced reference along the cached run's tokens; its own greedy run past a divergence."""
+        r = self.reqs[rid]
+        tokens = list(r.vreq.all_token_ids)
+        plen = r.vreq.num_prompt_tokens
+        ref = teacher_forced_logits(self.model, tokens[:-1])
+        got = self.cached_logits[rid]
+        rec = OutputRecord(rid, plen, tokens, [], [], [], [], [], True)
+        for j in range(plen, len(tokens)):
+            row, (step, cached) = ref[j - 1], got[j]
+            rec.steps.append(step)
+            top = int(row.argmax())
+            rec.max_diff.append(float((cached - row).abs().max()))
+            rec.ref_top.append(top)
+            rec.margin.append(float(row[top] - row[tokens[j]]))
+            rec.ref_range.append(float(row.max() - row.min()))
+            rec.finite &= bool(torch.isfinite(cached).all())
+        for i, top in enumerate(rec.ref_top):
+            if top != tokens[plen + i]:
+                rec.ref_continuation = greedy(self.model, tokens[:plen + i], len(tokens) - plen - i)
+                break
+        return rec
+
+
+def replay_model(scenario: Scenario, mutant: str | None = None, model: HybridLM | None = None):
+    """Replay a scenario in the model tier. Mutants must already be applied by the caller."""
+    return ModelDriver(scenario, mutant, model).run()

@@ -1,0 +1,72 @@
+"""Pure-torch reference kernels for the tiny hybrid model (CPU, float64 by default).
+
+Each kernel has the shape of the vLLM / mamba-ssm kernel it stands for, so the GPU backend
+(`models/gpu.py`) can swap in mamba-ssm's Triton kernels and be checked against these:
+
+* `causal_conv1d`      — causal_conv1d_fn / causal_conv1d_update with an initial window
+* `ssd_chunk_scan`     — mamba_chunk_scan_combined(initial_states=..., return_final_states=True), one chunk,
+                         closed form (the SSD "minimal" algorithm), returning states at chosen positions
+* `ssd_recurrent`      — selective_state_update: the token-by-token recurrence (decode kernels)
+* `paged_attention`    — causal attention over K/V gathered through a block table
+
+Shapes: T tokens, H heads, P head dim, N state size, D conv channels.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def causal_conv1d(x: torch.Tensor, window: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
+    """x [T, D], window [d_conv-1, D] (the inputs before x, oldest first), weight [D, d_conv].
+    Returns the pre-activation output [T, D] and the extended input [d_conv-1+T, D]; the conv state
+    after token t is `ext[t+1 : t+d_conv]`."""
+    ext = torch.cat([window, x], 0)
+    out = (ext.unfold(0, weight.shape[1], 1) * weight).sum(-1) + bias
+    return out, ext
+
+
+def ssd_chunk_scan(x, dt, A, B, C, h0, state_at: list[int]):
+    """One-chunk SSD scan. x [T,H,P], dt [T,H] (after softplus), A [H] (negative), B/C [T,N],
+    h0 [H,P,N]. Returns y [T,H,P] (without the D skip) and the states after tokens `state_at` [k,H,P,N]."""
+    T = x.shape[0]
+    cum = torch.cumsum(dt * A, 0)  # [T, H]
+    causal = torch.ones(T, T, dtype=torch.bool).tril_()
+    seg = (cum[:, None, :] - cum[None, :, :]).masked_fill_(~causal[..., None], float("-inf"))
+    L = torch.exp(seg)  # [t, s, H]: decay from token s to token t (0 above the diagonal)
+    xdt = x * dt[..., None]
+    y = torch.einsum("tsh,ts,shp->thp", L, C @ B.T, xdt)
+    y = y + torch.einsum("tn,hpn,th->thp", C, h0, torch.exp(cum))
+    idx = torch.as_tensor(state_at, dtype=torch.long)
+    states = torch.einsum("ksh,shp,sn->khpn", L[idx], xdt, B) + torch.exp(cum[idx])[:, :, None, None] * h0
+    return y, states
+
+
+def ssd_recurrent(x, dt, A, B, C, h0):
+    """Token-by-token recurrence h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T, y_t = h_t C_t.
+    Returns y [T,H,P] and the state after every token [T,H,P,N]."""
+    h, ys, states = h0, [], []
+    for t in range(x.shape[0]):
+        h = torch.exp(dt[t] * A)[:, None, None] * h + (x[t] * dt[t][:, None])[:, :, None] * B[t]
+        ys.append(h @ C[t])
+        states.append(h)
+    return torch.stack(ys), torch.stack(states)
+
+
+def paged_attention(q, k_all, v_all, start: int):
+    """q [T,nh,hd] at absolute positions start..start+T-1; k_all/v_all [start+T, nh, hd] for positions
+    0..start+T-1. Causal softmax attention, float64."""
+    T, S = q.shape[0], k_all.shape[0]
+    scores = torch.einsum("thd,shd->hts", q, k_all) / q.shape[-1] ** 0.5
+    pos_q = torch.arange(start, start + T)[:, None]
+    scores = scores.masked_fill(torch.arange(S)[None, :] > pos_q, float("-inf"))
+    return torch.einsum("hts,shd->thd", torch.softmax(scores, -1), v_all)
+
+
+def rms_norm(x, weight, eps: float = 1e-6):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def silu(x):
+    return F.silu(x)
