@@ -30,6 +30,7 @@ class ModelConfig:
     attn_heads: int = 4
     seed: int = 0
     dtype: str = "float64"
+    device: str = "cpu"
 
     @property
     def d_inner(self) -> int:
@@ -77,8 +78,12 @@ KVStore = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.
 
 
 class HybridLM:
-    def __init__(self, cfg: ModelConfig = ModelConfig()) -> None:
+    """backend: the module of Mamba kernels (`models.kernels` by default; `models.gpu` on CUDA). Weights
+    are drawn on the CPU in float64 from the seed and then cast, so every device/dtype gets the same model."""
+
+    def __init__(self, cfg: ModelConfig = ModelConfig(), backend=kernels) -> None:
         self.cfg = cfg
+        self.backend = backend
         g = torch.Generator().manual_seed(cfg.seed)
         dt = cfg.torch_dtype
 
@@ -108,12 +113,16 @@ class HybridLM:
             self.layers.append(p)
         self.final_norm = torch.ones(d, dtype=dt)
         self.lm_head = rand(d, cfg.vocab_size, scale=2 * d ** -0.5)
+        if cfg.device != "cpu":
+            self.embed, self.final_norm, self.lm_head = (t.to(cfg.device) for t in (self.embed, self.final_norm,
+                                                                                   self.lm_head))
+            self.layers = [{k: t.to(cfg.device) for k, t in p.items()} for p in self.layers]
 
     # -- states ------------------------------------------------------------------------------------
     def zero_state(self) -> MambaState:
         c = self.cfg
-        return MambaState(torch.zeros(c.d_conv - 1, c.conv_dim, dtype=c.torch_dtype),
-                          torch.zeros(c.nheads, c.headdim, c.d_state, dtype=c.torch_dtype))
+        return MambaState(torch.zeros(c.d_conv - 1, c.conv_dim, dtype=c.torch_dtype, device=c.device),
+                          torch.zeros(c.nheads, c.headdim, c.d_state, dtype=c.torch_dtype, device=c.device))
 
     # -- forward -----------------------------------------------------------------------------------
     def forward(self, tokens: list[int], start: int, states_in: list[MambaState], kv: KVStore,
@@ -126,7 +135,7 @@ class HybridLM:
         chunk scan, as vLLM's decode rows do.
         """
         c = self.cfg
-        ids = torch.as_tensor([t % c.vocab_size for t in tokens], dtype=torch.long)
+        ids = torch.as_tensor([t % c.vocab_size for t in tokens], dtype=torch.long, device=c.device)
         x = self.embed[ids]
         outs: list[MambaOut] = []
         m = 0
@@ -146,15 +155,16 @@ class HybridLM:
         c = self.cfg
         T, di, n, h = x.shape[0], c.d_inner, c.d_state, c.nheads
         z, xbc, dt = torch.split(x @ p["in_proj"], [di, di + 2 * n, h], -1)
-        conv, ext = kernels.causal_conv1d(xbc, state.conv, p["conv_w"], p["conv_b"])
+        be = self.backend
+        conv, ext = be.causal_conv1d(xbc, state.conv, p["conv_w"], p["conv_b"])
         xs, B, C = torch.split(kernels.silu(conv), [di, n, n], -1)
         dt = torch.nn.functional.softplus(dt + p["dt_bias"])
         xh = xs.reshape(T, h, c.headdim)
         if recurrent:
-            y, every = kernels.ssd_recurrent(xh, dt, p["A"], B, C, state.ssm)
-            ssm = every[torch.as_tensor(state_at, dtype=torch.long)]
+            y, every = be.ssd_recurrent(xh, dt, p["A"], B, C, state.ssm)
+            ssm = every[torch.as_tensor(state_at, dtype=torch.long, device=every.device)]
         else:
-            y, ssm = kernels.ssd_chunk_scan(xh, dt, p["A"], B, C, state.ssm, state_at)
+            y, ssm = be.ssd_chunk_scan(xh, dt, p["A"], B, C, state.ssm, state_at)
         y = (y + p["D"][:, None] * xh).reshape(T, di)
         y = kernels.rms_norm(y * kernels.silu(z), p["gate_norm"]) @ p["out_proj"]
         w = c.d_conv - 1
@@ -166,7 +176,7 @@ class HybridLM:
         T, hd = x.shape[0], c.d_model // c.attn_heads
         q, k, v = (t.reshape(T, c.attn_heads, hd) for t in torch.split(x @ p["qkv"], c.d_model, -1))
         k_all, v_all = kv(layer, k, v)
-        return kernels.paged_attention(q, k_all, v_all, start).reshape(T, c.d_model) @ p["o"]
+        return self.backend.paged_attention(q, k_all, v_all, start).reshape(T, c.d_model) @ p["o"]
 
 
 def contiguous_kv() -> tuple[KVStore, dict]:

@@ -32,13 +32,13 @@ def ssd_chunk_scan(x, dt, A, B, C, h0, state_at: list[int]):
     h0 [H,P,N]. Returns y [T,H,P] (without the D skip) and the states after tokens `state_at` [k,H,P,N]."""
     T = x.shape[0]
     cum = torch.cumsum(dt * A, 0)  # [T, H]
-    causal = torch.ones(T, T, dtype=torch.bool).tril_()
+    causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril_()
     seg = (cum[:, None, :] - cum[None, :, :]).masked_fill_(~causal[..., None], float("-inf"))
     L = torch.exp(seg)  # [t, s, H]: decay from token s to token t (0 above the diagonal)
     xdt = x * dt[..., None]
     y = torch.einsum("tsh,ts,shp->thp", L, C @ B.T, xdt)
     y = y + torch.einsum("tn,hpn,th->thp", C, h0, torch.exp(cum))
-    idx = torch.as_tensor(state_at, dtype=torch.long)
+    idx = torch.as_tensor(state_at, dtype=torch.long, device=x.device)
     states = torch.einsum("ksh,shp,sn->khpn", L[idx], xdt, B) + torch.exp(cum[idx])[:, :, None, None] * h0
     return y, states
 
@@ -59,8 +59,8 @@ def paged_attention(q, k_all, v_all, start: int):
     0..start+T-1. Causal softmax attention, float64."""
     T, S = q.shape[0], k_all.shape[0]
     scores = torch.einsum("thd,shd->hts", q, k_all) / q.shape[-1] ** 0.5
-    pos_q = torch.arange(start, start + T)[:, None]
-    scores = scores.masked_fill(torch.arange(S)[None, :] > pos_q, float("-inf"))
+    pos_q = torch.arange(start, start + T, device=q.device)[:, None]
+    scores = scores.masked_fill(torch.arange(S, device=q.device)[None, :] > pos_q, float("-inf"))
     return torch.einsum("hts,shd->thd", torch.softmax(scores, -1), v_all)
 
 

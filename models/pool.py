@@ -29,9 +29,9 @@ class TensorPool:
         if page * num_blocks > MAX_POOL_BYTES:
             raise BadInput(f"geometry: {num_blocks} blocks x {page} bytes exceeds the model tier's "
                            f"{MAX_POOL_BYTES >> 30} GiB state pool; use fewer or smaller blocks")
-        self.conv = torch.zeros(nm, num_blocks, self.width, c.d_conv - 1, c.conv_dim, dtype=dt)
-        self.ssm = torch.zeros(nm, num_blocks, c.nheads, c.headdim, c.d_state, dtype=dt)
-        self.k = torch.zeros(na, num_blocks, attn_block_size, c.attn_heads, hd, dtype=dt)
+        self.conv = torch.zeros(nm, num_blocks, self.width, c.d_conv - 1, c.conv_dim, dtype=dt, device=c.device)
+        self.ssm = torch.zeros(nm, num_blocks, c.nheads, c.headdim, c.d_state, dtype=dt, device=c.device)
+        self.k = torch.zeros(na, num_blocks, attn_block_size, c.attn_heads, hd, dtype=dt, device=c.device)
         self.v = torch.zeros_like(self.k)
         self.attn_index = {layer: i for i, layer in enumerate(c.attn_layers)}
 
@@ -100,8 +100,9 @@ class TensorPool:
     def _slots(self, row: list[int], positions: range) -> tuple[torch.Tensor, torch.Tensor]:
         bs = self.attn_bs
         blocks = [row[p // bs] if p // bs < len(row) else NULL_BLOCK for p in positions]
-        return torch.as_tensor(blocks, dtype=torch.long), torch.as_tensor([p % bs for p in positions],
-                                                                            dtype=torch.long)
+        dev = self.k.device
+        return (torch.as_tensor(blocks, dtype=torch.long, device=dev),
+                torch.as_tensor([p % bs for p in positions], dtype=torch.long, device=dev))
 
     def write_kv(self, layer: int, row: list[int], start: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Slot mapping of the full-attention group: position p -> row[p // bs], offset p % bs."""
