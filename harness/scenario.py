@@ -3,6 +3,8 @@
 A scenario names a geometry (block sizes, pool size, speculation, checkpoints), the requests (prompt,
 arrival, external hit, per-step prefill caps, decode length, acceptance pattern) and events (preempt,
 abort). Validation is pydantic's; any error becomes ``BadInput`` naming the field, so the CLI exits 2.
+A scenario file may instead point at a workload file (``workload``, see harness/workloads.py): loading it
+expands the file into explicit ``requests``, so the expanded scenario (a finding artifact) replays alone.
 """
 
 from __future__ import annotations
@@ -105,6 +107,13 @@ class Event(_Strict):
     request: str
 
 
+class Workload(_Strict):
+    path: str = Field(min_length=1)  # relative to the scenario file's folder
+    limit: int | None = Field(default=None, ge=1)  # first N sessions (rows)
+    max_tokens: int = Field(default=2, ge=1, le=100_000)
+    arrival_gap: int = Field(default=4, ge=0, le=100_000)  # turn k arrives at step k * arrival_gap
+
+
 class Scenario(_Strict):
     version: Literal[1]
     name: str = ""
@@ -112,6 +121,7 @@ class Scenario(_Strict):
     requests: list[RequestSpec] = Field(min_length=1, max_length=512)
     events: list[Event] = Field(default_factory=list)
     max_steps: int = Field(default=2000, ge=1, le=1_000_000)
+    workload: Workload | None = None  # where the requests came from (kept as a record once expanded)
 
     @model_validator(mode="after")
     def _references(self) -> Scenario:
@@ -154,15 +164,40 @@ def _field_path(loc: tuple) -> str:
     return path or "(root)"
 
 
-def parse_scenario(data: object) -> Scenario:
-    """Validate a decoded JSON object; raise BadInput naming the first offending field."""
-    if isinstance(data, dict) and "scenario" in data and "version" not in data:
-        data = data["scenario"]  # a finding artifact carries its scenario
+def _validate(model: type[BaseModel], data: object, prefix: tuple = ()) -> BaseModel:
     try:
-        return Scenario.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise BadInput(f"scenario field {_field_path(err['loc'])}: {err['msg']}") from None
+        raise BadInput(f"scenario field {_field_path(prefix + tuple(err['loc']))}: {err['msg']}") from None
+
+
+def _expand_workload(data: dict, base_dir: Path) -> dict:
+    from harness.workloads import workload_requests  # imports HF datasets: only when a scenario needs it
+
+    spec = _validate(Workload, data["workload"], ("workload",))
+    path = base_dir / spec.path
+    requests = workload_requests(path, limit=spec.limit, max_tokens=spec.max_tokens, arrival_gap=spec.arrival_gap)
+    return {**data, "requests": requests}
+
+
+def parse_scenario(data: object, *, base_dir: str | Path | None = None) -> Scenario:
+    """Validate a decoded JSON object; raise BadInput naming the first offending field.
+
+    With `base_dir` (load_scenario passes the file's folder), a scenario with a `workload` and no
+    `requests` gets its requests from the workload file. Without it nothing is read: an expanded
+    scenario must stand alone (and a minimizer emptying `requests` must not refill them).
+    """
+    if isinstance(data, dict) and "scenario" in data and "version" not in data:
+        data = data["scenario"]  # a finding artifact carries its scenario
+    expand = isinstance(data, dict) and data.get("workload") is not None and not data.get("requests")
+    if base_dir is not None and expand:
+        data = _expand_workload(data, Path(base_dir))
+        try:
+            return _validate(Scenario, data)
+        except BadInput as exc:
+            raise BadInput(f"{exc} (requests from workload {Path(base_dir) / data['workload']['path']})") from None
+    return _validate(Scenario, data)
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -175,8 +210,10 @@ def load_scenario(path: str | Path) -> Scenario:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadInput(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-    return parse_scenario(data)
+    return parse_scenario(data, base_dir=path.parent)
 
 
 def scenario_to_json(scenario: Scenario) -> dict:
-    return scenario.model_dump(mode="json", by_alias=True, exclude_defaults=False)
+    # no "workload": null on plain scenarios, so their documents stay as they were
+    exclude = {"workload"} if scenario.workload is None else None
+    return scenario.model_dump(mode="json", by_alias=True, exclude_defaults=False, exclude=exclude)
