@@ -4,21 +4,25 @@
     python fuzz/symbolic_target.py [libFuzzer flags] [CORPUS_DIR ...]   # fuzz
     python fuzz/symbolic_target.py CRASH_FILE                          # replay one input
 Environment: HH_ARTIFACTS (kept findings, default artifacts/fuzz), HH_MUTANT (mutant to apply),
-HH_NO_CHECKPOINTS, HH_STOP_ON (see harness/fuzzing.py).
+HH_NO_CHECKPOINTS, HH_STOP_ON, HH_TIER (see harness/fuzzing.py; fuzz/model_target.py sets HH_TIER=model).
 
 Coverage: the harness is instrumented as it is imported; vLLM's allocator package (vllm.v1.core) is
 instrumented function by function after import. (atheris.instrument_imports widens "vllm.v1.core" to the
 whole top-level "vllm" package, hundreds of modules and ~25 s of start-up for code the target never runs.)
 """
 
+import os
 import random
 import sys
 
 import atheris
 
-with atheris.instrument_imports(include=["harness"]):
+with atheris.instrument_imports(include=["harness", "models"]):
     from harness import fuzzing, genome
     from harness.vllm_adapter import instrument_allocator
+
+    if os.environ.get("HH_TIER") == "model":
+        import harness.model_tier  # noqa: F401 - instrumented with the rest of the harness
 
 instrument_allocator(atheris.instrument_func)
 TARGET = fuzzing.Target()

@@ -23,12 +23,14 @@ def write_json_atomic(path: Path, payload: dict) -> Path:
     return path
 
 
-def finding_artifact(scenario: Scenario, findings: list[Finding], vllm_version: str, mutant: str | None) -> dict:
-    """A self-contained artifact: `hybrid-harness run ARTIFACT.json` replays its scenario."""
+def finding_artifact(scenario: Scenario, findings: list[Finding], vllm_version: str, mutant: str | None,
+                     tier: str = "symbolic") -> dict:
+    """A self-contained artifact: `hybrid-harness run ARTIFACT.json` replays its scenario (in its tier)."""
     return {
         "kind": "hybrid-harness-finding",
         "vllm_version": vllm_version,
         "mutant": mutant,
+        "tier": tier,
         "scenario": scenario_to_json(scenario),
         "findings": [f.to_json() for f in findings],
     }

@@ -25,9 +25,10 @@ from pathlib import Path
 from harness.artifacts import write_json_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGETS = {"symbolic": ROOT / "fuzz" / "symbolic_target.py"}
-SEED_CORPORA = {"symbolic": ROOT / "fuzz" / "corpus" / "symbolic"}
-DICTIONARIES = {"symbolic": ROOT / "fuzz" / "symbolic.dict"}
+TARGETS = {"symbolic": ROOT / "fuzz" / "symbolic_target.py", "model": ROOT / "fuzz" / "model_target.py"}
+# both tiers decode the same bytes (the model tier into smaller scenarios): one seed corpus, one dictionary
+SEED_CORPORA = {t: ROOT / "fuzz" / "corpus" / "symbolic" for t in TARGETS}
+DICTIONARIES = {t: ROOT / "fuzz" / "symbolic.dict" for t in TARGETS}
 STAT_LINE = re.compile(r"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/\S+.*?exec/s: (\d+)")
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from harness.errors import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_HARNESS_ERROR, EXIT_OK, BadInput, HarnessError
 
+TIERS = ("symbolic", "model")  # harness.driver.TIERS, without importing vLLM to build the parser
+
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.artifacts import finding_artifact, write_finding
@@ -21,22 +23,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     version = installed_version()
     check_supported(version)
+    tier = args.tier or _artifact_tier(args.scenario)
     with mutant_applied(args.mutant):
-        trace = replay(scenario, args.mutant)
+        trace = replay(scenario, args.mutant, tier)
     findings = judge(trace)
     artifact_path = None
     if findings:
         stem = Path(args.scenario).stem
         artifact_path = write_finding(Path(args.artifacts), stem,
-                                      finding_artifact(scenario, findings, version, args.mutant))
+                                      finding_artifact(scenario, findings, version, args.mutant, tier))
     if args.json:
         print(json.dumps({
             "scenario": str(args.scenario), "vllm_version": version, "mutant": args.mutant,
-            "steps": trace.steps_run, "ok": not findings, "artifact": str(artifact_path) if artifact_path else None,
+            "tier": tier, "steps": trace.steps_run, "ok": not findings, "outputs": _outputs_json(trace), "artifact": str(artifact_path) if artifact_path else None,
             "findings": [f.to_json() for f in findings],
         }, indent=1, default=str))
     else:
-        label = f"vLLM {version}" + (f" + mutant {args.mutant}" if args.mutant else "")
+        label = f"vLLM {version}" + (f" + mutant {args.mutant}" if args.mutant else "") + f", {tier} tier"
+        if trace.outputs is not None:
+            print(_outputs_line(trace))
         if not findings:
             print(f"OK  {args.scenario}: {trace.steps_run} steps on {label}; all oracles hold")
         else:
@@ -45,6 +50,33 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 print(f"  {f.headline()}")
                 print(f"      {f.detail}")
     return EXIT_FINDING if findings else EXIT_OK
+
+
+def _artifact_tier(path: str) -> str:
+    """The tier a finding artifact was found in (a plain scenario: symbolic)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError):
+        return "symbolic"  # load_scenario reports the problem
+    return doc.get("tier", "symbolic") if isinstance(doc, dict) else "symbolic"
+
+
+def _outputs_json(trace) -> list | None:
+    if trace.outputs is None:
+        return None
+    from harness.oracles import output_symptom
+
+    return [{"request": r.request, "prompt_len": r.prompt_len, "output": r.tokens[r.prompt_len:],
+             "max_logit_diff": max(r.max_diff), "symptom": output_symptom(r)} for r in trace.outputs]
+
+
+def _outputs_line(trace) -> str:
+    from harness.oracles import output_summary
+
+    s = output_summary(trace)
+    return (f"outputs: {s['generations']} generation(s), {s['diverged']} diverged from the uncached reference "
+            f"(repeat {s['repeat']}/{s['generations']}, garbage {s['garbage']}, drift {s['drift']}); "
+            f"max |logit diff| {s['max_logit_diff']:.3g}")
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -64,18 +96,19 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
     from harness.driver import replay
     from harness.generate import random_scenario
     from harness.known import known_issue
-    from harness.oracles import judge
+    from harness.oracles import judge, output_summary
     from harness.scenario import scenario_to_json
     from harness.vllm_adapter import load_vllm, supports_prefill_checkpoints
 
     startup = load_vllm()
     checkpoints = args.checkpoints == "on" and supports_prefill_checkpoints()
     found, errors, known, steps = [], [], [], 0
+    outputs = {"generations": 0, "diverged": 0, "repeat": 0, "garbage": 0, "drift": 0, "max_logit_diff": 0.0}
     started = time.perf_counter()
     for seed in range(args.seed, args.seed + args.count):
-        scenario = random_scenario(seed, checkpoints=checkpoints)
+        scenario = random_scenario(seed, checkpoints=checkpoints, small=args.tier == "model")
         try:
-            trace = replay(scenario, args.mutant)
+            trace = replay(scenario, args.mutant, args.tier)
         except HarnessError as exc:
             path = write_json_atomic(Path(args.artifacts) / f"harness-error-{seed}.json",
                                      {"kind": "hybrid-harness-error", "error": str(exc),
@@ -83,10 +116,13 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
             errors.append((seed, str(exc), path))
             continue
         steps += trace.steps_run
+        if trace.outputs is not None:
+            for key, value in output_summary(trace).items():
+                outputs[key] = max(outputs[key], value) if key == "max_logit_diff" else outputs[key] + value
         findings = judge(trace)
         if findings:
             path = write_finding(Path(args.artifacts), f"sweep-{seed}",
-                                 finding_artifact(scenario, findings, version, args.mutant))
+                                 finding_artifact(scenario, findings, version, args.mutant, args.tier))
             issue = known_issue(findings[0].signature)
             if issue:
                 known.append(seed)
@@ -96,9 +132,14 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
                 print(f"FINDING seed {seed}: {findings[0].headline()} ({path})")
     elapsed = time.perf_counter() - started
     print(f"sweep: {args.count} scenarios (seeds {args.seed}..{args.seed + args.count - 1}), {steps} steps, "
+          f"{args.tier} tier, "
           f"vLLM {version}{' + mutant ' + args.mutant if args.mutant else ''}: {len(found)} with findings "
           f"({len(known)} more with known vLLM issues), "
           f"{len(errors)} harness errors; {args.count / elapsed:.1f} scenarios/s after {startup:.1f} s start-up")
+    if args.tier == "model":
+        print(f"outputs: {outputs['generations']} generations, {outputs['diverged']} diverged from the uncached "
+              f"reference; repeat rate {outputs['repeat']}/{outputs['generations']} (garbage {outputs['garbage']}, "
+              f"drift {outputs['drift']}); max |logit diff| {outputs['max_logit_diff']:.3g}")
     for seed, err, path in errors:
         print(f"HARNESS ERROR seed {seed} (not a vLLM finding): {err} ({path})", file=sys.stderr)
     if errors:
@@ -155,7 +196,8 @@ def _minimize_kept(folders, mutant: str | None) -> None:
         for folder in folders:
             artifact = read_finding(folder)
             try:
-                small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], mutant, seconds=60)
+                small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], mutant, seconds=60,
+                                 tier=artifact.get("tier", "symbolic"))
             except BadInput as exc:  # e.g. the finding no longer reproduces: keep it as found, say why
                 print(f"  {folder.name}: not minimized: {exc}", file=sys.stderr)
                 continue
@@ -173,7 +215,8 @@ def _cmd_minimize(args: argparse.Namespace) -> int:
     artifact = read_finding(args.finding)
     mutant = args.mutant if args.mutant is not None else artifact.get("mutant")
     with mutant_applied(mutant):
-        small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], mutant, seconds=args.seconds)
+        small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], mutant, seconds=args.seconds,
+                         tier=artifact.get("tier", "symbolic"))
     out = dict(artifact, scenario=scenario_to_json(small))
     write_json_atomic(Path(args.output), out)
     print(f"minimized to {len(small.requests)} request(s), {len(small.events)} event(s): {args.output}")
@@ -241,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     run.add_argument("--mutant", help="apply a named run-time patch of vLLM first")
     run.add_argument("--artifacts", default="artifacts", help="where finding artifacts are written (default: artifacts/)")
+    run.add_argument("--tier", choices=TIERS, help="symbolic (default; a finding artifact's own tier) or model: a "
+                     "tiny hybrid LM on real state tensors, judged against an uncached reference")
     run.set_defaults(func=_cmd_run)
     sweep = sub.add_parser("sweep", help="replay COUNT generated scenarios; exit 0 none with findings, 1 some")
     sweep.add_argument("--count", type=int, default=300)
@@ -249,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--artifacts", default="artifacts/sweep")
     sweep.add_argument("--checkpoints", choices=("on", "off"), default="on",
                        help="generate geometries with Mamba prefill checkpoint blocks (default on where supported)")
+    sweep.add_argument("--tier", choices=TIERS, default="symbolic")
     sweep.set_defaults(func=_cmd_sweep)
     fuzz = sub.add_parser("fuzz", help="coverage-guided atheris campaign; exit 0 no finding, 1 finding(s)")
     fuzz.add_argument("--minutes", type=float)
@@ -258,7 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--artifacts", default="artifacts/fuzz")
     fuzz.add_argument("--seed", type=int, default=0)
     fuzz.add_argument("--mutant", help="apply a named run-time patch of vLLM in every worker")
-    fuzz.add_argument("--target", choices=("symbolic",), default="symbolic")
+    fuzz.add_argument("--tier", "--target", dest="target", choices=TIERS, default="symbolic",
+                      help="fuzz target: symbolic (default) or model (smaller scenarios, real tensors)")
     fuzz.add_argument("--seed-corpus", action="store_true", help="also read the checked-in seed corpus")
     fuzz.add_argument("--checkpoints", choices=("on", "off"), default="on")
     fuzz.add_argument("--no-minimize", action="store_true", help="do not minimize new findings at the end")

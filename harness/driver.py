@@ -472,9 +472,18 @@ class Driver:
             self.trace.cache.append(CacheCheck(step, block, n, rid, (n, self.reqs[rid].fps[n]), conv[0], ssm))
 
 
-def replay(scenario: Scenario, mutant: str | None = None) -> Trace:
-    """Build a driver and run the scenario. Mutants must already be applied by the caller."""
+TIERS = ("symbolic", "model")
+
+
+def replay(scenario: Scenario, mutant: str | None = None, tier: str = "symbolic") -> Trace:
+    """Build a driver for the tier and run the scenario. Mutants must already be applied by the caller."""
+    if tier == "model":
+        from harness.model_tier import ModelDriver  # torch model code only when asked for
+
+        return ModelDriver(scenario, mutant).run()
+    if tier != "symbolic":
+        raise BadInput(f"unknown tier {tier!r}: choose one of {', '.join(TIERS)}")
     return Driver(scenario, mutant).run()
 
 
-__all__ = ["Driver", "replay"]
+__all__ = ["TIERS", "Driver", "replay"]

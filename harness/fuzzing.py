@@ -6,7 +6,7 @@ kept apart and never reported as a vLLM finding. Known signatures return normall
 Configuration comes from the environment, so that `python fuzz/TARGET.py FILE` replays like any
 libFuzzer target: HH_ARTIFACTS (where findings go), HH_MUTANT (a mutant to apply first), HH_NO_CHECKPOINTS
 (no prefill-checkpoint geometries), HH_STOP_ON (signature prefixes that stop the worker), HH_IGNORE_KNOWN
-(findings of known stock-vLLM issues are kept but never stop the worker).
+(findings of known stock-vLLM issues are kept but never stop the worker), HH_TIER (symbolic | model).
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def finding_signature(findings: list[OracleFinding]) -> str:
 
 
 class Target:
-    def __init__(self, artifacts: str | os.PathLike | None = None, mutant: str | None = None) -> None:
+    def __init__(self, artifacts: str | os.PathLike | None = None, mutant: str | None = None,
+                 tier: str | None = None) -> None:
         from harness.mutants import apply_mutant
         from harness.vllm_adapter import installed_version, load_vllm, supports_prefill_checkpoints
 
@@ -57,7 +58,9 @@ class Target:
         self.mutant = mutant if mutant is not None else os.environ.get("HH_MUTANT") or None
         if self.mutant:
             apply_mutant(self.mutant)
-        self.budget = Budget(checkpoints=supports_prefill_checkpoints() and not os.environ.get("HH_NO_CHECKPOINTS"))
+        self.tier = tier or os.environ.get("HH_TIER") or "symbolic"
+        self.budget = Budget(checkpoints=supports_prefill_checkpoints() and not os.environ.get("HH_NO_CHECKPOINTS"),
+                             small=self.tier == "model")
         self.dir = Path(artifacts or os.environ.get("HH_ARTIFACTS") or "artifacts/fuzz")
         self.dir.mkdir(parents=True, exist_ok=True)
         self.execs = 0
@@ -77,7 +80,7 @@ class Target:
             self.startup_s = round(time.time() - psutil.Process().create_time(), 2)
         scenario = decode(data, self.budget)
         try:
-            trace = replay(scenario, self.mutant)
+            trace = replay(scenario, self.mutant, self.tier)
         except (HarnessError, BadInput) as exc:
             self._keep_error(data, scenario, exc)
             raise HarnessFailure(str(exc)) from exc
@@ -102,7 +105,7 @@ class Target:
         tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
         (tmp / "input.bin").write_bytes(data)
-        artifact = finding_artifact(scenario, findings, self.version, self.mutant)
+        artifact = finding_artifact(scenario, findings, self.version, self.mutant, self.tier)
         artifact["signature"] = sig
         artifact["detection"] = {"execs": self.execs, "startup_s": self.startup_s,
                                  "after_startup_s": round(time.monotonic() - self.first_exec, 3)}

@@ -32,7 +32,8 @@ def random_geometry(rng: random.Random, *, checkpoints: bool) -> dict:
     }
 
 
-def random_scenario(seed: int, *, checkpoints: bool = True) -> Scenario:
+def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False) -> Scenario:
+    """small: the model tier's scenarios (shorter prompts, at least two outputs so repeats can show)."""
     rng = random.Random(seed)
     geo = random_geometry(rng, checkpoints=checkpoints)
     mamba, k = geo["mamba_block_size"], geo["num_speculative_tokens"]
@@ -40,7 +41,7 @@ def random_scenario(seed: int, *, checkpoints: bool = True) -> Scenario:
     lengths: dict[str, int] = {}
     for i in range(rng.choice([1, 2, 2, 3, 4])):
         rid = "abcdefgh"[i]
-        length = rng.randint(2, 5 * mamba)
+        length = rng.randint(2, (3 if small else 5) * mamba)
         prompt: dict = {"length": length, "seed": rng.randrange(1 << 16)}
         if requests and rng.random() < 0.6:
             other = rng.choice(requests)["id"]
@@ -50,7 +51,7 @@ def random_scenario(seed: int, *, checkpoints: bool = True) -> Scenario:
             share = max(1, min(share, (share // geo["hash_block_size"]) * geo["hash_block_size"] + edge, length))
             prompt["share"] = {"request": other, "tokens": share}
         req: dict = {"id": rid, "prompt": prompt, "arrival_step": rng.choice([0, 0, 1, 2, 3, 5, 8]),
-                     "max_tokens": rng.randint(1, 8)}
+                     "max_tokens": rng.randint(2, 6) if small else rng.randint(1, 8)}
         if length > 1 and rng.random() < 0.4:
             hit = rng.choice([rng.randint(1, length - 1), min(length - 1, max(1, (length // mamba) * mamba)),
                               min(length - 1, max(1, (length // mamba) * mamba - 1))])

@@ -52,6 +52,7 @@ class Budget:
     """What the installed release supports; the decoder never emits what it cannot run."""
 
     checkpoints: bool = False
+    small: bool = False  # the model tier: shorter prompts, at least two outputs (repeats can show)
 
 
 def geometry_from(r: _Reader, budget: Budget) -> dict:
@@ -76,7 +77,7 @@ def decode(data: bytes, budget: Budget = Budget()) -> Scenario:
     r = _Reader(data)
     geo = geometry_from(r, budget)
     k, mamba = geo["num_speculative_tokens"], geo["mamba_block_size"]
-    max_len = min(96, 6 * mamba)
+    max_len = min(48, 3 * mamba) if budget.small else min(96, 6 * mamba)
     nreq = r.range(1, MAX_REQUESTS)
     requests, lengths = [], []
     for i in range(nreq):
@@ -87,7 +88,7 @@ def decode(data: bytes, budget: Budget = Budget()) -> Scenario:
         share_len = r.range(1, 255)
         ext = r.range(0, 255)
         ext_mode = r.byte()
-        max_tokens = r.range(1, 6)
+        max_tokens = r.range(2 if budget.small else 1, 6)
         accept = [r.range(0, k) for _ in range(4)]
         r.byte()  # reserved (keeps requests 12 bytes wide)
         prompt: dict = {"length": length, "seed": i + 1}

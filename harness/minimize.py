@@ -17,10 +17,10 @@ from harness.oracles import judge
 from harness.scenario import Scenario, parse_scenario, scenario_to_json
 
 
-def _signatures(doc: dict, mutant: str | None) -> tuple[set[str], int]:
+def _signatures(doc: dict, mutant: str | None, tier: str) -> tuple[set[str], int]:
     try:
         scenario = parse_scenario(doc)
-        trace = replay(scenario, mutant)
+        trace = replay(scenario, mutant, tier)
     except BadInput:
         return set(), 0
     return {f.signature for f in judge(trace)}, trace.steps_run
@@ -82,9 +82,10 @@ def _candidates(doc: dict, steps: int) -> Iterator[dict]:
                     yield edit(lambda q, n=new: q["prompt"].update(length=n))
 
 
-def minimize(scenario: Scenario, signature: str, mutant: str | None = None, *, seconds: float = 120.0) -> Scenario:
+def minimize(scenario: Scenario, signature: str, mutant: str | None = None, *, seconds: float = 120.0,
+             tier: str = "symbolic") -> Scenario:
     doc = scenario_to_json(scenario)
-    sigs, steps = _signatures(doc, mutant)
+    sigs, steps = _signatures(doc, mutant, tier)
     if signature not in sigs:
         raise BadInput(f"the scenario does not reproduce signature {signature!r} (got {sorted(sigs)})")
     deadline = time.monotonic() + seconds
@@ -98,7 +99,7 @@ def minimize(scenario: Scenario, signature: str, mutant: str | None = None, *, s
                 parse_scenario(cand)
             except BadInput:
                 continue
-            cand_sigs, cand_steps = _signatures(cand, mutant)
+            cand_sigs, cand_steps = _signatures(cand, mutant, tier)
             if signature in cand_sigs:
                 doc, steps, improved = cand, cand_steps, True
                 break

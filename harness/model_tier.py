@@ -19,7 +19,7 @@ from harness.driver import Driver, _Req
 from harness.scenario import Scenario
 from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP
 from harness.worker import Forward
-from models.drafter import ngram_propose
+from models.drafter import LayerSkipDrafter, ngram_propose
 from models.hybrid import HybridLM, ModelConfig
 from models.pool import TensorPool
 from models.reference import greedy, prefix_state, teacher_forced_logits
@@ -102,9 +102,11 @@ class ModelKernels:
 
 
 class ModelDriver(Driver):
-    def __init__(self, scenario: Scenario, mutant: str | None = None, model: HybridLM | None = None) -> None:
+    def __init__(self, scenario: Scenario, mutant: str | None = None, model: HybridLM | None = None,
+                 drafter: str = "layer-skip") -> None:
         super().__init__(scenario, mutant)
         self.model = model or default_model()
+        self.drafter = LayerSkipDrafter(self.model) if drafter == "layer-skip" else None
         self.kernels = ModelKernels(self)
         self.worker.kernels = self.kernels
         self.cached_logits: dict[str, dict[int, tuple[int, torch.Tensor]]] = {rid: {} for rid in self.reqs}
@@ -126,7 +128,8 @@ class ModelDriver(Driver):
         return targets[:good + 1]
 
     def _propose(self, r: _Req, nd: int) -> list[int]:
-        return ngram_propose(list(r.vreq.all_token_ids), nd)
+        tokens = list(r.vreq.all_token_ids)
+        return self.drafter.propose(r.id, tokens, nd) if self.drafter else ngram_propose(tokens, nd)
 
     def _connector_deliver(self, r: _Req, start: int, total: int) -> None:
         super()._connector_deliver(r, start, total)

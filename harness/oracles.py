@@ -142,10 +142,14 @@ def outputs(trace: Trace) -> list[Finding]:
         symptom = output_symptom(rec)
         j = rec.prompt_len + i
         got = rec.tokens[j:]
-        want = rec.tokens[j:rec.prompt_len + first_token] + rec.ref_continuation if first_token is not None else got
+        if first_token is None:
+            expected = f"logits within {LOGIT_TOLERANCE:g} of the reference"
+            actual = f"logits off by {rec.max_diff[i]:.3g}, tokens {got} still the reference's ({symptom})"
+        else:
+            expected = f"reference tokens {rec.tokens[j:rec.prompt_len + first_token] + rec.ref_continuation}"
+            actual = f"cached tokens {got} ({symptom})"
         out.append(Finding(
-            "output", rec.steps[i], rec.request, None, [],
-            expected=f"reference tokens {want}", actual=f"cached tokens {got} ({symptom})",
+            "output", rec.steps[i], rec.request, None, [], expected=expected, actual=actual,
             detail=(f"first divergence at token {j} (output {i}): max |logit diff| {rec.max_diff[i]:.3g} "
                     f"(tolerance {LOGIT_TOLERANCE:g}); first divergent token: "
                     f"{'none' if first_token is None else rec.prompt_len + first_token}; "

@@ -126,20 +126,21 @@ class HybridLM:
 
     # -- forward -----------------------------------------------------------------------------------
     def forward(self, tokens: list[int], start: int, states_in: list[MambaState], kv: KVStore,
-                state_at: list[int], logits_from: int, recurrent: bool = False):
+                state_at: list[int], logits_from: int, recurrent: bool = False, num_layers: int | None = None):
         """Run tokens at absolute positions start.. through every layer.
 
         states_in: one MambaState per Mamba layer (the initial state). state_at: chunk-local token
         indices whose states are returned (per Mamba layer, a MambaOut). logits_from: first chunk-local
         row whose logits are computed. recurrent: use the decode kernel (token-by-token) instead of the
-        chunk scan, as vLLM's decode rows do.
+        chunk scan, as vLLM's decode rows do. num_layers: run only the first layers, then the head
+        (the layer-skip drafter).
         """
         c = self.cfg
         ids = torch.as_tensor([t % c.vocab_size for t in tokens], dtype=torch.long, device=c.device)
         x = self.embed[ids]
         outs: list[MambaOut] = []
         m = 0
-        for i, (kind, p) in enumerate(zip(c.layout, self.layers)):
+        for i, (kind, p) in enumerate(zip(c.layout[:num_layers], self.layers[:num_layers])):
             hnorm = kernels.rms_norm(x, p["norm"])
             if kind == "M":
                 y, out = self._mamba(p, hnorm, states_in[m], state_at, recurrent)
@@ -167,8 +168,9 @@ class HybridLM:
             y, ssm = be.ssd_chunk_scan(xh, dt, p["A"], B, C, state.ssm, state_at)
         y = (y + p["D"][:, None] * xh).reshape(T, di)
         y = kernels.rms_norm(y * kernels.silu(z), p["gate_norm"]) @ p["out_proj"]
-        w = c.d_conv - 1
-        windows = torch.stack([ext[t + 1: t + 1 + w] for t in state_at])
+        # conv state after token t = ext[t+1 : t+d_conv]: one unfold row, transposed to [d_conv-1, D]
+        idx = torch.as_tensor(state_at, dtype=torch.long, device=ext.device) + 1
+        windows = ext.unfold(0, c.d_conv - 1, 1)[idx].transpose(1, 2)
         return y, MambaOut(windows, ssm)
 
     def _attention(self, p: dict, layer: int, x: torch.Tensor, start: int, kv: KVStore) -> torch.Tensor:

@@ -1,0 +1,188 @@
+"""Model tier: kernels agree with their references, cached runs match the uncached reference on stock vLLM,
+wrong states show up as diverging outputs, and the output oracle classifies symptoms."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.cli import main
+from harness.generate import random_scenario
+from harness.model_tier import OutputRecord, replay_model
+from harness.oracles import LOGIT_TOLERANCE, judge, output_summary, output_symptom
+from harness.scenario import load_scenario, parse_scenario
+from models import kernels
+from models.drafter import ngram_propose
+from models.hybrid import HybridLM, MambaState, ModelConfig, contiguous_kv
+from models.reference import full_forward, greedy
+from testlib import SCENARIOS, by_oracle, mutant
+
+MODEL = HybridLM(ModelConfig())
+
+
+def _rand(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def test_chunk_scan_matches_recurrence():
+    T, H, P, N = 9, 4, 3, 5
+    x, B, C, h0 = _rand(T, H, P, seed=1), _rand(T, N, seed=2), _rand(T, N, seed=3), _rand(H, P, N, seed=4)
+    dt = torch.rand(T, H, generator=torch.Generator().manual_seed(5), dtype=torch.float64) * 0.2
+    A = -torch.rand(H, generator=torch.Generator().manual_seed(6), dtype=torch.float64) * 8
+    y1, s1 = kernels.ssd_chunk_scan(x, dt, A, B, C, h0, list(range(T)))
+    y2, s2 = kernels.ssd_recurrent(x, dt, A, B, C, h0)
+    assert (y1 - y2).abs().max() < 1e-12 and (s1 - s2).abs().max() < 1e-12
+
+
+@settings(derandomize=True, max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=6))
+def test_chunked_forward_matches_one_chunk(chunks):
+    """Any chunking, carrying Mamba states and keys/values, reproduces the one-chunk reference logits."""
+    tokens = [(7 * i + 3) % 500 for i in range(sum(chunks))]
+    ref = full_forward(MODEL, tokens)[0]
+    kv, _ = contiguous_kv()
+    states = [MODEL.zero_state() for _ in MODEL.cfg.mamba_layers]
+    rows, start = [], 0
+    for n in chunks:
+        logits, outs = MODEL.forward(tokens[start:start + n], start, states, kv, [n - 1], 0, recurrent=n == 1)
+        states = [MambaState(o.conv[-1], o.ssm[-1]) for o in outs]
+        rows.append(logits)
+        start += n
+    assert (torch.cat(rows) - ref).abs().max() < 1e-12
+
+
+def test_model_is_seeded():
+    assert torch.equal(HybridLM(ModelConfig(seed=3)).lm_head, HybridLM(ModelConfig(seed=3)).lm_head)
+    assert not torch.equal(HybridLM(ModelConfig(seed=3)).lm_head, MODEL.lm_head)
+
+
+def test_ngram_drafter_proposes_what_followed():
+    assert ngram_propose([1, 2, 3, 9, 1, 2], 2) == [3, 9]
+    assert ngram_propose([5, 6, 7], 2) == []
+    assert ngram_propose([4, 4], 3) == [4]
+
+
+def test_seed_scenario_matches_reference_on_stock():
+    trace = replay_model(load_scenario(SCENARIOS / "seed-external-hit-same-block.json"))
+    assert judge(trace) == []
+    s = output_summary(trace)
+    assert s["generations"] == 2 and s["diverged"] == 0 and s["max_logit_diff"] < LOGIT_TOLERANCE
+
+
+def test_seed_bug_diverges_the_second_request():
+    """The published seed bug (as a mutant of the installed release): b resumes from a[:15] for a[:14]."""
+    with mutant("seed-unmarked-early-return"):
+        trace = replay_model(load_scenario(SCENARIOS / "seed-external-hit-same-block.json"),
+                             "seed-unmarked-early-return")
+    out = by_oracle(judge(trace), "output")
+    assert [f.request for f in out] == ["b"]
+    rec = {r.request: r for r in trace.outputs}
+    assert output_symptom(rec["a"]) is None
+    assert output_symptom(rec["b"]) in ("repeat", "garbage", "drift") and max(rec["b"].max_diff) > 0.1
+
+
+def test_checkpoint_midblock_start_changes_tokens():
+    """The stock 0.33.0 prefill-checkpoint issue is visible to users: request c's token differs."""
+    trace = replay_model(load_scenario(SCENARIOS / "checkpoint-midblock-start.json"))
+    out = by_oracle(judge(trace), "output")
+    assert [f.request for f in out] == ["c"] and "cached tokens" in out[0].actual
+
+
+def test_corrupted_pool_is_caught():
+    """The oracle can fail: zero one Mamba page the second request will resume from."""
+    from harness.model_tier import ModelDriver
+
+    driver = ModelDriver(load_scenario(SCENARIOS / "seed-external-hit-same-block.json"))
+    real = driver.kernels.forward
+
+    def forward(f):
+        if f.request == "b" and f.init is not None:
+            driver.kernels.pool.ssm[:, f.init[2]] = 0
+        real(f)
+
+    driver.kernels.forward = forward
+    trace = driver.run()
+    assert by_oracle(judge(trace), "output")
+
+
+def test_speculative_decoding_accepts_by_verification():
+    """The layer-skip drafter's drafts are verified against the cached run: some kept, some rejected."""
+    from harness.model_tier import ModelDriver
+
+    doc = {"version": 1, "geometry": {"hash_block_size": 2, "attn_block_size": 4, "mamba_block_size": 8,
+                                      "num_blocks": 64, "max_model_len": 128, "num_speculative_tokens": 2},
+           "requests": [{"id": "a", "prompt": {"length": 16, "seed": 4}, "max_tokens": 24}]}
+    driver = ModelDriver(parse_scenario(doc))
+    verified = []
+    real = driver._verify
+
+    def verify(r, drafts):
+        tokens = real(r, drafts)
+        verified.append((len(drafts), len(tokens) - 1))
+        return tokens
+
+    driver._verify = verify
+    trace = driver.run()
+    assert judge(trace) == []
+    assert any(n for n, _ in verified), "no drafts proposed"
+    accepted = [a for n, a in verified if n]
+    assert max(accepted) > 0 and min(accepted) == 0
+
+
+def test_sweep_of_geometries_has_no_false_alarm():
+    worst = 0.0
+    for seed in range(12):
+        trace = replay_model(random_scenario(seed, checkpoints=False, small=True))
+        assert judge(trace) == [], seed
+        worst = max(worst, output_summary(trace)["max_logit_diff"])
+    assert worst < LOGIT_TOLERANCE
+
+
+def _record(tokens, plen, ref_top, diffs, ref_cont=(), finite=True):
+    n = len(tokens) - plen
+    margins = [0.0 if ref_top[i] == tokens[plen + i] else 1.0 for i in range(n)]
+    return OutputRecord("r", plen, tokens, [0] * n, diffs, ref_top, margins, [10.0] * n, finite, list(ref_cont))
+
+
+def test_symptoms():
+    prompt = [1, 2, 3, 4, 5, 6]
+    assert output_symptom(_record(prompt + [7, 8], 6, [7, 8], [0.0, 0.0])) is None
+    # repeats "3 4 5" from the prompt where the reference goes on with 7 8 9
+    assert output_symptom(_record(prompt + [3, 4, 5], 6, [7, 4, 5], [1.0] * 3, ref_cont=[7, 8, 9])) == "repeat"
+    assert output_symptom(_record(prompt + [9, 9], 6, [9, 9], [0.5, 0.5])) == "drift"  # logits moved only
+    assert output_symptom(_record(prompt + [11, 12], 6, [7, 8], [0.5, 0.5], ref_cont=[7, 8])) == "drift"
+    assert output_symptom(_record(prompt + [11, 12], 6, [7, 8], [50.0, 1], ref_cont=[7, 8])) == "garbage"
+    assert output_symptom(_record(prompt + [7], 6, [7], [float("nan")], finite=False)) == "garbage"
+
+
+def test_greedy_reference_is_teacher_forced_argmax():
+    tokens = [3, 1, 4, 1, 5]
+    out = greedy(MODEL, tokens, 3)
+    assert out[0] == int(full_forward(MODEL, tokens)[0][-1].argmax())
+    assert len(out) == 3
+
+
+def test_cli_model_tier_records_the_tier(tmp_path, capsys):
+    with mutant("seed-unmarked-early-return"):
+        code = main(["run", str(SCENARIOS / "seed-external-hit-same-block.json"), "--tier", "model",
+                     "--mutant", "seed-unmarked-early-return", "--artifacts", str(tmp_path), "--json"])
+    assert code == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["tier"] == "model" and any(o["symptom"] for o in result["outputs"])
+    artifact = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert artifact["tier"] == "model"
+    # the artifact replays in its own tier: on the stock release the outputs match again
+    assert main(["run", str(next(tmp_path.glob("*.json"))), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tier"] == "model"
+
+
+def test_pool_geometry_too_large_is_bad_input():
+    from harness.errors import BadInput
+    from models.pool import TensorPool
+
+    with pytest.raises(BadInput, match="state pool"):
+        TensorPool(MODEL, 1_000_000, 8, 4096)
