@@ -1,6 +1,6 @@
 """Replay throughput and the share of replay time spent inside vLLM (not a test).
 
-    python bench/profile_replay.py [--count 400] [--seed 0]
+    python bench/profile_replay.py [--count 400] [--seed 0] [--tier symbolic|model]
 
 Replays generated scenarios (the `hybrid-harness sweep` generator, prefill checkpoints off) on one core
 and reports scenarios/s and steps/s, for the replay alone and with the oracles. The share inside vLLM is
@@ -18,7 +18,7 @@ import inspect
 import pstats
 import time
 
-from harness.driver import replay
+from harness.driver import replay as replay_tier
 from harness.generate import random_scenario
 from harness.oracles import judge
 from harness.vllm_adapter import Allocator, installed_version
@@ -42,8 +42,11 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", action="store_true", help="print a cProfile table too")
+    parser.add_argument("--tier", choices=("symbolic", "model"), default="symbolic")
     args = parser.parse_args()
-    scenarios = [random_scenario(s, checkpoints=False) for s in range(args.seed, args.seed + args.count)]
+    small = args.tier == "model"  # the model tier's generator: shorter prompts (as `sweep --tier model`)
+    scenarios = [random_scenario(s, checkpoints=False, small=small) for s in range(args.seed, args.seed + args.count)]
+    replay = functools.partial(replay_tier, tier=args.tier)
     replay(scenarios[0])  # warm imports
 
     t0 = time.perf_counter()
@@ -62,7 +65,7 @@ def main() -> None:
     for sc in scenarios:
         replay(sc)
     t_timed = time.perf_counter() - t0
-    print(f"vLLM {installed_version()}, {args.count} scenarios, {steps} steps, 1 core")
+    print(f"vLLM {installed_version()}, {args.tier} tier, {args.count} scenarios, {steps} steps, 1 core")
     print(f"replay only:       {args.count / t_replay:7.1f} scenarios/s  {steps / t_replay:8.0f} steps/s")
     print(f"replay + oracles:  {args.count / t_total:7.1f} scenarios/s  {steps / t_total:8.0f} steps/s")
     print(f"inside vLLM (adapter calls, wall clock): {100 * INSIDE[0] / t_timed:.1f} % of replay time")

@@ -178,6 +178,15 @@ class Campaign:
                 "harness_errors": len(list((self.findings_dir / "harness-errors").glob("*.json")))
                 if (self.findings_dir / "harness-errors").exists() else 0}
 
+    def outputs(self) -> dict | None:
+        """Model tier: generations judged by every worker and their symptoms (None for the symbolic tier)."""
+        total: dict[str, int] = {}
+        for path in (self.artifacts / "outputs").glob("*.json"):
+            with contextlib.suppress(OSError, json.JSONDecodeError):
+                for key, value in json.loads(path.read_text()).items():
+                    total[key] = total.get(key, 0) + value
+        return total or None
+
     def summary(self) -> dict:
         elapsed = time.monotonic() - self.started
         found = self.kept_findings()
@@ -185,7 +194,8 @@ class Campaign:
         out = dict(self.sample(), elapsed=round(elapsed, 1), execs_per_s=round(self.execs() / max(elapsed, 1e-9), 1),
                    jobs=self.jobs, mutant=self.mutant, target=self.target, corpus_dir=str(self.corpus),
                    findings_total=len(found), findings_new=[p.name for p in new],
-                   signatures={p.name: json.loads((p / "finding.json").read_text()).get("signature") for p in found})
+                   signatures={p.name: json.loads((p / "finding.json").read_text()).get("signature") for p in found},
+                   outputs=self.outputs())
         write_json_atomic(self.artifacts / "campaign.json", out)
         from harness.report import render
 

@@ -170,6 +170,10 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     print(f"fuzz: {summary['execs']} execs in {summary['elapsed']} s ({summary['execs_per_s']}/s, {args.jobs} job(s)), "
           f"coverage {summary['cov']}, corpus {summary['corpus']}, findings {summary['findings_total']} "
           f"({len(new)} new), harness errors {summary['harness_errors']}")
+    out = summary.get("outputs")
+    if out:
+        print(f"  outputs: {out['generations']} generations, {out['diverged']} diverged from the uncached reference, "
+              f"repeat rate {out['repeat']}/{out['generations']} (garbage {out['garbage']}, drift {out['drift']})")
     unknown = 0
     for name, sig in summary["signatures"].items():
         folder = artifacts / "findings" / name
@@ -267,6 +271,12 @@ def _cmd_mutants(args: argparse.Namespace) -> int:
     return EXIT_FINDING if survived else EXIT_OK
 
 
+def _cmd_workload(args: argparse.Namespace) -> int:
+    from harness.workloads import main as workload_main
+
+    return workload_main(args.rest)
+
+
 def _cmd_version(args: argparse.Namespace) -> int:
     from harness.vllm_adapter import check_supported, installed_version
 
@@ -333,6 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
     mut.add_argument("--work", help="where campaigns run (default: a temporary directory)")
     mut.add_argument("--out", help="also write the Markdown table here")
     mut.set_defaults(func=_cmd_mutants)
+    work = sub.add_parser("workload", add_help=False,
+                          help="make a chat workload file (HF datasets: .jsonl/.json/.parquet) or a scenario using one")
+    work.add_argument("rest", nargs=argparse.REMAINDER)
+    work.set_defaults(func=_cmd_workload)
     ver = sub.add_parser("vllm-version", help="print the installed vLLM release (exit 2 if unsupported)")
     ver.set_defaults(func=_cmd_version)
     return parser

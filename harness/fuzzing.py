@@ -26,7 +26,7 @@ from harness.errors import BadInput, HarnessError
 from harness.genome import Budget, decode
 from harness.known import known_issue
 from harness.oracles import Finding as OracleFinding
-from harness.oracles import judge
+from harness.oracles import judge, output_summary
 from harness.scenario import scenario_to_json
 
 
@@ -67,6 +67,9 @@ class Target:
         # HH_STOP_ON=prefix,prefix: only these signatures stop the worker (others are kept and the search goes on)
         self.stop_on = tuple(p for p in os.environ.get("HH_STOP_ON", "").split(",") if p)
         self.ignore_known = bool(os.environ.get("HH_IGNORE_KNOWN"))  # known stock issues never stop a worker
+        # model tier: generations judged and their symptoms, flushed to ARTIFACTS/../outputs/PID.json (the
+        # campaign sums the files into its repeat rate; libFuzzer exits without running Python's atexit)
+        self.outputs: dict[str, int] = {}
         self.first_exec: float | None = None  # time.monotonic() of the first input (end of start-up)
         self.startup_s: float | None = None
 
@@ -87,6 +90,8 @@ class Target:
         except Exception as exc:  # a bug in the harness: kept, never reported as vLLM's
             self._keep_error(data, scenario, exc)
             raise HarnessFailure(repr(exc)) from exc
+        if trace.outputs is not None:
+            self._count_outputs(trace)
         findings = judge(trace)
         if not findings:
             return
@@ -95,10 +100,22 @@ class Target:
         if folder.exists():
             return
         self._keep_finding(folder, data, scenario, findings, sig)
+        self._flush_outputs()
         if self.ignore_known and known_issue(sig):
             return
         if not self.stop_on or sig.startswith(self.stop_on):
             raise Finding(f"{sig}: {findings[0].headline()}")
+
+    def _count_outputs(self, trace) -> None:
+        for key, value in output_summary(trace).items():
+            if key != "max_logit_diff":
+                self.outputs[key] = self.outputs.get(key, 0) + value
+        if self.execs % 50 == 0:
+            self._flush_outputs()
+
+    def _flush_outputs(self) -> None:
+        if self.outputs:
+            write_json_atomic(self.dir.parent / "outputs" / f"{os.getpid()}.json", self.outputs)
 
     def _keep_finding(self, folder: Path, data: bytes, scenario, findings, sig: str) -> None:
         """Raw input, decoded scenario and trace excerpt, each written atomically, the folder renamed in last."""

@@ -177,7 +177,7 @@ def workload_scenario(workload: str | Path, out: str | Path, *, preset: str = "s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.workloads", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="hybrid-harness workload", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     make = sub.add_parser("make", help="write a seeded synthetic chat workload (.jsonl, .json or .parquet)")
     make.add_argument("out")

@@ -43,3 +43,16 @@ def test_short_campaign_keeps_minimizes_and_exits_1(tmp_path, capsys):
     folders = [p for p in (tmp_path / "findings").glob("finding-*")]
     assert any((p / "minimized.json").exists() and (p / "test_regression.py").exists() for p in folders)
     assert (tmp_path / "campaign.json").exists() and (tmp_path / "stats.jsonl").read_text()
+
+
+def test_model_target_replays_in_the_model_tier(tmp_path):
+    env = dict(os.environ, HH_ARTIFACTS=str(tmp_path / "art"), HH_MUTANT=MUTANT, PYTHONPATH=str(ROOT))
+    bad = subprocess.run([sys.executable, str(ROOT / "fuzz" / "model_target.py"), str(SEED_INPUT)],
+                         env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert bad.returncode != 0, bad.stderr[-2000:]
+    (folder,) = (tmp_path / "art").glob("finding-*")
+    doc = json.loads((folder / "finding.json").read_text())
+    assert doc["tier"] == "model" and doc["signature"].startswith("live-column")
+    assert "output" in {f["oracle"] for f in doc["findings"]}  # the wrong state reaches the tokens' logits
+    outputs = json.loads(next((tmp_path / "outputs").glob("*.json")).read_text())
+    assert outputs["generations"] >= 2 and outputs["diverged"] >= 1
