@@ -78,7 +78,7 @@ def decode(data: bytes, budget: Budget = Budget()) -> Scenario:
     geo = geometry_from(r, budget)
     k, mamba = geo["num_speculative_tokens"], geo["mamba_block_size"]
     max_len = min(48, 3 * mamba) if budget.small else min(96, 6 * mamba)
-    nreq = r.range(1, MAX_REQUESTS)
+    nreq = r.range(1, MAX_REQUESTS - 1 if budget.small else MAX_REQUESTS)
     requests, lengths = [], []
     for i in range(nreq):
         rid = "abcd"[i]

@@ -84,6 +84,7 @@ class HybridLM:
     def __init__(self, cfg: ModelConfig = ModelConfig(), backend=kernels) -> None:
         self.cfg = cfg
         self.backend = backend
+        self._zero: MambaState | None = None
         g = torch.Generator().manual_seed(cfg.seed)
         dt = cfg.torch_dtype
 
@@ -120,6 +121,12 @@ class HybridLM:
 
     # -- states ------------------------------------------------------------------------------------
     def zero_state(self) -> MambaState:
+        """The zero state (shared: forward never writes its inputs in place)."""
+        if self._zero is None:
+            self._zero = self._new_zero_state()
+        return self._zero
+
+    def _new_zero_state(self) -> MambaState:
         c = self.cfg
         return MambaState(torch.zeros(c.d_conv - 1, c.conv_dim, dtype=c.torch_dtype, device=c.device),
                           torch.zeros(c.nheads, c.headdim, c.d_state, dtype=c.torch_dtype, device=c.device))
@@ -163,14 +170,14 @@ class HybridLM:
         xh = xs.reshape(T, h, c.headdim)
         if recurrent:
             y, every = be.ssd_recurrent(xh, dt, p["A"], B, C, state.ssm)
-            ssm = every[torch.as_tensor(state_at, dtype=torch.long, device=every.device)]
+            ssm = every[kernels.index(tuple(state_at), str(every.device))]
         else:
             y, ssm = be.ssd_chunk_scan(xh, dt, p["A"], B, C, state.ssm, state_at)
         y = (y + p["D"][:, None] * xh).reshape(T, di)
         y = kernels.rms_norm(y * kernels.silu(z), p["gate_norm"]) @ p["out_proj"]
         # conv state after token t = ext[t+1 : t+d_conv]: one unfold row, transposed to [d_conv-1, D]
-        idx = torch.as_tensor(state_at, dtype=torch.long, device=ext.device) + 1
-        windows = ext.unfold(0, c.d_conv - 1, 1)[idx].transpose(1, 2)
+        windows = ext.unfold(0, c.d_conv - 1, 1)[kernels.index(tuple(t + 1 for t in state_at), str(ext.device))]
+        windows = windows.transpose(1, 2)
         return y, MambaOut(windows, ssm)
 
     def _attention(self, p: dict, layer: int, x: torch.Tensor, start: int, kv: KVStore) -> torch.Tensor:

@@ -97,31 +97,34 @@ class TensorPool:
             self.ssm[m, block] = s.ssm
 
     # -- attention pages -----------------------------------------------------------------------------
-    def _slots(self, row: list[int], positions: range) -> tuple[torch.Tensor, torch.Tensor]:
+    def _slots(self, row: list[int], length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Block and offset of positions 0..length-1 (columns past the row read the null block)."""
         bs = self.attn_bs
-        blocks = [row[p // bs] if p // bs < len(row) else NULL_BLOCK for p in positions]
-        dev = self.k.device
-        return (torch.as_tensor(blocks, dtype=torch.long, device=dev),
-                torch.as_tensor([p % bs for p in positions], dtype=torch.long, device=dev))
+        cols = -(-length // bs)
+        padded = (row + [NULL_BLOCK] * cols)[:cols]
+        blocks = torch.tensor(padded, dtype=torch.long, device=self.k.device).repeat_interleave(bs)[:length]
+        return blocks, torch.arange(length, device=self.k.device) % bs
 
-    def write_kv(self, layer: int, row: list[int], start: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Slot mapping of the full-attention group: position p -> row[p // bs], offset p % bs."""
+    def write_kv(self, layer: int, row: list[int], start: int, k: torch.Tensor, v: torch.Tensor,
+                 slots: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """Slot mapping of the full-attention group: position p -> row[p // bs], offset p % bs. Writes to
+        the null block are dropped."""
         a = self.attn_index[layer]
-        blocks, offs = self._slots(row, range(start, start + k.shape[0]))
+        blocks, offs = slots or self._slots(row, start + k.shape[0])
+        blocks, offs = blocks[start:], offs[start:]
         keep = blocks != NULL_BLOCK
         self.k[a, blocks[keep], offs[keep]] = k[keep]
         self.v[a, blocks[keep], offs[keep]] = v[keep]
 
-    def gather_kv(self, layer: int, row: list[int], length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        a = self.attn_index[layer]
-        blocks, offs = self._slots(row, range(length))
-        return self.k[a, blocks, offs], self.v[a, blocks, offs]
-
     def paged_kv(self, row: list[int], start: int):
-        """The KV store the model's attention layers use for one request's forward."""
+        """The KV store the model's attention layers use for one request's forward (slots computed once)."""
+        slots: list = []
 
         def kv(layer: int, k: torch.Tensor, v: torch.Tensor):
-            self.write_kv(layer, row, start, k, v)
-            return self.gather_kv(layer, row, start + k.shape[0])
+            if not slots:
+                slots.extend(self._slots(row, start + k.shape[0]))
+            self.write_kv(layer, row, start, k, v, tuple(slots))
+            a, (blocks, offs) = self.attn_index[layer], slots
+            return self.k[a, blocks, offs], self.v[a, blocks, offs]
 
         return kv

@@ -186,3 +186,58 @@ def test_pool_geometry_too_large_is_bad_input():
 
     with pytest.raises(BadInput, match="state pool"):
         TensorPool(MODEL, 1_000_000, 8, 4096)
+
+
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["final", "tokens", "copy", "shift", "deliver"]),
+                          st.integers(0, 5), st.integers(0, 5), st.integers(0, 2), st.integers(1, 3)),
+                max_size=25))
+def test_tensor_pool_moves_pages_as_the_symbolic_backend(ops):
+    """Every page move the worker shadow prescribes does to tensors what it does to symbolic states: tag
+    each written state with a number, apply the same ops to both, and read every page back."""
+    from harness.states import SymbolicStates
+    from models.hybrid import MambaOut
+    from models.pool import TensorPool
+
+    K = 2
+    sym, pool = SymbolicStates(K), TensorPool(MODEL, 6, K, 4)
+    c = MODEL.cfg
+
+    def outs(tags):
+        conv = torch.stack([torch.full((c.d_conv - 1, c.conv_dim), float(t), dtype=torch.float64) for t in tags])
+        ssm = torch.stack([torch.full((c.nheads, c.headdim, c.d_state), float(t), dtype=torch.float64)
+                           for t in tags])
+        return [MambaOut(conv, ssm) for _ in c.mamba_layers]
+
+    tag = 0
+    for kind, a, b, shift, n in ops:
+        tag += 1
+        if kind == "final":
+            sym.write_final(a, (tag, tag))
+            pool.write_final(a, outs([tag]), 0)
+        elif kind == "tokens":
+            tags = [tag * 10 + i for i in range(n)]
+            blocks = [(a + i) % 6 for i in range(n)]
+            sym.write_tokens(b, blocks, [(t, t) for t in tags])
+            pool.write_tokens(b, blocks, outs(tags))
+        elif kind == "copy":
+            sym.copy_page(a, b)
+            pool.copy_page(a, b)
+        elif kind == "shift":
+            sym.shift_copy(b, a, (a + 1) % 6, shift)
+            pool.shift_copy(b, a, (a + 1) % 6, shift)
+        else:
+            from models.hybrid import MambaState
+
+            sym.deliver(a, (tag, tag))
+            pool.deliver_state(a, [MambaState(o.conv[0], o.ssm[0]) for o in outs([tag])])
+
+    def tag_of(state):  # symbolic: None = never written, the null block reads the zero state
+        return 0 if state is None else state[1]
+
+    for block in range(6):
+        conv, ssm = sym.page(block)
+        for offset in range(K + 1):
+            got = pool.read(block, offset, block)[0]
+            assert float(got.conv[0, 0]) == tag_of(conv[offset]), (block, offset)
+        assert float(pool.read(block, 0, block)[0].ssm[0, 0, 0]) == tag_of(ssm), block
