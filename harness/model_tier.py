@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.driver import Driver, _Req
+from harness.oracles import LOGIT_TOLERANCES
 from harness.scenario import Scenario
 from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP
 from harness.worker import Forward
@@ -23,6 +24,10 @@ from models.drafter import LayerSkipDrafter, ngram_propose
 from models.hybrid import HybridLM, ModelConfig
 from models.pool import TensorPool
 from models.reference import greedy, prefix_state, teacher_forced_logits
+
+# The tiny model's tensors are a few hundred numbers: intra-op threads only add synchronisation
+# (measured on 1 core: 15.2 -> 17.3 model-tier scenarios/s).
+torch.set_num_threads(1)
 
 
 @dataclass(slots=True)
@@ -43,6 +48,7 @@ class OutputRecord:
     margin: list[float]
     ref_range: list[float]
     finite: bool
+    tolerance: float = 1e-7  # oracles.LOGIT_TOLERANCES for the model's dtype
     ref_continuation: list[int] = field(default_factory=list)
 
 
@@ -154,16 +160,14 @@ class ModelDriver(Driver):
         plen = r.vreq.num_prompt_tokens
         ref = teacher_forced_logits(self.model, tokens[:-1])
         got = self.cached_logits[rid]
-        rec = OutputRecord(rid, plen, tokens, [], [], [], [], [], True)
-        for j in range(plen, len(tokens)):
-            row, (step, cached) = ref[j - 1], got[j]
-            rec.steps.append(step)
-            top = int(row.argmax())
-            rec.max_diff.append(float((cached - row).abs().max()))
-            rec.ref_top.append(top)
-            rec.margin.append(float(row[top] - row[tokens[j]]))
-            rec.ref_range.append(float(row.max() - row.min()))
-            rec.finite &= bool(torch.isfinite(cached).all())
+        steps = [got[j][0] for j in range(plen, len(tokens))]
+        cached = torch.stack([got[j][1] for j in range(plen, len(tokens))])
+        rows = ref[plen - 1:len(tokens) - 1]  # row j-1 predicts token j
+        top = rows.argmax(-1)
+        chosen = rows.gather(1, torch.tensor(tokens[plen:], device=rows.device)[:, None])[:, 0]
+        rec = OutputRecord(rid, plen, tokens, steps, (cached - rows).abs().amax(-1).tolist(), top.tolist(),
+                           (rows.amax(-1) - chosen).tolist(), (rows.amax(-1) - rows.amin(-1)).tolist(),
+                           bool(torch.isfinite(cached).all()), LOGIT_TOLERANCES[self.model.cfg.dtype])
         for i, top in enumerate(rec.ref_top):
             if top != tokens[plen + i]:
                 rec.ref_continuation = greedy(self.model, tokens[:plen + i], len(tokens) - plen - i)

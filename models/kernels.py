@@ -38,26 +38,24 @@ def causal_conv1d(x: torch.Tensor, window: torch.Tensor, weight: torch.Tensor, b
 
 @functools.lru_cache(maxsize=512)
 def _above_diagonal(T: int, device: str) -> torch.Tensor:
-    return torch.ones(T, T, dtype=torch.bool, device=device).triu_(1)[..., None]
+    return torch.ones(T, T, dtype=torch.bool, device=device).triu_(1)
 
 
 def ssd_chunk_scan(x, dt, A, B, C, h0, state_at: list[int]):
     """One-chunk SSD scan. x [T,H,P], dt [T,H] (after softplus), A [H] (negative), B/C [T,N],
     h0 [H,P,N]. Returns y [T,H,P] (without the D skip) and the states after tokens `state_at` [k,H,P,N]."""
     T = x.shape[0]
-    cum = torch.cumsum(dt * A, 0)  # [T, H]
-    seg = (cum[:, None, :] - cum[None, :, :]).masked_fill_(_above_diagonal(T, str(x.device)), float("-inf"))
-    L = torch.exp(seg)  # [t, s, H]: decay from token s to token t (0 above the diagonal)
-    xdt = x * dt[..., None]
-    xdt_h = xdt.transpose(0, 1)  # [H, s, P]
-    # y[t] = sum_s L[t,s] (C_t . B_s) xdt[s] + exp(cum[t]) C_t . h0   (bmm over heads: cheaper than einsum)
-    y = torch.bmm((L * (C @ B.T)[..., None]).permute(2, 0, 1), xdt_h)  # [H, t, P]
-    y = (y + torch.exp(cum).T[..., None] * (h0 @ C.T).transpose(1, 2)).transpose(0, 1)
+    cum = torch.cumsum(dt * A, 0).T  # [H, T]
+    # L[h, t, s]: decay from token s to token t (0 above the diagonal)
+    L = torch.exp((cum[:, :, None] - cum[:, None, :]).masked_fill_(_above_diagonal(T, str(x.device)), float("-inf")))
+    xdt = (x * dt[..., None]).transpose(0, 1)  # [H, s, P]
+    decay = torch.exp(cum)[..., None]  # [H, T, 1]
+    # y[t] = sum_s L[t,s] (C_t . B_s) xdt[s] + decay[t] C_t . h0   (bmm over heads)
+    y = torch.bmm(L * (C @ B.T), xdt) + decay * (h0 @ C.T).transpose(1, 2)
     idx = index(tuple(state_at), str(x.device))
-    # state after token k: sum_s L[k,s] xdt[s] B_s^T + exp(cum[k]) h0
-    w = L[idx].permute(2, 0, 1)  # [H, k, s]
-    states = torch.einsum("hks,hsp,sn->khpn", w, xdt_h, B) + torch.exp(cum[idx])[:, :, None, None] * h0
-    return y, states
+    # state after token k: sum_s L[k,s] xdt[s] B_s^T + decay[k] h0
+    states = torch.matmul((L[:, idx, :, None] * xdt[:, None]).transpose(2, 3), B) + decay[:, idx, :, None] * h0[:, None]
+    return y.transpose(0, 1), states.transpose(0, 1)
 
 
 def ssd_recurrent(x, dt, A, B, C, h0):

@@ -145,7 +145,8 @@ def test_sweep_of_geometries_has_no_false_alarm():
 def _record(tokens, plen, ref_top, diffs, ref_cont=(), finite=True):
     n = len(tokens) - plen
     margins = [0.0 if ref_top[i] == tokens[plen + i] else 1.0 for i in range(n)]
-    return OutputRecord("r", plen, tokens, [0] * n, diffs, ref_top, margins, [10.0] * n, finite, list(ref_cont))
+    return OutputRecord("r", plen, tokens, [0] * n, diffs, ref_top, margins, [10.0] * n, finite,
+                        ref_continuation=list(ref_cont))
 
 
 def test_symptoms():
