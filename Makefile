@@ -3,6 +3,8 @@
 # make bench [VLLM=...]     run the pytest-benchmark suites for real; JSON, PNG plots, Markdown table
 # make fuzz  [VLLM=...]     the main job: a short coverage-guided campaign (atheris) with a report
 # make sweep [VLLM=...]     a seeded random sweep of generated scenarios
+# make gpu-check            the one-shot GPU kernel check (SKIPPED without CUDA; docs/gpu.md)
+# TIER=model                fuzz/sweep the model tier (tiny hybrid LM on real state tensors) instead
 VLLM ?= 0.33.0
 PYTHON ?= python3
 VENV := $(if $(filter 0.33.0,$(VLLM)),.venv,.venv-$(VLLM))
@@ -12,10 +14,12 @@ SWEEP ?= 300
 SEED ?= 0
 MINUTES ?= 2
 JOBS ?= 1
+TIER ?= symbolic
+FUZZ_DIR := $(if $(filter model,$(TIER)),artifacts/fuzz-model,artifacts/fuzz)
 # the known stock-0.33.0 prefill-checkpoint issue (README) has no narrow signature: kept out by default
 FUZZ_ARGS ?= --checkpoints off
 
-.PHONY: venv test bench fuzz sweep clean-venv
+.PHONY: venv test bench fuzz sweep gpu-check clean-venv
 
 venv: $(STAMP)
 
@@ -38,10 +42,13 @@ bench: venv
 	$(PY) bench/plot.py bench/results/bench-$(VLLM).json --out bench/results
 
 fuzz: venv
-	$(PY) -m harness fuzz --minutes $(MINUTES) --jobs $(JOBS) --seed $(SEED) --seed-corpus --artifacts artifacts/fuzz $(FUZZ_ARGS)
+	$(PY) -m harness fuzz --minutes $(MINUTES) --jobs $(JOBS) --seed $(SEED) --seed-corpus --artifacts $(FUZZ_DIR) --tier $(TIER) $(FUZZ_ARGS)
 
 sweep: venv
-	$(PY) -m harness sweep --count $(SWEEP) --seed $(SEED) --artifacts artifacts/sweep $(FUZZ_ARGS)
+	$(PY) -m harness sweep --count $(SWEEP) --seed $(SEED) --artifacts artifacts/sweep --tier $(TIER) $(FUZZ_ARGS)
+
+gpu-check: venv
+	$(PY) bench/gpu_check.py
 
 clean-venv:
 	rm -rf $(VENV)

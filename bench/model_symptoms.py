@@ -1,0 +1,71 @@
+"""What users would see under each mutant of the bank: model-tier sweep, symptoms and repeat rate (not a test).
+
+    python bench/model_symptoms.py [--count 100] [--seed 0] [--out bench/results/model_symptoms.md]
+
+For every mutant (and stock vLLM) it replays the same generated model-tier scenarios and counts the
+generations whose outputs diverge from the uncached reference, by symptom (repeat / garbage / drift), the
+scenarios with any finding, and the largest logit difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from harness.driver import replay
+from harness.generate import random_scenario
+from harness.mutants import REGISTRY, mutant_applied
+from harness.oracles import judge, output_summary
+from harness.vllm_adapter import installed_version, load_vllm
+
+
+def sweep(scenarios, mutant: str | None) -> dict:
+    total = {"generations": 0, "diverged": 0, "repeat": 0, "garbage": 0, "drift": 0, "max_logit_diff": 0.0,
+             "scenarios_with_findings": 0, "symbolic_only": 0}
+    with mutant_applied(mutant):
+        for sc in scenarios:
+            trace = replay(sc, mutant, tier="model")
+            s = output_summary(trace)
+            for key in ("generations", "diverged", "repeat", "garbage", "drift"):
+                total[key] += s[key]
+            total["max_logit_diff"] = max(total["max_logit_diff"], s["max_logit_diff"])
+            findings = judge(trace)
+            total["scenarios_with_findings"] += bool(findings)
+            total["symbolic_only"] += bool(findings) and not any(f.oracle == "output" for f in findings)
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--count", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="bench/results/model_symptoms.md")
+    args = parser.parse_args()
+    load_vllm()
+    scenarios = [random_scenario(s, checkpoints=False, small=True) for s in range(args.seed, args.seed + args.count)]
+    rows = []
+    for name in [None, *REGISTRY]:
+        t0 = time.perf_counter()
+        try:
+            s = sweep(scenarios, name)
+        except Exception as exc:  # noqa: BLE001 - a mutant that cannot run here is reported, not fatal
+            rows.append(f"| {name} | error: {exc!r} |||||||")
+            continue
+        rows.append(f"| {name or 'stock'} | {s['scenarios_with_findings']} | {s['symbolic_only']} | {s['generations']} | "
+                    f"{s['diverged']} | {s['repeat']}/{s['generations']} | {s['garbage']} | {s['drift']} | "
+                    f"{s['max_logit_diff']:.3g} |")
+        print(rows[-1], f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    text = "\n".join([
+        f"# Model-tier symptoms per mutant (vLLM {installed_version()}, {args.count} scenarios, seeds "
+        f"{args.seed}..{args.seed + args.count - 1}, checkpoints off)", "",
+        f"`python bench/model_symptoms.py --count {args.count} --seed {args.seed}`", "",
+        "| mutant | scenarios with findings | symbolic only | generations | diverged | repeat rate | garbage | "
+        "drift | max logit diff |", "|---|---|---|---|---|---|---|---|---|", *rows])
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
