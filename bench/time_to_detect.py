@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.campaign import LIBFUZZER_FLAGS
+
 ROOT = Path(__file__).resolve().parent.parent
 SEED_ORACLES = ("live-column", "provenance", "cache-integrity")
 
@@ -45,7 +47,7 @@ def fuzz_trial(trial: int, budget: float, mutant: str | None = None) -> tuple[fl
             env["HH_STOP_ON"] = ",".join(SEED_ORACLES)
         started = time.monotonic()
         subprocess.run([sys.executable, str(ROOT / "fuzz/symbolic_target.py"), str(corpus), f"-seed={trial + 1}",
-                        "-max_len=128", f"-max_total_time={int(budget)}", f"-dict={ROOT / 'fuzz/symbolic.dict'}",
+                        *LIBFUZZER_FLAGS, f"-max_total_time={int(budget)}", f"-dict={ROOT / 'fuzz/symbolic.dict'}",
                         f"-artifact_prefix={tmp}/"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        timeout=budget + 120)
         wall = time.monotonic() - started

@@ -29,6 +29,10 @@ TARGETS = {"symbolic": ROOT / "fuzz" / "symbolic_target.py", "model": ROOT / "fu
 # both tiers decode the same bytes (the model tier into smaller scenarios): one seed corpus, one dictionary
 SEED_CORPORA = {t: ROOT / "fuzz" / "corpus" / "symbolic" for t in TARGETS}
 DICTIONARIES = {t: ROOT / "fuzz" / "symbolic.dict" for t in TARGETS}
+# libFuzzer flags every worker gets. -len_control=0: no slowly growing length cap, so the full-layout inputs
+# the custom mutator builds (7 geometry bytes + 12 per request) are not cut short early in a campaign
+# (time-to-detect of the shallow seed bug is the same either way: bench/results/time_to_detect.md).
+LIBFUZZER_FLAGS = ["-max_len=128", "-len_control=0"]
 STAT_LINE = re.compile(r"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/\S+.*?exec/s: (\d+)")
 
 
@@ -78,7 +82,7 @@ class Campaign:
         cmd = [sys.executable, str(TARGETS[self.target]), str(self.corpus)]
         if self.seed_corpus:
             cmd.append(str(SEED_CORPORA[self.target]))
-        cmd += [f"-seed={self.seed + 1000 * w.index + w.restarts + 1}", "-max_len=128",
+        cmd += [f"-seed={self.seed + 1000 * w.index + w.restarts + 1}", *LIBFUZZER_FLAGS,
                 f"-artifact_prefix={self.crash_dir}/", "-print_final_stats=1", "-reload=1"]
         if DICTIONARIES[self.target].exists():
             cmd.append(f"-dict={DICTIONARIES[self.target]}")
