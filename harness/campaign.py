@@ -3,9 +3,10 @@
 Layout under --artifacts DIR: `findings/finding-<sig>/` (input.bin, finding.json, scenario.json, then
 minimized.json and test_regression.py), `findings/harness-errors/`, `crashes/` (libFuzzer's own files),
 `stats.jsonl` (a sample per second: execs, coverage, corpus, findings) and `campaign.json` (summary).
-The corpus directory persists between campaigns. A worker stops when it keeps a new finding; the
-campaign restarts it with a new seed until the time or run budget is spent. Findings and corpus entries
-are on disk before they are reported, so Ctrl-C or a kill loses neither.
+The corpus directory persists between campaigns. Workers keep fuzzing after they keep a finding
+(HH_KEEP_GOING: a restart would cost a ~10 s vLLM import each time); a worker that stops anyway (a harness
+error, libFuzzer's own crash) is restarted with a new seed until the time or run budget is spent. Findings
+and corpus entries are on disk before they are reported, so Ctrl-C or a kill loses neither.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class Campaign:
             cmd.append(f"-max_total_time={max(1, int(self.remaining()))}")
         if self.runs is not None:
             cmd.append(f"-runs={max(1, self.runs // self.jobs - w.execs_done)}")
-        env = dict(os.environ, HH_ARTIFACTS=str(self.findings_dir), PYTHONPATH=str(ROOT))
+        env = dict(os.environ, HH_ARTIFACTS=str(self.findings_dir), PYTHONPATH=str(ROOT), HH_KEEP_GOING="1")
         env["HH_MUTANT"] = self.mutant or ""
         if not self.checkpoints:
             env["HH_NO_CHECKPOINTS"] = "1"

@@ -1,12 +1,14 @@
 """What a fuzz target does with one input: decode, replay, judge, keep new findings on disk.
 
 The target raises `Finding` for an input whose finding signature this campaign has not kept yet (the
-libFuzzer worker stops and the campaign restarts it), and `HarnessFailure` for a harness error, which is
+libFuzzer worker stops, so a crash file replays with a non-zero exit; campaign workers set HH_KEEP_GOING
+and go on instead), and `HarnessFailure` for a harness error, which is
 kept apart and never reported as a vLLM finding. Known signatures return normally so the search goes on.
 Configuration comes from the environment, so that `python fuzz/TARGET.py FILE` replays like any
 libFuzzer target: HH_ARTIFACTS (where findings go), HH_MUTANT (a mutant to apply first), HH_NO_CHECKPOINTS
 (no prefill-checkpoint geometries), HH_STOP_ON (signature prefixes that stop the worker), HH_IGNORE_KNOWN
-(findings of known stock-vLLM issues are kept but never stop the worker), HH_TIER (symbolic | model).
+(findings of known stock-vLLM issues are kept but never stop the worker), HH_TIER (symbolic | model),
+HH_KEEP_GOING (campaign workers: keep every new finding on disk and go on instead of stopping).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class Target:
         # HH_STOP_ON=prefix,prefix: only these signatures stop the worker (others are kept and the search goes on)
         self.stop_on = tuple(p for p in os.environ.get("HH_STOP_ON", "").split(",") if p)
         self.ignore_known = bool(os.environ.get("HH_IGNORE_KNOWN"))  # known stock issues never stop a worker
+        self.keep_going = bool(os.environ.get("HH_KEEP_GOING"))
         # model tier: generations judged and their symptoms, flushed to ARTIFACTS/../outputs/PID.json (the
         # campaign sums the files into its repeat rate; libFuzzer exits without running Python's atexit)
         self.outputs: dict[str, int] = {}
@@ -101,7 +104,7 @@ class Target:
             return
         self._keep_finding(folder, data, scenario, findings, sig)
         self._flush_outputs()
-        if self.ignore_known and known_issue(sig):
+        if self.keep_going or (self.ignore_known and known_issue(sig)):
             return
         if not self.stop_on or sig.startswith(self.stop_on):
             raise Finding(f"{sig}: {findings[0].headline()}")
