@@ -31,6 +31,7 @@ def finding_artifact(scenario: Scenario, findings: list[Finding], vllm_version: 
         "vllm_version": vllm_version,
         "mutant": mutant,
         "tier": tier,
+        "model": (os.environ.get("HH_MODEL") or "random") if tier == "model" else None,
         "scenario": scenario_to_json(scenario),
         "findings": [f.to_json() for f in findings],
     }

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from harness.errors import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_HARNESS_ERROR, EXIT_OK, BadInput, HarnessError
 
 TIERS = ("symbolic", "model")  # harness.driver.TIERS, without importing vLLM to build the parser
+MODELS = ("random", "trained")  # harness.model_tier.MODELS, without importing torch
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -23,7 +25,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     version = installed_version()
     check_supported(version)
-    tier = args.tier or _artifact_tier(args.scenario)
+    tier, model = args.tier or _artifact_field(args.scenario, "tier"), args.model or _artifact_field(args.scenario,
+                                                                                                   "model")
+    if model:
+        os.environ["HH_MODEL"] = model
     with mutant_applied(args.mutant):
         trace = replay(scenario, args.mutant, tier)
     findings = judge(trace)
@@ -52,13 +57,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_FINDING if findings else EXIT_OK
 
 
-def _artifact_tier(path: str) -> str:
-    """The tier a finding artifact was found in (a plain scenario: symbolic)."""
+def _artifact_field(path: str, name: str) -> str | None:
+    """The tier (default symbolic) or model a finding artifact was found with (a plain scenario: defaults)."""
+    default = "symbolic" if name == "tier" else None
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError):
-        return "symbolic"  # load_scenario reports the problem
-    return doc.get("tier", "symbolic") if isinstance(doc, dict) else "symbolic"
+        return default  # load_scenario reports the problem
+    return (doc.get(name) or default) if isinstance(doc, dict) else default
 
 
 def _outputs_json(trace) -> list | None:
@@ -81,6 +87,9 @@ def _outputs_line(trace) -> str:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from harness.mutants import mutant_applied
+
+    if args.model:
+        os.environ["HH_MODEL"] = args.model
     from harness.vllm_adapter import check_supported, installed_version
 
     version = installed_version()
@@ -154,6 +163,8 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
 
     if args.mutant:
         get_mutant(args.mutant)  # bad name: exit 2 before any worker starts
+    if args.model:
+        os.environ["HH_MODEL"] = args.model  # the workers inherit it
     if args.jobs < 1:
         raise BadInput("--jobs must be at least 1")
     seconds = args.minutes * 60 if args.minutes is not None else (None if args.runs else 120.0)
@@ -296,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--artifacts", default="artifacts", help="where finding artifacts are written (default: artifacts/)")
     run.add_argument("--tier", choices=TIERS, help="symbolic (default; a finding artifact's own tier) or model: a "
                      "tiny hybrid LM on real state tensors, judged against an uncached reference")
+    run.add_argument("--model", choices=MODELS, help="model tier: random (seeded random weights, default) or trained (trained locally on the synthetic chat corpus, cached under artifacts/models/)")
     run.set_defaults(func=_cmd_run)
     sweep = sub.add_parser("sweep", help="replay COUNT generated scenarios; exit 0 none with findings, 1 some")
     sweep.add_argument("--count", type=int, default=300)
@@ -305,6 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--checkpoints", choices=("on", "off"), default="on",
                        help="generate geometries with Mamba prefill checkpoint blocks (default on where supported)")
     sweep.add_argument("--tier", choices=TIERS, default="symbolic")
+    sweep.add_argument("--model", choices=MODELS, help="model tier: random (seeded random weights, default) or trained (trained locally on the synthetic chat corpus, cached under artifacts/models/)")
     sweep.set_defaults(func=_cmd_sweep)
     fuzz = sub.add_parser("fuzz", help="coverage-guided atheris campaign; exit 0 no finding, 1 finding(s)")
     fuzz.add_argument("--minutes", type=float)
@@ -316,6 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--mutant", help="apply a named run-time patch of vLLM in every worker")
     fuzz.add_argument("--tier", "--target", dest="target", choices=TIERS, default="symbolic",
                       help="fuzz target: symbolic (default) or model (smaller scenarios, real tensors)")
+    fuzz.add_argument("--model", choices=MODELS, help="model tier: random (seeded random weights, default) or trained (trained locally on the synthetic chat corpus, cached under artifacts/models/)")
     fuzz.add_argument("--seed-corpus", action="store_true", help="also read the checked-in seed corpus")
     fuzz.add_argument("--checkpoints", choices=("on", "off"), default="on")
     fuzz.add_argument("--no-minimize", action="store_true", help="do not minimize new findings at the end")

@@ -11,11 +11,13 @@ cached run's logits. After the replay every generated token is scored against th
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, field
 
 import torch
 
 from harness.driver import Driver, _Req
+from harness.errors import BadInput
 from harness.oracles import LOGIT_TOLERANCES
 from harness.scenario import Scenario
 from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP
@@ -52,9 +54,23 @@ class OutputRecord:
     ref_continuation: list[int] = field(default_factory=list)
 
 
+MODELS = ("random", "trained")
+
+
+def default_model() -> HybridLM:
+    """HH_MODEL=random (default: seeded random weights) or trained (models/train.py, cached on disk)."""
+    return _model(os.environ.get("HH_MODEL") or "random")
+
+
 @functools.cache
-def default_model(seed: int = 0) -> HybridLM:
-    return HybridLM(ModelConfig(seed=seed))
+def _model(kind: str) -> HybridLM:
+    if kind == "random":
+        return HybridLM(ModelConfig())
+    if kind == "trained":
+        from models.train import trained_model
+
+        return trained_model()
+    raise BadInput(f"unknown model {kind!r}: choose one of {', '.join(MODELS)}")
 
 
 class ModelKernels:

@@ -180,10 +180,13 @@ def output_symptom(rec) -> str | None:
         return "drift"  # logits moved, tokens not (yet)
     j0 = rec.prompt_len + first_token
     got, ref = rec.tokens[j0:], rec.ref_continuation
-    for i in range(len(got)):
-        m = _copied_span(rec.tokens[:j0 + i], got[i:])
-        if m >= REPEAT_MIN_SPAN and ref[i:i + m] != got[i:i + m]:
-            return "repeat"
+    before = rec.tokens[:j0]
+    # repeat: the cached continuation copies earlier text verbatim for longer than the reference's own
+    # continuation does (text always shares short spans with its context; only the excess is a symptom)
+    copied = max((_copied_span(before + got[:i], got[i:]) for i in range(len(got))), default=0)
+    ref_copied = max((_copied_span(before + ref[:i], ref[i:]) for i in range(len(ref))), default=0)
+    if copied >= REPEAT_MIN_SPAN and copied > ref_copied:
+        return "repeat"
     if rec.max_diff[first_token] > rec.ref_range[first_token]:
         return "garbage"
     return "drift"

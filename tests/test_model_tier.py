@@ -242,3 +242,18 @@ def test_tensor_pool_moves_pages_as_the_symbolic_backend(ops):
             got = pool.read(block, offset, block)[0]
             assert float(got.conv[0, 0]) == tag_of(conv[offset]), (block, offset)
         assert float(pool.read(block, 0, block)[0].ssm[0, 0, 0]) == tag_of(ssm), block
+
+
+def test_local_training_lowers_the_loss_and_caches(tmp_path, monkeypatch):
+    from models import train
+
+    monkeypatch.setattr(train, "CACHE", tmp_path)
+    _, losses = train.train(steps=12, batch=1, seq_len=32)
+    assert sum(losses[-3:]) < sum(losses[:3])
+    first = train.trained_model(steps=3)
+    assert list(tmp_path.glob("trained-*.pt"))
+    again = train.trained_model(steps=3)  # loaded, not retrained
+    assert torch.equal(first.lm_head, again.lm_head) and not torch.equal(first.lm_head, MODEL.lm_head)
+    # a trained model on stock vLLM still matches its uncached reference
+    trace = replay_model(load_scenario(SCENARIOS / "workload-chat.json"), model=again)
+    assert judge(trace) == [] and output_summary(trace)["generations"] == 12
