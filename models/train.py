@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 from dataclasses import asdict
 from pathlib import Path
@@ -18,7 +19,7 @@ from models import kernels
 from models.hybrid import HybridLM, ModelConfig, contiguous_kv
 from models.tokenizer import ByteTokenizer
 
-CACHE = Path("artifacts/models")
+CACHE = Path(__file__).resolve().parent.parent / "artifacts" / "models"
 
 
 def corpus(seed: int = 1, sessions: int = 200) -> list[int]:
@@ -78,7 +79,7 @@ def trained_model(cfg: ModelConfig = ModelConfig(), steps: int = 300) -> HybridL
         return model
     model, _ = train(cfg, steps=steps)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # campaign workers may train at the same time
     torch.save({"embed": model.embed, "lm_head": model.lm_head, "final_norm": model.final_norm,
                 "layers": model.layers}, tmp)
     tmp.replace(path)
