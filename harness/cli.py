@@ -229,6 +229,8 @@ def _cmd_minimize(args: argparse.Namespace) -> int:
 
     artifact = read_finding(args.finding)
     mutant = args.mutant if args.mutant is not None else artifact.get("mutant")
+    if artifact.get("model"):
+        os.environ["HH_MODEL"] = artifact["model"]  # the model tier's model it was found with
     with mutant_applied(mutant):
         small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], mutant, seconds=args.seconds,
                          tier=artifact.get("tier", "symbolic"))
