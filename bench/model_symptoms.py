@@ -16,20 +16,16 @@ from pathlib import Path
 from harness.driver import replay
 from harness.generate import random_scenario
 from harness.mutants import REGISTRY, mutant_applied
-from harness.oracles import judge, output_summary
+from harness.oracles import judge, merge_output_summaries, output_summary
 from harness.vllm_adapter import installed_version, load_vllm
 
 
 def sweep(scenarios, mutant: str | None) -> dict:
-    total = {"generations": 0, "diverged": 0, "repeat": 0, "garbage": 0, "drift": 0, "max_logit_diff": 0.0,
-             "scenarios_with_findings": 0, "symbolic_only": 0}
+    total = {"scenarios_with_findings": 0, "symbolic_only": 0}
     with mutant_applied(mutant):
         for sc in scenarios:
             trace = replay(sc, mutant, tier="model")
-            s = output_summary(trace)
-            for key in ("generations", "diverged", "repeat", "garbage", "drift"):
-                total[key] += s[key]
-            total["max_logit_diff"] = max(total["max_logit_diff"], s["max_logit_diff"])
+            total = merge_output_summaries(total, output_summary(trace))
             findings = judge(trace)
             total["scenarios_with_findings"] += bool(findings)
             total["symbolic_only"] += bool(findings) and not any(f.oracle == "output" for f in findings)

@@ -185,12 +185,13 @@ class Campaign:
 
     def outputs(self) -> dict | None:
         """Model tier: generations judged by every worker and their symptoms (None for the symbolic tier)."""
-        total: dict[str, int] = {}
+        from harness.oracles import merge_output_summaries
+
+        total = None
         for path in (self.artifacts / "outputs").glob("*.json"):
             with contextlib.suppress(OSError, json.JSONDecodeError):
-                for key, value in json.loads(path.read_text()).items():
-                    total[key] = total.get(key, 0) + value
-        return total or None
+                total = merge_output_summaries(total, json.loads(path.read_text()))
+        return total
 
     def summary(self) -> dict:
         elapsed = time.monotonic() - self.started

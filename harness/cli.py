@@ -8,27 +8,33 @@ import os
 import sys
 from pathlib import Path
 
+from harness.driver import TIERS
 from harness.errors import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_HARNESS_ERROR, EXIT_OK, BadInput, HarnessError
 
-TIERS = ("symbolic", "model")  # harness.driver.TIERS, without importing vLLM to build the parser
-MODELS = ("random", "trained")  # harness.model_tier.MODELS, without importing torch
+MODELS = ("random", "trained")  # harness.model_tier.MODELS, without importing torch to build the parser
+MODEL_HELP = ("model tier: random (seeded random weights, default) or trained (trained locally on the synthetic "
+              "chat corpus, cached under artifacts/models/)")
+
+
+def _use_model(name: str | None) -> None:
+    """The model tier's model for this process and the fuzz workers it starts (HH_MODEL)."""
+    if name:
+        os.environ["HH_MODEL"] = name
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.artifacts import finding_artifact, write_finding
     from harness.driver import replay
     from harness.mutants import mutant_applied
-    from harness.oracles import judge
+    from harness.oracles import describe_outputs, judge, output_summary
     from harness.scenario import load_scenario
     from harness.vllm_adapter import check_supported, installed_version
 
     scenario = load_scenario(args.scenario)
     version = installed_version()
     check_supported(version)
-    tier, model = args.tier or _artifact_field(args.scenario, "tier"), args.model or _artifact_field(args.scenario,
-                                                                                                   "model")
-    if model:
-        os.environ["HH_MODEL"] = model
+    tier = args.tier or _artifact_field(args.scenario, "tier")
+    _use_model(args.model or _artifact_field(args.scenario, "model"))
     with mutant_applied(args.mutant):
         trace = replay(scenario, args.mutant, tier)
     findings = judge(trace)
@@ -40,13 +46,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({
             "scenario": str(args.scenario), "vllm_version": version, "mutant": args.mutant,
-            "tier": tier, "steps": trace.steps_run, "ok": not findings, "outputs": _outputs_json(trace), "artifact": str(artifact_path) if artifact_path else None,
+            "tier": tier, "steps": trace.steps_run, "ok": not findings, "outputs": _outputs_json(trace),
+            "artifact": str(artifact_path) if artifact_path else None,
             "findings": [f.to_json() for f in findings],
         }, indent=1, default=str))
     else:
         label = f"vLLM {version}" + (f" + mutant {args.mutant}" if args.mutant else "") + f", {tier} tier"
         if trace.outputs is not None:
-            print(_outputs_line(trace))
+            print(f"outputs: {describe_outputs(output_summary(trace))}")
         if not findings:
             print(f"OK  {args.scenario}: {trace.steps_run} steps on {label}; all oracles hold")
         else:
@@ -76,22 +83,11 @@ def _outputs_json(trace) -> list | None:
              "max_logit_diff": max(r.max_diff), "symptom": output_symptom(r)} for r in trace.outputs]
 
 
-def _outputs_line(trace) -> str:
-    from harness.oracles import output_summary
-
-    s = output_summary(trace)
-    return (f"outputs: {s['generations']} generation(s), {s['diverged']} diverged from the uncached reference "
-            f"(repeat {s['repeat']}/{s['generations']}, garbage {s['garbage']}, drift {s['drift']}); "
-            f"max |logit diff| {s['max_logit_diff']:.3g}")
-
-
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from harness.mutants import mutant_applied
-
-    if args.model:
-        os.environ["HH_MODEL"] = args.model
     from harness.vllm_adapter import check_supported, installed_version
 
+    _use_model(args.model)
     version = installed_version()
     check_supported(version)
     with mutant_applied(args.mutant):
@@ -105,14 +101,14 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
     from harness.driver import replay
     from harness.generate import random_scenario
     from harness.known import known_issue
-    from harness.oracles import judge, output_summary
+    from harness.oracles import describe_outputs, judge, merge_output_summaries, output_summary
     from harness.scenario import scenario_to_json
     from harness.vllm_adapter import load_vllm, supports_prefill_checkpoints
 
     startup = load_vllm()
     checkpoints = args.checkpoints == "on" and supports_prefill_checkpoints()
     found, errors, known, steps = [], [], [], 0
-    outputs = {"generations": 0, "diverged": 0, "repeat": 0, "garbage": 0, "drift": 0, "max_logit_diff": 0.0}
+    outputs = None  # model tier: the output summaries added up
     started = time.perf_counter()
     for seed in range(args.seed, args.seed + args.count):
         scenario = random_scenario(seed, checkpoints=checkpoints, small=args.tier == "model")
@@ -126,8 +122,7 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
             continue
         steps += trace.steps_run
         if trace.outputs is not None:
-            for key, value in output_summary(trace).items():
-                outputs[key] = max(outputs[key], value) if key == "max_logit_diff" else outputs[key] + value
+            outputs = merge_output_summaries(outputs, output_summary(trace))
         findings = judge(trace)
         if findings:
             path = write_finding(Path(args.artifacts), f"sweep-{seed}",
@@ -145,10 +140,8 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
           f"vLLM {version}{' + mutant ' + args.mutant if args.mutant else ''}: {len(found)} with findings "
           f"({len(known)} more with known vLLM issues), "
           f"{len(errors)} harness errors; {args.count / elapsed:.1f} scenarios/s after {startup:.1f} s start-up")
-    if args.tier == "model":
-        print(f"outputs: {outputs['generations']} generations, {outputs['diverged']} diverged from the uncached "
-              f"reference; repeat rate {outputs['repeat']}/{outputs['generations']} (garbage {outputs['garbage']}, "
-              f"drift {outputs['drift']}); max |logit diff| {outputs['max_logit_diff']:.3g}")
+    if outputs:
+        print(f"outputs: {describe_outputs(outputs)}")
     for seed, err, path in errors:
         print(f"HARNESS ERROR seed {seed} (not a vLLM finding): {err} ({path})", file=sys.stderr)
     if errors:
@@ -160,11 +153,11 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     from harness.campaign import Campaign
     from harness.known import known_issue
     from harness.mutants import get_mutant
+    from harness.oracles import describe_outputs
 
     if args.mutant:
         get_mutant(args.mutant)  # bad name: exit 2 before any worker starts
-    if args.model:
-        os.environ["HH_MODEL"] = args.model  # the workers inherit it
+    _use_model(args.model)  # the workers inherit it
     if args.jobs < 1:
         raise BadInput("--jobs must be at least 1")
     seconds = args.minutes * 60 if args.minutes is not None else (None if args.runs else 120.0)
@@ -181,10 +174,8 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     print(f"fuzz: {summary['execs']} execs in {summary['elapsed']} s ({summary['execs_per_s']}/s, {args.jobs} job(s)), "
           f"coverage {summary['cov']}, corpus {summary['corpus']}, findings {summary['findings_total']} "
           f"({len(new)} new), harness errors {summary['harness_errors']}")
-    out = summary.get("outputs")
-    if out:
-        print(f"  outputs: {out['generations']} generations, {out['diverged']} diverged from the uncached reference, "
-              f"repeat rate {out['repeat']}/{out['generations']} (garbage {out['garbage']}, drift {out['drift']})")
+    if summary.get("outputs"):
+        print(f"  outputs: {describe_outputs(summary['outputs'])}")
     unknown = 0
     for name, sig in summary["signatures"].items():
         folder = artifacts / "findings" / name
@@ -229,8 +220,7 @@ def _cmd_minimize(args: argparse.Namespace) -> int:
 
     artifact = read_finding(args.finding)
     mutant = args.mutant if args.mutant is not None else artifact.get("mutant")
-    if artifact.get("model"):
-        os.environ["HH_MODEL"] = artifact["model"]  # the model tier's model it was found with
+    _use_model(artifact.get("model"))  # the model tier's model it was found with
     with mutant_applied(mutant):
         small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], mutant, seconds=args.seconds,
                          tier=artifact.get("tier", "symbolic"))
@@ -309,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--artifacts", default="artifacts", help="where finding artifacts are written (default: artifacts/)")
     run.add_argument("--tier", choices=TIERS, help="symbolic (default; a finding artifact's own tier) or model: a "
                      "tiny hybrid LM on real state tensors, judged against an uncached reference")
-    run.add_argument("--model", choices=MODELS, help="model tier: random (seeded random weights, default) or trained (trained locally on the synthetic chat corpus, cached under artifacts/models/)")
+    run.add_argument("--model", choices=MODELS, help=MODEL_HELP)
     run.set_defaults(func=_cmd_run)
     sweep = sub.add_parser("sweep", help="replay COUNT generated scenarios; exit 0 none with findings, 1 some")
     sweep.add_argument("--count", type=int, default=300)
@@ -319,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--checkpoints", choices=("on", "off"), default="on",
                        help="generate geometries with Mamba prefill checkpoint blocks (default on where supported)")
     sweep.add_argument("--tier", choices=TIERS, default="symbolic")
-    sweep.add_argument("--model", choices=MODELS, help="model tier: random (seeded random weights, default) or trained (trained locally on the synthetic chat corpus, cached under artifacts/models/)")
+    sweep.add_argument("--model", choices=MODELS, help=MODEL_HELP)
     sweep.set_defaults(func=_cmd_sweep)
     fuzz = sub.add_parser("fuzz", help="coverage-guided atheris campaign; exit 0 no finding, 1 finding(s)")
     fuzz.add_argument("--minutes", type=float)
@@ -331,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--mutant", help="apply a named run-time patch of vLLM in every worker")
     fuzz.add_argument("--tier", "--target", dest="target", choices=TIERS, default="symbolic",
                       help="fuzz target: symbolic (default) or model (smaller scenarios, real tensors)")
-    fuzz.add_argument("--model", choices=MODELS, help="model tier: random (seeded random weights, default) or trained (trained locally on the synthetic chat corpus, cached under artifacts/models/)")
+    fuzz.add_argument("--model", choices=MODELS, help=MODEL_HELP)
     fuzz.add_argument("--seed-corpus", action="store_true", help="also read the checked-in seed corpus")
     fuzz.add_argument("--checkpoints", choices=("on", "off"), default="on")
     fuzz.add_argument("--no-minimize", action="store_true", help="do not minimize new findings at the end")

@@ -28,7 +28,7 @@ from harness.errors import BadInput, HarnessError
 from harness.genome import Budget, decode
 from harness.known import known_issue
 from harness.oracles import Finding as OracleFinding
-from harness.oracles import judge, output_summary
+from harness.oracles import judge, merge_output_summaries, output_summary
 from harness.scenario import scenario_to_json
 
 
@@ -72,7 +72,7 @@ class Target:
         self.keep_going = bool(os.environ.get("HH_KEEP_GOING"))
         # model tier: generations judged and their symptoms, flushed to ARTIFACTS/../outputs/PID.json (the
         # campaign sums the files into its repeat rate; libFuzzer exits without running Python's atexit)
-        self.outputs: dict[str, int] = {}
+        self.outputs: dict | None = None
         self.first_exec: float | None = None  # time.monotonic() of the first input (end of start-up)
         self.startup_s: float | None = None
 
@@ -110,9 +110,7 @@ class Target:
             raise Finding(f"{sig}: {findings[0].headline()}")
 
     def _count_outputs(self, trace) -> None:
-        for key, value in output_summary(trace).items():
-            if key != "max_logit_diff":
-                self.outputs[key] = self.outputs.get(key, 0) + value
+        self.outputs = merge_output_summaries(self.outputs, output_summary(trace))
         if self.execs % 50 == 0:
             self._flush_outputs()
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from harness.errors import BadInput
 from harness.known import known_issue
+from harness.oracles import describe_outputs
 
 
 def _samples(directory: Path) -> list[dict]:
@@ -83,11 +84,8 @@ def render(directory: str | Path) -> tuple[Path, Path]:
     head = (f"{last.get('execs', 0)} execs over {last.get('t', 0):.0f} s; coverage {last.get('cov', 0)}; corpus "
             f"{last.get('corpus', 0)}; {len(findings)} finding(s); harness errors {last.get('harness_errors', 0)}; "
             f"vLLM mutant: {summary.get('mutant') or 'none'}")
-    out = summary.get("outputs")
-    if out:
-        head += (f"; model tier: {out['generations']} generations, {out['diverged']} diverged from the uncached "
-                 f"reference, repeat rate {out['repeat']}/{out['generations']} (garbage {out['garbage']}, "
-                 f"drift {out['drift']})")
+    if summary.get("outputs"):
+        head += f"; model tier: {describe_outputs(summary['outputs'])}"
     md = ["# hybrid-harness fuzz report", "", head, ""] + [f"![{p}]({p})" for p in pngs] + [
         "", "| finding | signature | known issue | minimized | regression test | found after (s) |",
         "|---|---|---|---|---|---|"]
