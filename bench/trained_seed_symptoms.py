@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness.model_tier import ModelDriver
 from harness.mutants import mutant_applied
-from harness.oracles import output_symptom
+from harness.oracles import output_symptom, reference_output
 from harness.scenario import parse_scenario
 from harness.vllm_adapter import installed_version, load_vllm
 from models.tokenizer import ByteTokenizer
@@ -54,11 +54,7 @@ def main() -> None:
             rec = next(r for r in trace.outputs if r.request == "b")
             symptom = output_symptom(rec) or "match"
             counts[symptom] = counts.get(symptom, 0) + 1
-            got = tok.decode(rec.tokens[rec.prompt_len:])
-            first = next((i for i, (t, m) in enumerate(zip(rec.ref_top, rec.margin))
-                          if t != rec.tokens[rec.prompt_len + i] and m > rec.tolerance), None)
-            want = got if first is None else tok.decode(rec.tokens[rec.prompt_len:rec.prompt_len + first]
-                                                        + rec.ref_continuation)
+            got, want = tok.decode(rec.tokens[rec.prompt_len:]), tok.decode(reference_output(rec))
             rows.append(f"| `{tok.decode(b)}` | {symptom} | {max(rec.max_diff):.3g} | `{got}` | `{want}` |")
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     text = "\n".join([

@@ -3,8 +3,8 @@
 The symbolic worker shadow still decides every read, write and copy (and the symbolic oracles still
 judge them); `ModelKernels` performs the same page moves on a `TensorPool` and runs the model's forward
 for each scheduled request on the state the runner would read. Tokens are the cached run's own greedy
-choices; speculative drafts come from an n-gram drafter and are accepted by verification against the
-cached run's logits. After the replay every generated token is scored against the uncached reference
+choices; speculative drafts come from a real drafter (layer-skip self-speculation, models/drafter.py) and
+are accepted by verification against the cached run's logits. After the replay every generated token is scored against the uncached reference
 (`models/reference.py`); the output oracle (`harness/oracles.py: outputs`) judges those records.
 """
 
@@ -18,7 +18,7 @@ import torch
 
 from harness.driver import Driver, _Req
 from harness.errors import BadInput
-from harness.oracles import LOGIT_TOLERANCES
+from harness.oracles import LOGIT_TOLERANCES, first_token_divergence
 from harness.scenario import Scenario
 from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP
 from harness.worker import Forward
@@ -97,7 +97,7 @@ class ModelKernels:
         pool, nc, ns = self.pool, f.num_computed, f.num_scheduled
         self._load_pending_kv(f.request)
         tokens = self.driver.step_tokens(f.request)[nc:nc + ns]
-        states = pool.read(*f.init) if f.init else [self.model.zero_state() for _ in self.model.cfg.mamba_layers]
+        states = pool.read(*f.init) if f.init else self.model.zero_states()
         if f.decode:
             state_at = list(range(ns))
         else:
@@ -184,10 +184,9 @@ class ModelDriver(Driver):
         rec = OutputRecord(rid, plen, tokens, steps, (cached - rows).abs().amax(-1).tolist(), top.tolist(),
                            (rows.amax(-1) - chosen).tolist(), (rows.amax(-1) - rows.amin(-1)).tolist(),
                            bool(torch.isfinite(cached).all()), LOGIT_TOLERANCES[self.model.cfg.dtype])
-        for i, top in enumerate(rec.ref_top):
-            if top != tokens[plen + i]:
-                rec.ref_continuation = greedy(self.model, tokens[:plen + i], len(tokens) - plen - i)
-                break
+        first = first_token_divergence(rec)  # where the oracle says the tokens part (tolerance included)
+        if first is not None:
+            rec.ref_continuation = greedy(self.model, tokens[:plen + first], len(tokens) - plen - first)
         return rec
 
 

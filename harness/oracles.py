@@ -137,19 +137,18 @@ def outputs(trace: Trace) -> list[Finding]:
     out = []
     for rec in trace.outputs or ():
         tol = rec.tolerance
-        first_logit = next((i for i, d in enumerate(rec.max_diff) if not d <= tol), None)
-        first_token = _first_token_divergence(rec)
+        first_logit, first_token = _divergence(rec)
         if first_logit is None and first_token is None:
             continue
         i = min(x for x in (first_logit, first_token) if x is not None)
-        symptom = output_symptom(rec)
+        symptom = _symptom(rec, first_token)
         j = rec.prompt_len + i
         got = rec.tokens[j:]
         if first_token is None:
             expected = f"logits within {tol:g} of the reference"
             actual = f"logits off by {rec.max_diff[i]:.3g}, tokens {got} still the reference's ({symptom})"
         else:
-            expected = f"reference tokens {rec.tokens[j:rec.prompt_len + first_token] + rec.ref_continuation}"
+            expected = f"reference tokens {reference_output(rec)[i:]}"
             actual = f"cached tokens {got} ({symptom})"
         out.append(Finding(
             "output", rec.steps[i], rec.request, None, [], expected=expected, actual=actual,
@@ -161,7 +160,7 @@ def outputs(trace: Trace) -> list[Finding]:
     return out
 
 
-def _first_token_divergence(rec) -> int | None:
+def first_token_divergence(rec) -> int | None:
     """First output whose token is not the reference's greedy choice by more than the tolerance."""
     for i, (top, margin) in enumerate(zip(rec.ref_top, rec.margin)):
         if top != rec.tokens[rec.prompt_len + i] and not margin <= rec.tolerance:
@@ -169,11 +168,27 @@ def _first_token_divergence(rec) -> int | None:
     return None
 
 
+def _divergence(rec) -> tuple[int | None, int | None]:
+    """(first output whose logits leave the tolerance, first output whose token is not the reference's)."""
+    first_logit = next((i for i, d in enumerate(rec.max_diff) if not d <= rec.tolerance), None)
+    return first_logit, first_token_divergence(rec)
+
+
+def reference_output(rec) -> list[int]:
+    """What the uncached reference generates in the place of the cached run's output."""
+    first_token = first_token_divergence(rec)
+    if first_token is None:
+        return rec.tokens[rec.prompt_len:]
+    return rec.tokens[rec.prompt_len:rec.prompt_len + first_token] + rec.ref_continuation
+
+
 def output_symptom(rec) -> str | None:
     """None when the output matches the reference, else repeat | garbage | drift."""
-    first_token = _first_token_divergence(rec)
-    if first_token is None and all(d <= rec.tolerance for d in rec.max_diff):
-        return None
+    first_logit, first_token = _divergence(rec)
+    return None if first_logit is None and first_token is None else _symptom(rec, first_token)
+
+
+def _symptom(rec, first_token: int | None) -> str:
     if not rec.finite:
         return "garbage"
     if first_token is None:
@@ -211,6 +226,24 @@ def output_summary(trace: Trace) -> dict:
             "repeat": symptoms.count("repeat"), "garbage": symptoms.count("garbage"),
             "drift": symptoms.count("drift"),
             "max_logit_diff": max((d for r in recs for d in r.max_diff), default=0.0)}
+
+
+def merge_output_summaries(total: dict | None, summary: dict) -> dict:
+    """Add one summary to a running total (counts add up, the largest logit difference is kept)."""
+    out = dict(total or {})
+    for key, value in summary.items():
+        out[key] = max(out.get(key, value), value) if key == "max_logit_diff" else out.get(key, 0) + value
+    return out
+
+
+def describe_outputs(summary: dict) -> str:
+    """'N generations, D diverged from the uncached reference, repeat rate R/N (…)', as reports print it."""
+    n = summary["generations"]
+    text = (f"{n} generations, {summary['diverged']} diverged from the uncached reference, repeat rate "
+            f"{summary['repeat']}/{n} (garbage {summary['garbage']}, drift {summary['drift']})")
+    if "max_logit_diff" in summary:
+        text += f"; max |logit diff| {summary['max_logit_diff']:.3g}"
+    return text
 
 
 ORACLES = {

@@ -57,12 +57,12 @@ class LayerSkipDrafter:
         new, start = tokens[len(c.tokens):], len(c.tokens)
         logits, outs = self.model.forward(new, start, c.states, c.kv, [len(new) - 1], len(new) - 1,
                                           num_layers=self.num_layers)
-        c.tokens, c.states = list(tokens), [MambaState(o.conv[-1], o.ssm[-1]) for o in outs]
+        c.tokens, c.states = list(tokens), [o.last() for o in outs]
         drafts, states, pos = [int(logits[-1].argmax())], c.states, len(tokens)
         while len(drafts) < k:
             logits, outs = self.model.forward(drafts[-1:], pos, states, c.kv, [0], 0, recurrent=True,
                                               num_layers=self.num_layers)
-            states, pos = [MambaState(o.conv[-1], o.ssm[-1]) for o in outs], pos + 1
+            states, pos = [o.last() for o in outs], pos + 1
             drafts.append(int(logits[-1].argmax()))
         for layer, (kk, vv) in c.store.items():  # drop the drafts' keys/values: only real tokens stay cached
             c.store[layer] = (kk[:len(tokens)], vv[:len(tokens)])

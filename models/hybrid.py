@@ -72,6 +72,10 @@ class MambaOut:
     conv: torch.Tensor
     ssm: torch.Tensor
 
+    def last(self) -> MambaState:
+        """The state after the last chosen token (what the next chunk starts from)."""
+        return MambaState(self.conv[-1], self.ssm[-1])
+
 
 # (attention layer index, new keys [T,nh,hd], new values) -> keys and values of positions 0..start+T-1
 KVStore = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -125,6 +129,10 @@ class HybridLM:
         if self._zero is None:
             self._zero = self._new_zero_state()
         return self._zero
+
+    def zero_states(self) -> list[MambaState]:
+        """The zero initial state of every Mamba layer."""
+        return [self.zero_state() for _ in self.cfg.mamba_layers]
 
     def _new_zero_state(self) -> MambaState:
         c = self.cfg

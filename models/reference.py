@@ -12,8 +12,7 @@ def full_forward(model: HybridLM, tokens: list[int], state_at: list[int] | None 
     """Logits for every position (row j predicts token j+1) and, per Mamba layer, the states after
     tokens `state_at`; also the keys/values of every attention layer."""
     kv, store = contiguous_kv()
-    zero = [model.zero_state() for _ in model.cfg.mamba_layers]
-    logits, outs = model.forward(tokens, 0, zero, kv, state_at or [len(tokens) - 1], logits_from=0)
+    logits, outs = model.forward(tokens, 0, model.zero_states(), kv, state_at or [len(tokens) - 1], logits_from=0)
     return logits, outs, store
 
 
@@ -26,7 +25,7 @@ def prefix_state(model: HybridLM, tokens: list[int]) -> tuple[list[MambaState], 
     """What a connector loads for a prefix: each Mamba layer's state after its last token, and every
     attention layer's keys/values for its positions."""
     _, outs, store = full_forward(model, tokens)
-    return [MambaState(o.conv[-1], o.ssm[-1]) for o in outs], store
+    return [o.last() for o in outs], store
 
 
 def greedy(model: HybridLM, prefix: list[int], count: int) -> list[int]:

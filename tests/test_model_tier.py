@@ -17,7 +17,7 @@ from harness.oracles import LOGIT_TOLERANCE, judge, output_summary, output_sympt
 from harness.scenario import load_scenario, parse_scenario
 from models import kernels
 from models.drafter import ngram_propose
-from models.hybrid import HybridLM, MambaState, ModelConfig, contiguous_kv
+from models.hybrid import HybridLM, ModelConfig, contiguous_kv
 from models.reference import full_forward, greedy
 from testlib import SCENARIOS, by_oracle, mutant
 
@@ -45,11 +45,11 @@ def test_chunked_forward_matches_one_chunk(chunks):
     tokens = [(7 * i + 3) % 500 for i in range(sum(chunks))]
     ref = full_forward(MODEL, tokens)[0]
     kv, _ = contiguous_kv()
-    states = [MODEL.zero_state() for _ in MODEL.cfg.mamba_layers]
+    states = MODEL.zero_states()
     rows, start = [], 0
     for n in chunks:
         logits, outs = MODEL.forward(tokens[start:start + n], start, states, kv, [n - 1], 0, recurrent=n == 1)
-        states = [MambaState(o.conv[-1], o.ssm[-1]) for o in outs]
+        states = [o.last() for o in outs]
         rows.append(logits)
         start += n
     assert (torch.cat(rows) - ref).abs().max() < 1e-12
