@@ -9,11 +9,12 @@ does not fire on stock vLLM (differential), so stock bugs never count.
 
 Run it on a release that carries the seed bug as published (0.26.0-0.27.1), on one core (taskset -c 0).
 Coverage-guided: each trial is a fresh `fuzz/symbolic_target.py` process on an empty corpus (libFuzzer
-seed = trial); start-up (import + instrumentation, until the first input runs) is reported apart from the
-time-to-detect after start-up. Random: `harness.genome.random_bytes` inputs through the same decoder,
-replay and oracles in one process (start-up paid once). A trial that finds nothing within the budget
-counts as the budget (censored, marked). Detection = the first live-column, provenance or cache-integrity
-finding (the seed bug's oracles).
+seed = trial), with `make fuzz`'s settings (prefill checkpoints on where the release has them); start-up
+(import + instrumentation, until the first input runs) is reported apart from the time-to-detect after
+start-up. Random: `harness.genome.random_bytes` inputs through the same decoder, replay and oracles in one
+process (start-up paid once). A trial that finds nothing within the budget counts as the budget (censored,
+marked). Both strategies detect by one rule (`detects`): without a mutant, an input with a finding no known
+fix explains; with a mutant, `harness.mutation.kills` (fires with the patch, not on stock, not known).
 """
 
 from __future__ import annotations
@@ -32,19 +33,30 @@ from pathlib import Path
 from harness.campaign import LIBFUZZER_FLAGS
 
 ROOT = Path(__file__).resolve().parent.parent
-SEED_ORACLES = ("live-column", "provenance", "cache-integrity")
+
+
+def detects(doc: dict, mutant: str | None) -> bool:
+    """The detection rule both strategies share."""
+    from harness.known import judge_scenario
+    from harness.mutation import kills
+    from harness.oracles import judge
+    from harness.driver import replay
+    from harness.scenario import parse_scenario
+
+    if mutant:
+        return kills(doc, mutant) is not None
+    scenario = parse_scenario(doc)
+    findings = judge(replay(scenario))
+    return bool(findings) and judge_scenario(scenario, findings, None, "symbolic").is_new
 
 
 def fuzz_trial(trial: int, budget: float, mutant: str | None = None) -> tuple[float, float | None, int]:
-    from harness.mutation import fires_on_stock
-
     with tempfile.TemporaryDirectory() as tmp:
         corpus, art = Path(tmp, "corpus"), Path(tmp, "findings")
         corpus.mkdir()
-        env = dict(os.environ, HH_ARTIFACTS=str(art), PYTHONPATH=str(ROOT), HH_NO_CHECKPOINTS="1",
-                   HH_MUTANT=mutant or "", HH_IGNORE_KNOWN="1")
-        if not mutant:
-            env["HH_STOP_ON"] = ",".join(SEED_ORACLES)
+        # keep going past findings (a new finding that is not a kill must not end the trial)
+        env = dict(os.environ, HH_ARTIFACTS=str(art), PYTHONPATH=str(ROOT), HH_MUTANT=mutant or "",
+                   HH_KEEP_GOING="1")
         started = time.monotonic()
         subprocess.run([sys.executable, str(ROOT / "fuzz/symbolic_target.py"), str(corpus), f"-seed={trial + 1}",
                         *LIBFUZZER_FLAGS, f"-max_total_time={int(budget)}", f"-dict={ROOT / 'fuzz/symbolic.dict'}",
@@ -54,9 +66,7 @@ def fuzz_trial(trial: int, budget: float, mutant: str | None = None) -> tuple[fl
         hits = []
         for f in sorted(art.glob("finding-*/finding.json")):
             doc = json.loads(f.read_text())
-            if mutant and fires_on_stock(doc["scenario"], doc["signature"]):
-                continue
-            if mutant or doc["signature"].startswith(SEED_ORACLES):
+            if detects(doc["scenario"], mutant):
                 d = doc["detection"]
                 hits.append((d["after_startup_s"], d["startup_s"], d["execs"]))
         if hits:
@@ -65,13 +75,12 @@ def fuzz_trial(trial: int, budget: float, mutant: str | None = None) -> tuple[fl
         return wall, None, 0
 
 
-
 def random_trials(trials: int, budget: float, mutant: str | None = None) -> tuple[float, list[tuple[float | None, int]]]:
     from harness.driver import replay
-    from harness.genome import Budget, decode, random_bytes
-    from harness.known import known_issue
+    from harness.genome import decode, random_bytes, release_budget
     from harness.mutants import mutant_applied
     from harness.oracles import judge
+    from harness.scenario import scenario_to_json
     from harness.vllm_adapter import load_vllm
 
     startup = load_vllm()
@@ -81,15 +90,10 @@ def random_trials(trials: int, budget: float, mutant: str | None = None) -> tupl
         t0, execs, found = time.monotonic(), 0, None
         while time.monotonic() - t0 < budget:
             execs += 1
-            scenario = decode(random_bytes(rng), Budget())
+            scenario = decode(random_bytes(rng), release_budget())
             with mutant_applied(mutant):
                 findings = judge(replay(scenario, mutant))
-            if mutant:
-                sigs = {f.signature for f in findings if not known_issue(f.signature)}
-                if sigs and sigs - {f.signature for f in judge(replay(scenario))}:
-                    found = time.monotonic() - t0
-                    break
-            elif any(f.signature.startswith(SEED_ORACLES) for f in findings):
+            if findings and detects(scenario_to_json(scenario), mutant):
                 found = time.monotonic() - t0
                 break
         out.append((found, execs))
@@ -119,8 +123,8 @@ def main() -> None:
 
         names = args.mutant or list(REGISTRY)
         lines = [f"Guided (atheris) vs random sampling per mutant on vLLM {installed_version()}: {args.trials} trials, "
-                 f"budget {args.budget:.0f} s each, 1 core, empty corpus, seconds after start-up; a kill is a finding "
-                 "that does not fire on stock vLLM.", "",
+                 f"budget {args.budget:.0f} s each, 1 core, empty corpus, seconds after start-up; a kill fires with the "
+                 "patch, not on stock, and no known fix explains it (harness.mutation.kills).", "",
                  "| mutant | guided median s | guided kills | random median s | random kills | ratio random/guided |",
                  "|---|---|---|---|---|---|"]
         for name in names:

@@ -4,7 +4,7 @@
     python fuzz/symbolic_target.py [libFuzzer flags] [CORPUS_DIR ...]   # fuzz
     python fuzz/symbolic_target.py CRASH_FILE                          # replay one input
 Environment: HH_ARTIFACTS (kept findings, default artifacts/fuzz), HH_MUTANT (mutant to apply),
-HH_NO_CHECKPOINTS, HH_STOP_ON, HH_TIER (see harness/fuzzing.py; fuzz/model_target.py sets HH_TIER=model).
+HH_NO_CHECKPOINTS (mutator only), HH_KEEP_GOING, HH_TIER (see harness/fuzzing.py; fuzz/model_target.py sets HH_TIER=model).
 
 Coverage: the harness is instrumented as it is imported; vLLM's allocator package (vllm.v1.core) is
 instrumented function by function after import. (atheris.instrument_imports widens "vllm.v1.core" to the
@@ -42,7 +42,9 @@ def CustomMutator(data: bytes, max_size: int, seed: int) -> bytes:
         out = genome.mutate(data, rng, TARGET.budget)
     else:
         out = atheris.Mutate(data, max_size)
-    return out[:max_size]
+    out = out[:max_size]
+    # `fuzz --checkpoints off`: the mutator never makes checkpoint geometries; decoding ignores the setting
+    return genome.without_checkpoints(out) if TARGET.no_checkpoints else out
 
 
 if __name__ == "__main__":

@@ -24,9 +24,11 @@ def write_json_atomic(path: Path, payload: dict) -> Path:
 
 
 def finding_artifact(scenario: Scenario, findings: list[Finding], vllm_version: str, mutant: str | None,
-                     tier: str = "symbolic") -> dict:
-    """A self-contained artifact: `hybrid-harness run ARTIFACT.json` replays its scenario (in its tier)."""
-    return {
+                     tier: str = "symbolic", verdict=None) -> dict:
+    """A self-contained artifact: `hybrid-harness run ARTIFACT.json` replays its scenario (in its tier).
+    With a verdict (harness.known.Verdict), it records which findings are known (and by which fix) and which
+    are new; "signature" is the first new one (or the first finding of an all-known input)."""
+    artifact = {
         "kind": "hybrid-harness-finding",
         "vllm_version": vllm_version,
         "mutant": mutant,
@@ -34,7 +36,11 @@ def finding_artifact(scenario: Scenario, findings: list[Finding], vllm_version: 
         "model": (os.environ.get("HH_MODEL") or "random") if tier == "model" else None,
         "scenario": scenario_to_json(scenario),
         "findings": [f.to_json() for f in findings],
+        "signature": verdict.headline_signature if verdict else findings[0].signature,
     }
+    if verdict is not None:
+        artifact["verdict"] = verdict.to_json()
+    return artifact
 
 
 def write_finding(directory: Path, stem: str, artifact: dict) -> Path:

@@ -200,8 +200,9 @@ class Campaign:
         out = dict(self.sample(), elapsed=round(elapsed, 1), execs_per_s=round(self.execs() / max(elapsed, 1e-9), 1),
                    jobs=self.jobs, mutant=self.mutant, target=self.target, corpus_dir=str(self.corpus),
                    findings_total=len(found), findings_new=[p.name for p in new],
-                   signatures={p.name: json.loads((p / "finding.json").read_text()).get("signature") for p in found},
-                   outputs=self.outputs())
+                   verdicts={p.name: finding_verdict(p) for p in found}, outputs=self.outputs())
+        out["findings_new_signatures"] = sorted({s for v in out["verdicts"].values() if v["new"]
+                                                 for s in v["unexplained"] + [f"revealed:{r}" for r in v["revealed"]]})
         write_json_atomic(self.artifacts / "campaign.json", out)
         from harness.report import render
 
@@ -209,6 +210,12 @@ class Campaign:
         return out
 
 
+
+
+def finding_verdict(folder: Path) -> dict:
+    """A kept finding's verdict (harness.known.Verdict.to_json): which signatures are known, which new."""
+    doc = json.loads((folder / "finding.json").read_text())
+    return doc["verdict"]
 
 
 class _Progress:

@@ -25,6 +25,7 @@ def _use_model(name: str | None) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.artifacts import finding_artifact, write_finding
     from harness.driver import replay
+    from harness.known import judge_scenario
     from harness.mutants import mutant_applied
     from harness.oracles import describe_outputs, judge, output_summary
     from harness.scenario import load_scenario
@@ -37,18 +38,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _use_model(args.model or _artifact_field(args.scenario, "model"))
     with mutant_applied(args.mutant):
         trace = replay(scenario, args.mutant, tier)
-    findings = judge(trace)
+        findings = judge(trace)
+        verdict = judge_scenario(scenario, findings, args.mutant, tier) if findings else None
     artifact_path = None
     if findings:
         stem = Path(args.scenario).stem
         artifact_path = write_finding(Path(args.artifacts), stem,
-                                      finding_artifact(scenario, findings, version, args.mutant, tier))
+                                      finding_artifact(scenario, findings, version, args.mutant, tier, verdict))
     if args.json:
         print(json.dumps({
             "scenario": str(args.scenario), "vllm_version": version, "mutant": args.mutant,
             "tier": tier, "steps": trace.steps_run, "ok": not findings, "outputs": _outputs_json(trace),
             "artifact": str(artifact_path) if artifact_path else None,
-            "findings": [f.to_json() for f in findings],
+            "findings": [f.to_json() for f in findings], "verdict": verdict.to_json() if verdict else None,
+            "unjudged": trace.unjudged,
         }, indent=1, default=str))
     else:
         label = f"vLLM {version}" + (f" + mutant {args.mutant}" if args.mutant else "") + f", {tier} tier"
@@ -57,10 +60,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not findings:
             print(f"OK  {args.scenario}: {trace.steps_run} steps on {label}; all oracles hold")
         else:
-            print(f"FINDING  {args.scenario}: {len(findings)} finding(s) on {label} (artifact: {artifact_path})")
+            state = "new" if verdict.is_new else "all known"
+            print(f"FINDING  {args.scenario}: {len(findings)} finding(s) on {label}, {state} "
+                  f"(artifact: {artifact_path})")
             for f in findings:
-                print(f"  {f.headline()}")
+                print(f"  [{verdict.label(f.signature)}] {f.headline()}")
                 print(f"      {f.detail}")
+            for sig in verdict.revealed:
+                print(f"  [NEW, revealed once the known fixes are applied] {sig}")
+        for oracle, why in trace.unjudged.items():
+            print(f"  ({oracle} not judged: {why})")
+    # a replay is strict: any finding, known or new, exits 1 (campaigns and sweeps fail on new ones only)
     return EXIT_FINDING if findings else EXIT_OK
 
 
@@ -100,7 +110,7 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
     from harness.artifacts import finding_artifact, write_finding, write_json_atomic
     from harness.driver import replay
     from harness.generate import random_scenario
-    from harness.known import known_issue
+    from harness.known import judge_scenario
     from harness.oracles import describe_outputs, judge, merge_output_summaries, output_summary
     from harness.scenario import scenario_to_json
     from harness.vllm_adapter import load_vllm, supports_prefill_checkpoints
@@ -114,7 +124,9 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
         scenario = random_scenario(seed, checkpoints=checkpoints, small=args.tier == "model")
         try:
             trace = replay(scenario, args.mutant, args.tier)
-        except HarnessError as exc:
+            findings = judge(trace)
+            verdict = judge_scenario(scenario, findings, args.mutant, args.tier) if findings else None
+        except HarnessError as exc:  # replaying, or replaying with the known fixes applied
             path = write_json_atomic(Path(args.artifacts) / f"harness-error-{seed}.json",
                                      {"kind": "hybrid-harness-error", "error": str(exc),
                                       "scenario": scenario_to_json(scenario)})
@@ -123,17 +135,15 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
         steps += trace.steps_run
         if trace.outputs is not None:
             outputs = merge_output_summaries(outputs, output_summary(trace))
-        findings = judge(trace)
         if findings:
             path = write_finding(Path(args.artifacts), f"sweep-{seed}",
-                                 finding_artifact(scenario, findings, version, args.mutant, args.tier))
-            issue = known_issue(findings[0].signature)
-            if issue:
-                known.append(seed)
-                print(f"KNOWN {issue['id']} seed {seed}: {findings[0].headline()} ({path})")
-            else:
+                                 finding_artifact(scenario, findings, version, args.mutant, args.tier, verdict))
+            if verdict.is_new:
                 found.append((seed, findings, path))
-                print(f"FINDING seed {seed}: {findings[0].headline()} ({path})")
+                print(f"FINDING seed {seed}: new {', '.join(verdict.new)} (known: {verdict.known or 'none'}) ({path})")
+            else:
+                known.append(seed)
+                print(f"KNOWN seed {seed}: {verdict.known} ({path})")
     elapsed = time.perf_counter() - started
     print(f"sweep: {args.count} scenarios (seeds {args.seed}..{args.seed + args.count - 1}), {steps} steps, "
           f"{args.tier} tier, "
@@ -151,7 +161,6 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
 
 def _cmd_fuzz(args: argparse.Namespace) -> int:
     from harness.campaign import Campaign
-    from harness.known import known_issue
     from harness.mutants import get_mutant
     from harness.oracles import describe_outputs
 
@@ -177,13 +186,15 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     if summary.get("outputs"):
         print(f"  outputs: {describe_outputs(summary['outputs'])}")
     unknown = 0
-    for name, sig in summary["signatures"].items():
+    for name, verdict in summary["verdicts"].items():
         folder = artifacts / "findings" / name
         extra = " (minimized)" if (folder / "minimized.json").exists() else ""
-        issue = known_issue(sig)
-        unknown += issue is None
-        label = f"KNOWN {issue['id']}" if issue else "NEW" if name in new else "kept"
-        print(f"  [{label}] {name}: {sig}{extra}  {folder}")
+        is_new = verdict["new"]
+        unknown += is_new
+        label = ("NEW" if name in new else "NEW (kept earlier)") if is_new else "KNOWN"
+        what = verdict["unexplained"] + [f"revealed:{s}" for s in verdict["revealed"]] if is_new else []
+        known = ", ".join(f"{s} = {k}" for s, k in verdict["known"].items())
+        print(f"  [{label}] {name}: {'; '.join(what) or '-'}{'; known: ' + known if known else ''}{extra}  {folder}")
     if summary["harness_errors"]:
         print(f"harness errors (not vLLM findings) kept in {artifacts / 'findings' / 'harness-errors'}", file=sys.stderr)
         return EXIT_HARNESS_ERROR
@@ -367,6 +378,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except HarnessError as exc:
         print(f"harness error (not a vLLM finding): {exc}", file=sys.stderr)
+        return EXIT_HARNESS_ERROR
+    except Exception:  # any other error is the harness's, never the exit code of a finding
+        import traceback
+
+        traceback.print_exc()
+        print("harness error (not a vLLM finding): uncaught exception above", file=sys.stderr)
         return EXIT_HARNESS_ERROR
 
 

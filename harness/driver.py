@@ -125,7 +125,19 @@ class Driver:
             self.trace.pool_end = self.alloc.pool_snapshot()
         except _VllmRaised as raised:
             self.trace.exception = raised.record
+            self._pool_after_exception()
         return self.trace
+
+    def _pool_after_exception(self) -> None:
+        """vLLM raised mid-step: free what every request still holds, as an engine shutting the batch down
+        would, and judge the pool anyway; if freeing raises too, say the pool could not be judged."""
+        try:
+            self._shutdown()
+        except _VllmRaised as again:
+            self.trace.unjudged["pool-accounting"] = (f"freeing after the exception raised too: {again.record.error} "
+                                                      f"at {again.record.site}")
+            return
+        self.trace.pool_end = self.alloc.pool_snapshot()
 
     def _stuck(self, step: int) -> bool:
         """Nothing ran last step and nothing can change: no load in flight, no arrival or event to come.

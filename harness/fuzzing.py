@@ -1,14 +1,18 @@
-"""What a fuzz target does with one input: decode, replay, judge, keep new findings on disk.
+"""What a fuzz target does with one input: decode, replay, judge, classify, keep findings on disk.
 
-The target raises `Finding` for an input whose finding signature this campaign has not kept yet (the
-libFuzzer worker stops, so a crash file replays with a non-zero exit; campaign workers set HH_KEEP_GOING
-and go on instead), and `HarnessFailure` for a harness error, which is
-kept apart and never reported as a vLLM finding. Known signatures return normally so the search goes on.
-Configuration comes from the environment, so that `python fuzz/TARGET.py FILE` replays like any
-libFuzzer target: HH_ARTIFACTS (where findings go), HH_MUTANT (a mutant to apply first), HH_NO_CHECKPOINTS
-(no prefill-checkpoint geometries), HH_STOP_ON (signature prefixes that stop the worker), HH_IGNORE_KNOWN
-(findings of known stock-vLLM issues are kept but never stop the worker), HH_TIER (symbolic | model),
-HH_KEEP_GOING (campaign workers: keep every new finding on disk and go on instead of stopping).
+Every finding of an input is classified by the known issues' fixes (harness/known.py): an input is *new*
+when any of its findings is unexplained (or revealed once a known fix lets the replay run on). The target
+raises `Finding` for a new input every time it runs it (a crash file replays non-zero every time, whatever
+is on disk), unless HH_KEEP_GOING is set (campaign workers keep the finding on disk and go on instead of
+paying a ~10 s restart); inputs whose findings are all known return normally. `HarnessFailure` is a harness
+error, kept apart and never reported as a vLLM finding. Kept findings are deduplicated by their set of new
+signatures (all-known inputs by their set of known ones), so a known finding never shadows a new one.
+
+How bytes decode depends on the bytes and the installed release only (libFuzzer: a crash file alone
+reproduces). Configuration from the environment, so `python fuzz/TARGET.py FILE` replays like any libFuzzer
+target: HH_ARTIFACTS (where findings go), HH_MUTANT (a mutant to apply first), HH_TIER (symbolic | model),
+HH_KEEP_GOING (campaign workers), HH_NO_CHECKPOINTS (the mutator clears the prefill-checkpoint bit; the
+decoder ignores it).
 """
 
 from __future__ import annotations
@@ -25,15 +29,14 @@ import psutil
 from harness.artifacts import finding_artifact, write_json_atomic
 from harness.driver import replay
 from harness.errors import BadInput, HarnessError
-from harness.genome import Budget, decode
-from harness.known import known_issue
-from harness.oracles import Finding as OracleFinding
+from harness.genome import decode, release_budget
+from harness.known import Verdict, judge_scenario
 from harness.oracles import judge, merge_output_summaries, output_summary
 from harness.scenario import scenario_to_json
 
 
 class Finding(Exception):
-    """An oracle fired on this input (a new signature for this campaign)."""
+    """An input with a new (unexplained) finding."""
 
 
 class HarnessFailure(Exception):
@@ -44,16 +47,11 @@ def signature_id(signature: str) -> str:
     return hashlib.sha1(signature.encode()).hexdigest()[:12]
 
 
-def finding_signature(findings: list[OracleFinding]) -> str:
-    """One signature per input: the first oracle that fired (oracles are judged in a fixed order)."""
-    return findings[0].signature
-
-
 class Target:
     def __init__(self, artifacts: str | os.PathLike | None = None, mutant: str | None = None,
                  tier: str | None = None) -> None:
         from harness.mutants import apply_mutant
-        from harness.vllm_adapter import installed_version, load_vllm, supports_prefill_checkpoints
+        from harness.vllm_adapter import installed_version, load_vllm
 
         load_vllm()
         self.version = installed_version()
@@ -61,23 +59,17 @@ class Target:
         if self.mutant:
             apply_mutant(self.mutant)
         self.tier = tier or os.environ.get("HH_TIER") or "symbolic"
-        self.budget = Budget(checkpoints=supports_prefill_checkpoints() and not os.environ.get("HH_NO_CHECKPOINTS"),
-                             small=self.tier == "model")
+        self.budget = release_budget(small=self.tier == "model")
+        self.no_checkpoints = bool(os.environ.get("HH_NO_CHECKPOINTS"))  # read by the mutator only
         self.dir = Path(artifacts or os.environ.get("HH_ARTIFACTS") or "artifacts/fuzz")
         self.dir.mkdir(parents=True, exist_ok=True)
         self.execs = 0
-        # HH_STOP_ON=prefix,prefix: only these signatures stop the worker (others are kept and the search goes on)
-        self.stop_on = tuple(p for p in os.environ.get("HH_STOP_ON", "").split(",") if p)
-        self.ignore_known = bool(os.environ.get("HH_IGNORE_KNOWN"))  # known stock issues never stop a worker
         self.keep_going = bool(os.environ.get("HH_KEEP_GOING"))
         # model tier: generations judged and their symptoms, flushed to ARTIFACTS/../outputs/PID.json (the
         # campaign sums the files into its repeat rate; libFuzzer exits without running Python's atexit)
         self.outputs: dict | None = None
         self.first_exec: float | None = None  # time.monotonic() of the first input (end of start-up)
         self.startup_s: float | None = None
-
-    def known(self) -> set[str]:
-        return {p.name for p in self.dir.glob("finding-*")}
 
     def __call__(self, data: bytes) -> None:
         self.execs += 1
@@ -87,6 +79,8 @@ class Target:
         scenario = decode(data, self.budget)
         try:
             trace = replay(scenario, self.mutant, self.tier)
+            findings = judge(trace)
+            verdict = judge_scenario(scenario, findings, self.mutant, self.tier) if findings else None
         except (HarnessError, BadInput) as exc:
             self._keep_error(data, scenario, exc)
             raise HarnessFailure(str(exc)) from exc
@@ -95,19 +89,16 @@ class Target:
             raise HarnessFailure(repr(exc)) from exc
         if trace.outputs is not None:
             self._count_outputs(trace)
-        findings = judge(trace)
-        if not findings:
+        if verdict is None:
             return
-        sig = finding_signature(findings)
-        folder = self.dir / f"finding-{signature_id(sig)}"
-        if folder.exists():
-            return
-        self._keep_finding(folder, data, scenario, findings, sig)
-        self._flush_outputs()
-        if self.keep_going or (self.ignore_known and known_issue(sig)):
-            return
-        if not self.stop_on or sig.startswith(self.stop_on):
-            raise Finding(f"{sig}: {findings[0].headline()}")
+        folder = self.dir / f"finding-{verdict.key}"
+        if not folder.exists():
+            self._keep_finding(folder, data, scenario, findings, verdict)
+            self._flush_outputs()
+        if verdict.is_new and not self.keep_going:
+            head = next((f for f in findings if f.signature in verdict.unexplained), findings[0])
+            raise Finding(f"new: {', '.join(verdict.new)}; known: {verdict.known or 'none'}; {head.headline()} "
+                          f"(kept in {folder})")
 
     def _count_outputs(self, trace) -> None:
         self.outputs = merge_output_summaries(self.outputs, output_summary(trace))
@@ -118,13 +109,12 @@ class Target:
         if self.outputs:
             write_json_atomic(self.dir.parent / "outputs" / f"{os.getpid()}.json", self.outputs)
 
-    def _keep_finding(self, folder: Path, data: bytes, scenario, findings, sig: str) -> None:
+    def _keep_finding(self, folder: Path, data: bytes, scenario, findings, verdict: Verdict) -> None:
         """Raw input, decoded scenario and trace excerpt, each written atomically, the folder renamed in last."""
         tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
         (tmp / "input.bin").write_bytes(data)
-        artifact = finding_artifact(scenario, findings, self.version, self.mutant, self.tier)
-        artifact["signature"] = sig
+        artifact = finding_artifact(scenario, findings, self.version, self.mutant, self.tier, verdict)
         artifact["detection"] = {"execs": self.execs, "startup_s": self.startup_s,
                                  "after_startup_s": round(time.monotonic() - self.first_exec, 3)}
         write_json_atomic(tmp / "finding.json", artifact)

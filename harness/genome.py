@@ -169,3 +169,24 @@ def mutate(data: bytes, rng: random.Random, budget: Budget = Budget()) -> bytes:
 def random_bytes(rng: random.Random) -> bytes:
     """A random input of the full layout (random sampling baseline uses the same decoder)."""
     return rng.randbytes(_request_offset(MAX_REQUESTS) + 1 + MAX_EVENTS * EVENT_BYTES)
+
+
+FLAGS_BYTE = GEOMETRY_BYTES - 1  # bit 0: prefill checkpoint blocks, bit 1: EAGLE block drop
+
+
+def without_checkpoints(data: bytes) -> bytes:
+    """The same input with the prefill-checkpoint bit cleared. `fuzz --checkpoints off` applies it in the
+    mutator, never in the decoder: how bytes decode depends on the bytes and the installed release only, so a
+    crash file alone reproduces its finding."""
+    if len(data) <= FLAGS_BYTE or not data[FLAGS_BYTE] & 1:
+        return data
+    buf = bytearray(data)
+    buf[FLAGS_BYTE] &= 0xFE
+    return bytes(buf)
+
+
+def release_budget(small: bool = False) -> Budget:
+    """What the installed release can run (the only input besides the bytes that decoding depends on)."""
+    from harness.vllm_adapter import supports_prefill_checkpoints
+
+    return Budget(checkpoints=supports_prefill_checkpoints(), small=small)

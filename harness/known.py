@@ -1,38 +1,251 @@
-"""Known issues of stock vLLM releases: findings that are real but already reported.
+"""Known issues of stock vLLM, judged by their fix: a finding is KNOWN only when replaying its scenario with
+the issue's fix applied makes it vanish (ClusterFuzz's "fixed" test: a replay, never a pattern match).
 
-A finding whose signature matches a known issue is still kept on disk and listed, marked KNOWN, but
-does not turn a campaign or sweep red, so a nightly job fails only on something new.
+Each known issue is a (repro scenario, fix patch) pair. The fix is a run-time patch like a mutant, but it
+removes a bug: the change vLLM would ship. Every finding of an input is classified (Jepsen: a history is
+never summarised by its first anomaly):
+
+- S       the signatures the input shows (mutant applied, if any);
+- S_fixed the signatures it shows with every applicable fix applied on top;
+- known       = S - S_fixed, each attributed to the fix that alone removes it;
+- unexplained = S & S_fixed: the fixes do not remove it, so it is new;
+- revealed    = S_fixed - S: hidden behind a known issue on stock (e.g. the replay stopped at a known
+                exception), shown once the fix lets it run on. Also new.
+
+An input is new when unexplained or revealed is non-empty; campaigns dedup by that set, so a known finding
+can never shadow a new one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import inspect
+from dataclasses import dataclass, field
+
+from harness.mutants.base import Mutant, method_wrapped, wrap_method
+
+
+@dataclass(frozen=True)
+class KnownIssue:
+    id: str
+    summary: str
+    releases: str
+    repro: str  # scenario file, relative to the repository root
+    reached_by: str  # the configuration a user runs to reach it
+    fix: Mutant  # the run-time patch that removes the bug
+    applies: object = None  # callable() -> bool: the fix's target exists in the installed release
+
+    def applicable(self) -> bool:
+        return self.applies is None or bool(self.applies())
+
+
+def _bound(original, *args, **kwargs) -> dict:
+    bound = inspect.signature(original).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound.arguments
+
+
+# -- fix: count the external block at admission (single_type_kv_cache_manager.py:1692-1795 in 0.33.0) ------
+def _count_external_block(original):
+    def get_num_blocks_to_allocate(self, *args, **kwargs):
+        n = original(self, *args, **kwargs)
+        b = _bound(original, self, *args, **kwargs)
+        external = b["total_computed_tokens"] - b["num_local_computed_tokens"]
+        # the physical-block cap (:1785-1790) leaves out the block allocate_external_computed_blocks takes
+        if (self.mamba_cache_mode == "align" and external > 0 and n <= self.block_pool.num_gpu_blocks
+                and b["request_id"] not in self._allocated_block_reqs):
+            return n + 1
+        return n
+    return get_num_blocks_to_allocate
+
+
+# -- fix: keep the mid-block stop with internal checkpoints (scheduler.py:644-648 in 0.33.0) ---------------
+def _stop_at_next_block_boundary(original):
+    def _mamba_block_aligned_split(self, request, num_new_tokens, num_new_local_computed_tokens=0,
+                                   num_external_computed_tokens=0):
+        n = original(self, request, num_new_tokens, num_new_local_computed_tokens, num_external_computed_tokens)
+        start = request.num_computed_tokens + num_new_local_computed_tokens + num_external_computed_tokens
+        block_size = self.cache_config.block_size
+        boundary = (start // block_size + 1) * block_size
+        if start % block_size and start < boundary < start + n:
+            return boundary - start  # a chunk starting mid-block stops at the boundary, checkpoint or not
+        return n
+    return _mamba_block_aligned_split
+
+
+# -- fix: V1 re-add keeps num_accepted for running rows (as V2 does, model_states/mamba_hybrid.py:112-115) --
+def _keep_accepted_on_readd(original):
+    def readded_num_accepted(self, request, kind):
+        if kind == "RUNNING":
+            return self.num_accepted.get(request, 1)
+        return original(self, request, kind)
+    return readded_num_accepted
+
+
+def _mamba_manager():
+    from harness.vllm_adapter import mamba_manager_class
+
+    return mamba_manager_class()
+
+
+def _scheduler():
+    from harness.vllm_adapter import scheduler_class
+
+    return scheduler_class()
+
+
+def _worker_shadow():
+    from harness.worker import WorkerShadow
+
+    return WorkerShadow
+
+
+def _fix(name: str, owner, method: str, make, what: str) -> Mutant:
+    return Mutant(name=name, bug_class=f"fix: {what}", releases="where the issue is known", origin="hybrid-harness",
+                  patch=lambda: wrap_method(owner(), method, make), is_applied=lambda: method_wrapped(owner(), method))
+
+
+def _has_checkpoints() -> bool:
+    from harness.vllm_adapter import supports_prefill_checkpoints
+
+    return supports_prefill_checkpoints()
+
+
 KNOWN_ISSUES = (
-    {
-        "id": "sync-external-admission-undercount",
-        "signature_prefix": "vllm-exception:",
-        "signature_suffix": " in get_new_blocks",
-        "releases": "seen on 0.27.1 and 0.33.0",
-        "repro": "scenarios/sync-external-admission-undercount.json",
-        "summary": "MambaManager.get_num_blocks_to_allocate does not count the external block of a sync "
-                   "connector hit whose continuation crosses a Mamba block; allocate_slots admits the "
-                   "request and get_new_blocks raises ValueError instead of returning None",
-    },
-    {
-        "id": "v1-readd-resets-num-accepted",
-        "signature_prefix": "provenance:",
-        "signature_suffix": "-after-accepted-reset",
-        "releases": "seen on 0.33.0 (V1 GPUModelRunner, protocol doc §6.6)",
-        "repro": "scenarios/spec-unscheduled-accepted-reset.json",
-        "summary": "with spec decode, a running request left unscheduled for a step (token budget) is re-added "
-                   "to the persistent batch with num_accepted_tokens reset to 1 (gpu_input_batch.py:479), but "
-                   "its running SSM state sits at column curr + accepted - 1: the next step starts from the "
-                   "state after the first token of the previous step",
-    },
+    KnownIssue(
+        id="sync-external-admission-undercount",
+        summary="MambaManager.get_num_blocks_to_allocate caps new blocks at 1 and does not count the external "
+                "block of a sync connector hit whose continuation crosses a Mamba block; allocate_slots admits the "
+                "request and get_new_blocks raises ValueError instead of returning None",
+        releases="seen on 0.27.1 and 0.33.0",
+        repro="scenarios/sync-external-admission-undercount.json",
+        reached_by="a sync KV connector (kv_load_failure_policy any, load_async=False) whose hit ends inside a Mamba "
+                   "block with the continuation crossing into the next one, under pool pressure",
+        fix=_fix("fix-count-external-block", _mamba_manager, "get_num_blocks_to_allocate", _count_external_block,
+                 "admission counts the block an external hit takes"),
+    ),
+    KnownIssue(
+        id="checkpoint-midblock-start",
+        summary="with Mamba prefill checkpoint blocks, _mamba_block_aligned_split drops the stop at the next block "
+                "boundary when use_internal_checkpoint holds: a prompt-final chunk starting mid-block runs past the "
+                "boundary and cache_blocks keys its start block under the boundary's hash though no forward wrote "
+                "that state",
+        releases="seen on 0.33.0 (prefill checkpoint blocks exist since 0.33.0)",
+        repro="scenarios/checkpoint-midblock-start.json",
+        reached_by="Mamba2 defaults (num_prefill_checkpoint_blocks=1), prefix caching in align mode, a sub-block "
+                   "partial hit or an external hit followed by a prompt-final chunk",
+        fix=_fix("fix-midblock-stop", _scheduler, "_mamba_block_aligned_split", _stop_at_next_block_boundary,
+                 "a chunk starting mid-block stops at the next block boundary"),
+        applies=_has_checkpoints,
+    ),
+    KnownIssue(
+        id="v1-readd-resets-num-accepted",
+        summary="with spec decode, a running request left unscheduled for a step is re-added to the V1 persistent "
+                "batch with num_accepted_tokens reset to 1 (gpu_input_batch.py:479) while its running SSM state "
+                "sits at column curr + accepted - 1: the next step starts from the state after the first token "
+                "of the previous step",
+        releases="seen on 0.33.0 (V1 GPUModelRunner; V2 resets only new/resumed rows)",
+        repro="scenarios/spec-unscheduled-accepted-reset.json",
+        reached_by="the V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0) with speculative decoding and a token budget "
+                   "that leaves a running request unscheduled for a step",
+        fix=_fix("fix-keep-accepted-on-readd", _worker_shadow, "readded_num_accepted", _keep_accepted_on_readd,
+                 "a running row re-added to the batch keeps its accepted count"),
+    ),
 )
 
 
-def known_issue(signature: str) -> dict | None:
-    for issue in KNOWN_ISSUES:
-        if signature.startswith(issue["signature_prefix"]) and signature.endswith(issue["signature_suffix"]):
-            return issue
-    return None
+def known_issue_by_id(issue_id: str) -> KnownIssue:
+    return next(k for k in KNOWN_ISSUES if k.id == issue_id)
+
+
+@contextlib.contextmanager
+def fixes_applied(issues):
+    """Apply the fixes of these known issues (on top of whatever mutant is applied), undo them LIFO."""
+    undo = []
+    try:
+        for issue in issues:
+            undo.append(issue.fix.apply())
+        yield
+    finally:
+        for u in reversed(undo):
+            u()
+
+
+@dataclass
+class Verdict:
+    signatures: list[str]
+    known: dict[str, str] = field(default_factory=dict)  # signature -> known issue id
+    unexplained: list[str] = field(default_factory=list)
+    revealed: list[str] = field(default_factory=list)
+
+    @property
+    def new(self) -> list[str]:
+        """What makes the input new: unexplained and revealed signatures."""
+        return sorted(set(self.unexplained) | {f"revealed:{s}" for s in self.revealed})
+
+    @property
+    def is_new(self) -> bool:
+        return bool(self.unexplained or self.revealed)
+
+    @property
+    def key(self) -> str:
+        """Dedup key: the set of new signatures, or for an all-known input the set of known ones."""
+        text = "|".join(self.new) if self.is_new else "known|" + "|".join(sorted(self.signatures))
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+    @property
+    def headline_signature(self) -> str:
+        return (self.unexplained or self.revealed or self.signatures)[0]
+
+    def to_json(self) -> dict:
+        return {"signatures": self.signatures, "known": self.known, "unexplained": self.unexplained,
+                "revealed": self.revealed, "new": self.is_new}
+
+    def label(self, signature: str) -> str:
+        if signature in self.known:
+            return f"KNOWN {self.known[signature]}"
+        return "NEW"
+
+
+def classify(signatures, replay_signatures) -> Verdict:
+    """Judge an input's signatures by the known fixes. `replay_signatures(issues)` replays the input with
+    those issues' fixes applied (and the input's mutant, if any) and returns the signatures it shows."""
+    ordered = list(dict.fromkeys(signatures))  # oracle order: the first new one heads the report
+    shown = set(ordered)
+    verdict = Verdict(ordered)
+    if not shown:
+        return verdict
+    issues = [k for k in KNOWN_ISSUES if k.applicable()]
+    if not issues:
+        verdict.unexplained = ordered
+        return verdict
+    fixed = set(replay_signatures(issues))
+    verdict.unexplained = [s for s in ordered if s in fixed]
+    verdict.revealed = sorted(fixed - shown)
+    gone = shown - fixed
+    if len(issues) == 1:
+        verdict.known = {sig: issues[0].id for sig in gone}
+        return verdict
+    for issue in issues:
+        if not gone:
+            break
+        removed = gone - set(replay_signatures([issue]))
+        for sig in removed:
+            verdict.known[sig] = issue.id
+        gone -= removed
+    for sig in gone:  # removed only by the fixes together
+        verdict.known[sig] = "+".join(k.id for k in issues)
+    return verdict
+
+
+def judge_scenario(scenario, findings, mutant: str | None, tier: str) -> Verdict:
+    """Classify a replayed scenario's findings (the caller has the mutant applied already)."""
+    from harness.driver import replay
+    from harness.oracles import judge
+
+    def replay_signatures(issues):
+        with fixes_applied(issues):
+            return {f.signature for f in judge(replay(scenario, mutant, tier))}
+
+    return classify([f.signature for f in findings], replay_signatures)

@@ -1,11 +1,12 @@
 """`hybrid-harness mutants check`: does the fuzzer kill each mutant, and how fast?
 
-Per mutant and trial: a fuzz campaign from an empty corpus with the mutant applied in the workers
-(known stock-vLLM issues never stop a worker). A kept finding *kills* the mutant when its scenario fires
-that signature with the mutant and not on the stock allocator (replayed here, differentially), so stock
-bugs never count as kills. A surviving mutant is replayed over the campaign's corpus with and without the
-patch: if every allocator call returned the same blocks, it is "not shown to change behaviour" (with the
-number of inputs compared as evidence) and kept out of the kill rate.
+Per mutant and trial: a fuzz campaign from an empty corpus with the mutant applied in the workers, with
+`make fuzz`'s settings (prefill checkpoints on). One kill rule, shared with the guided-vs-random bench
+(`kills`): a kept finding kills the mutant when its scenario, replayed here, shows with the patch a signature
+that no known fix explains and that stock vLLM does not show (fires with the patch, not on stock). The
+killing scenario is then minimized under the same rule. A surviving mutant is replayed over the campaign's
+corpus with and without the patch: if every allocator call returned the same blocks, it is "not shown to
+change behaviour" (with the number of inputs compared as evidence) and kept out of the kill rate.
 """
 
 from __future__ import annotations
@@ -16,13 +17,16 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.artifacts import write_json_atomic
 from harness.campaign import Campaign
 from harness.driver import replay
-from harness.errors import HarnessError
-from harness.genome import Budget, decode
+from harness.errors import BadInput, HarnessError
+from harness.genome import decode, release_budget
+from harness.known import judge_scenario
+from harness.minimize import minimize
 from harness.mutants import get_mutant, mutant_applied
 from harness.oracles import judge
-from harness.scenario import parse_scenario
+from harness.scenario import parse_scenario, scenario_to_json
 
 
 @dataclass
@@ -42,26 +46,52 @@ class MutantResult:
                 f"`{self.signature or '-'}` | {self.minimized or self.evidence or '-'} |")
 
 
-def fires_on_stock(doc: dict, signature: str) -> bool:
-    """Does a finding's scenario fire this signature on unpatched vLLM too?"""
-    return signature in {f.signature for f in judge(replay(parse_scenario(doc)))}
+def kills(doc: dict, mutant: str, tier: str = "symbolic") -> str | None:
+    """The kill rule: the first signature this scenario shows with the mutant applied that no known fix
+    explains and that stock vLLM does not show; None if there is none. The caller has no mutant applied."""
+    scenario = parse_scenario(doc)
+    with mutant_applied(mutant):
+        findings = judge(replay(scenario, mutant, tier))
+        if not findings:
+            return None
+        new = set(judge_scenario(scenario, findings, mutant, tier).unexplained)
+    if not new:
+        return None
+    stock = {f.signature for f in judge(replay(scenario, None, tier))}
+    return min(new - stock, default=None)
 
 
 def _kill(findings_dir: Path, mutant: str) -> tuple[float | None, str, dict | None]:
-    """The earliest kept finding that fires with the mutant and not on stock vLLM."""
+    """The earliest kept finding that kills the mutant."""
     best = (None, "", None)
     for path in sorted(findings_dir.glob("finding-*/finding.json")):
         doc = json.loads(path.read_text())
-        sig = doc.get("signature", "")
         try:
-            if fires_on_stock(doc["scenario"], sig):
-                continue  # stock vLLM shows it too: not this mutant's doing
-        except HarnessError:
+            sig = kills(doc["scenario"], mutant, doc.get("tier", "symbolic"))
+        except (HarnessError, BadInput):
+            continue
+        if sig is None:
             continue
         t = (doc.get("detection") or {}).get("after_startup_s")
         if best[0] is None or (t is not None and t < best[0]):
             best = (t, sig, doc)
     return best
+
+
+def minimized_kill(doc: dict, signature: str, mutant: str, out: Path, seconds: float = 30.0) -> dict:
+    """Minimize a killing scenario while the mutant still fires `signature`; keep the result only if it still
+    kills (fires with the patch, not on stock). Written to `out`; returns the scenario document kept."""
+    with mutant_applied(mutant):
+        small = scenario_to_json(minimize(parse_scenario(doc), signature, mutant, seconds=seconds))
+    kept = small if kills(small, mutant) else doc
+    write_json_atomic(out, {"mutant": mutant, "signature": signature, "minimized": kept is small, "scenario": kept})
+    return kept
+
+
+def describe_scenario(doc: dict) -> str:
+    return (f"{len(doc['requests'])} request(s), {len(doc.get('events', []))} event(s), prompts "
+            f"{[r['prompt'].get('length') for r in doc['requests']]}, max_tokens "
+            f"{[r['max_tokens'] for r in doc['requests']]}, K={doc['geometry']['num_speculative_tokens']}")
 
 
 def _changes_behaviour(corpus: Path, mutant: str, limit: int = 300) -> tuple[bool, int]:
@@ -73,7 +103,7 @@ def _changes_behaviour(corpus: Path, mutant: str, limit: int = 300) -> tuple[boo
     inputs = sorted(corpus.iterdir())[:limit]
     compared = 0
     for path in inputs:
-        scenario = decode(path.read_bytes(), Budget())
+        scenario = decode(path.read_bytes(), release_budget())
         stock = calls(scenario, None)
         try:
             with mutant_applied(mutant):
@@ -96,17 +126,15 @@ def check(names: list[str], *, budget_s: float, jobs: int, trials: int, work: Pa
         for trial in range(trials):
             art = root / name / f"trial-{trial}"
             camp = Campaign(target="symbolic", corpus=art / "corpus", artifacts=art, jobs=jobs, seconds=budget_s,
-                            runs=None, seed=trial, mutant=name, seed_corpus=False, checkpoints=False,
-                            progress=False, extra_env={"HH_IGNORE_KNOWN": "1"})
+                            runs=None, seed=trial, mutant=name, seed_corpus=False, checkpoints=True, progress=False)
             camp.run()
             t, sig, doc = _kill(art / "findings", name)
             res.kill_times.append(t if sig else None)
             if sig and not res.signature:
                 res.signature = sig
-                scenario = doc["scenario"]
-                res.minimized = (f"{len(scenario['requests'])} request(s), "
-                                 f"{len(scenario.get('events', []))} event(s), prompts "
-                                 f"{[r['prompt'].get('length') for r in scenario['requests']]}")
+                small = minimized_kill(doc["scenario"], sig, name, root / name / "minimized.json")
+                res.minimized = ("minimized: " if small is not doc["scenario"] else "not minimized: ") + \
+                    describe_scenario(small)
             corpus = art / "corpus"
         if any(t is not None for t in res.kill_times) or res.signature:
             res.verdict = "killed"
@@ -140,4 +168,4 @@ def mutant_names(selection: list[str] | None) -> list[str]:
     return selection
 
 
-__all__ = ["check", "fires_on_stock", "table", "mutant_names"]
+__all__ = ["check", "kills", "table", "mutant_names"]

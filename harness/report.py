@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 from harness.errors import BadInput
-from harness.known import known_issue
 from harness.oracles import describe_outputs
 
 
@@ -72,10 +71,13 @@ def render(directory: str | Path) -> tuple[Path, Path]:
         if not (folder / "finding.json").exists():
             continue
         doc = json.loads((folder / "finding.json").read_text())
-        sig = doc.get("signature", "")
-        issue = known_issue(sig)
+        verdict = doc.get("verdict") or {"new": True, "known": {}}  # no verdict: nothing shown to be known
+        sig = ", ".join(verdict.get("unexplained", []) + [f"revealed:{r}" for r in verdict.get("revealed", [])]) \
+            if verdict["new"] else ""
+        known = ", ".join(f"{s} = {k}" for s, k in verdict["known"].items())
         first = doc["findings"][0]
-        findings.append({"name": folder.name, "signature": sig, "known": issue["id"] if issue else "",
+        findings.append({"name": folder.name, "signature": sig or doc.get("signature", ""), "known": known,
+                         "new": verdict["new"],
                          "headline": f"[{first['oracle']}] step {first['step']}: expected {first['expected']}; actual {first['actual']}",
                          "minimized": (folder / "minimized.json").exists(),
                          "regression": (folder / "test_regression.py").exists(),
@@ -87,9 +89,9 @@ def render(directory: str | Path) -> tuple[Path, Path]:
     if summary.get("outputs"):
         head += f"; model tier: {describe_outputs(summary['outputs'])}"
     md = ["# hybrid-harness fuzz report", "", head, ""] + [f"![{p}]({p})" for p in pngs] + [
-        "", "| finding | signature | known issue | minimized | regression test | found after (s) |",
-        "|---|---|---|---|---|---|"]
-    md += [f"| `{f['name']}` | `{f['signature']}` | {f['known'] or '-'} | {'yes' if f['minimized'] else 'no'} | "
+        "", "| finding | verdict | new signatures | known (by fix replay) | minimized | regression test | found after (s) |",
+        "|---|---|---|---|---|---|---|"]
+    md += [f"| `{f['name']}` | {'NEW' if f['new'] else 'known'} | `{f['signature'] if f['new'] else '-'}` | {f['known'] or '-'} | {'yes' if f['minimized'] else 'no'} | "
            f"{'yes' if f['regression'] else 'no'} | {f['after_s'] if f['after_s'] is not None else '-'} |" for f in findings]
     md_path = directory / "report.md"
     md_path.write_text("\n".join(md) + "\n")

@@ -203,13 +203,17 @@ def parse_scenario(data: object, *, base_dir: str | Path | None = None) -> Scena
 def load_scenario(path: str | Path) -> Scenario:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except OSError as exc:
-        raise BadInput(f"cannot read scenario {path}: {exc.strerror}") from None
+        raise BadInput(f"cannot read scenario {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path}: not a scenario (not UTF-8 text: byte {exc.start} is {exc.object[exc.start]:#04x})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadInput(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{path}: not a scenario (a JSON {type(data).__name__}, expected an object)")
     return parse_scenario(data, base_dir=path.parent)
 
 

@@ -88,6 +88,7 @@ class Trace:
     copies: list[tuple[int, int, int]] = field(default_factory=list)  # (step, src, dst)
     exception: VllmException | None = None
     pool_end: dict | None = None
+    unjudged: dict = field(default_factory=dict)  # oracle -> why it could not judge this trace
     steps_run: int = 0
     prefixes: dict[str, list[int]] = field(default_factory=dict)  # request -> prefix fingerprints (fps[n])
     outputs: list | None = None  # model tier: one harness.model_tier.OutputRecord per generating request

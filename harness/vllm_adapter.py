@@ -92,9 +92,50 @@ def vllm_module_prefix() -> str:
 
 @functools.cache
 def _split_reads() -> frozenset[str]:
-    """The `self.` attributes vLLM's chunk rule reads (feature detection, once per process)."""
-    source = inspect.getsource(_vllm().Scheduler._mamba_block_aligned_split)
-    return frozenset(re.findall(r"self\.([A-Za-z_][A-Za-z_0-9.]*)", source))
+    """The `self.` attribute chains vLLM's chunk rule reads (feature detection, once per process), e.g.
+    "block_size", "cache_config.block_size".
+
+    Read from the bytecode, not the source: a PyInstaller bundle (ClusterFuzzLite's compile_python_fuzzer)
+    ships vLLM as .pyc only, where `inspect.getsource` raises. A chain is a load of `self` (the first
+    argument, a cell in nested code) followed by LOAD_ATTR / LOAD_METHOD names, ended by any other
+    instruction or by STORE_ATTR / DELETE_ATTR; nested code objects (the genexpr) are walked too. On
+    source-shipping installs this equals the old regex over the source, `self\.([A-Za-z_][A-Za-z_0-9.]*)`,
+    less any match inside a comment or string (tests/test_cflite.py compares the two)."""
+    import dis
+
+    code = inspect.unwrap(_vllm().Scheduler._mamba_block_aligned_split).__code__
+    self_name = code.co_varnames[0]
+    skip = {"EXTENDED_ARG", "CACHE", "NOP"}
+    attr_ops = {"LOAD_ATTR", "LOAD_METHOD"}
+    end_ops = {"STORE_ATTR", "DELETE_ATTR"}
+    chains: set[str] = set()
+
+    def walk(co) -> None:
+        chain: list[str] | None = None
+        for ins in dis.get_instructions(co):
+            op = ins.opname
+            if op in skip:
+                continue
+            if chain is not None and (op in attr_ops or op in end_ops):
+                chain.append(ins.argval)
+                if op in attr_ops:
+                    continue
+            if chain:
+                chains.add(".".join(chain))
+            chain = None
+            # LOAD_FAST, LOAD_FAST_CHECK, LOAD_FAST_BORROW, LOAD_DEREF; the fused LOAD_FAST_LOAD_FAST
+            # (3.13+) pushes its second name last
+            pushed = ins.argval[-1] if isinstance(ins.argval, tuple) and ins.argval else ins.argval
+            if (op.startswith("LOAD_FAST") or op == "LOAD_DEREF") and pushed == self_name:
+                chain = []
+        if chain:
+            chains.add(".".join(chain))
+        for const in co.co_consts:
+            if hasattr(const, "co_code"):
+                walk(const)
+
+    walk(code)
+    return frozenset(chains)
 
 
 _ALLOCATE_KWARGS = frozenset({"num_new_computed_tokens", "new_computed_blocks", "num_lookahead_tokens",
@@ -381,3 +422,8 @@ def block_pool_class():
 
     _vllm()
     return BlockPool
+
+
+def scheduler_class():
+    """vLLM's Scheduler class, for patches of its chunk rule (`_mamba_block_aligned_split`)."""
+    return _vllm().Scheduler

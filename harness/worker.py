@@ -127,16 +127,23 @@ class WorkerShadow:
                         row.extend(ids)
                 kinds[cr.request] = "RUNNING"
         self.accepted_reset = {}
-        for r in so.num_scheduled:  # add_request resets num_accepted to 1 (gpu_input_batch.py:479)
+        for r in so.num_scheduled:
             if r not in self.in_batch:
                 self.in_batch.add(r)
-                if self.num_accepted.get(r, 1) > 1 and r in self.requests and kinds.get(r, "RUNNING") == "RUNNING":
-                    self.accepted_reset[r] = self.num_accepted[r]  # a running row re-added after a skipped step
-                self.num_accepted[r] = 1
+                before = self.num_accepted.get(r, 1)
+                self.num_accepted[r] = self.readded_num_accepted(r, kinds.get(r, "RUNNING"))
+                if before > 1 and self.num_accepted[r] != before and kinds.get(r, "RUNNING") == "RUNNING":
+                    self.accepted_reset[r] = before  # a running row re-added after a skipped step lost its count
         # preprocess_mamba cleanup (v1/worker/mamba_utils.py:1398-1415, 1468)
         for r in so.finished | so.preempted | resumed:
             self.mamba_state_idx.pop(r, None)
         return kinds
+
+    def readded_num_accepted(self, request: str, kind: str) -> int:
+        """num_accepted of a row (re-)added to the persistent batch: V1's add_request resets it to 1 for every
+        row (gpu_input_batch.py:479), a running row re-added after a skipped step too (known issue
+        v1-readd-resets-num-accepted; its fix patches this method)."""
+        return 1
 
     # -- preprocess_mamba + forward (mamba_utils.py:1446-1549; §3.3) --------------------------------
     def execute(self, so: SchedulerOutput, kinds: dict[str, str], seq_fps: dict[str, list[int]],

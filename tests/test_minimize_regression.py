@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from harness.driver import replay
-from harness.fuzzing import finding_signature
 from harness.minimize import minimize
 from harness.oracles import judge
 from harness.regression import emit_regression
@@ -18,7 +17,7 @@ MUTANT = None if seed_bug_release else "seed-unmarked-early-return"
 def _minimized():
     scenario = load_scenario(SEED)
     with mutant(MUTANT):
-        sig = finding_signature(judge(replay(scenario, MUTANT)))
+        sig = judge(replay(scenario, MUTANT))[0].signature
         small = minimize(scenario, sig, MUTANT, seconds=60)
         trace = replay(small, MUTANT)
         sigs = {f.signature for f in judge(trace)}

@@ -1,4 +1,4 @@
-"""Campaign reports render from a campaign directory; known vLLM issues are recognised by signature."""
+"""Campaign reports render from a campaign directory (known issues are judged by fix replay: test_verdicts.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import json
 import pytest
 
 from harness.errors import BadInput
-from harness.known import known_issue
 from harness.report import render
 
 
@@ -29,10 +28,3 @@ def test_report_renders_markdown_html_and_plots(tmp_path):
 def test_report_rejects_a_non_campaign_directory(tmp_path):
     with pytest.raises(BadInput):
         render(tmp_path)
-
-
-def test_known_issue_matching():
-    assert known_issue("vllm-exception:vllm/v1/core/block_pool.py:719 in get_new_blocks")["id"] == \
-        "sync-external-admission-undercount"
-    assert known_issue("live-column:RUNNING") is None
-    assert known_issue("vllm-exception:vllm/v1/core/single_type_kv_cache_manager.py:1 in allocate_new_blocks") is None

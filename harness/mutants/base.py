@@ -38,6 +38,7 @@ def wrap_method(cls, method_name: str, make) -> Callable[[], None]:
         original = getattr(cls, method_name)
         patched = make(original)
         setattr(patched, _MARK, True)
+        patched.__wrapped__ = original  # inspect.unwrap finds vLLM's own code under any stack of patches
         setattr(cls, method_name, patched)
     def undo() -> None:
         if raw is None:  # inherited: drop the override, the base class's method shows through again

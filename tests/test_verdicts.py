@@ -1,0 +1,140 @@
+"""Verdicts: known issues are judged by replaying with their fix, every finding of an input is classified,
+and a known finding never hides a new one (in a replay, a crash file, a sweep or a campaign)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness.known import KNOWN_ISSUES, Verdict, classify, fixes_applied, judge_scenario
+from harness.scenario import load_scenario
+from testlib import ROOT, run, version_tuple
+
+LEAK = "mamba-free-leaks-block"  # a pool leak, on every release 0.26-0.33
+# bytes that decode (on any release) to a 3-request K>0 scenario showing the known V1 accepted-count reset
+SHARED_INPUT = ROOT / "tests" / "data" / "accepted-reset-input.bin"
+TARGET = ROOT / "fuzz" / "symbolic_target.py"
+
+
+def _sigs(findings) -> set[str]:
+    return {f.signature for f in findings}
+
+
+@pytest.mark.parametrize("issue", KNOWN_ISSUES, ids=lambda k: k.id)
+def test_each_known_issue_repro_shows_it_and_its_fix_removes_it(issue):
+    if not issue.applicable():
+        pytest.skip(f"{issue.id}: the fix's target does not exist in this vLLM release")
+    trace, findings = run(ROOT / issue.repro)
+    assert findings, f"{issue.repro} no longer shows {issue.id} on stock vLLM"
+    with fixes_applied([issue]):
+        _, fixed = run(ROOT / issue.repro)
+    assert fixed == [], f"with the fix of {issue.id}: {[f.signature for f in fixed]}"
+    verdict = judge_scenario(load_scenario(ROOT / issue.repro), findings, None, "symbolic")
+    assert not verdict.is_new and set(verdict.known.values()) == {issue.id}
+
+
+def test_fixes_are_undone():
+    issue = KNOWN_ISSUES[0]
+    with fixes_applied([issue]):
+        assert issue.fix.is_applied()
+    assert not issue.fix.is_applied()
+
+
+def test_a_new_finding_sharing_an_input_with_a_known_one_is_new():
+    """The known accepted reset and a pool leak in one input: the leak stays unexplained."""
+    scenario = "spec-unscheduled-accepted-reset.json"
+    _, stock = run(scenario)
+    assert _sigs(stock) == {"provenance:initial-after-accepted-reset"}
+    _, mutated = run(scenario, LEAK)
+    assert _sigs(mutated) == {"provenance:initial-after-accepted-reset", "pool-accounting"}
+    from testlib import mutant
+
+    with mutant(LEAK):
+        verdict = judge_scenario(load_scenario(ROOT / "scenarios" / scenario), mutated, LEAK, "symbolic")
+    assert verdict.is_new and verdict.unexplained == ["pool-accounting"]
+    assert verdict.known == {"provenance:initial-after-accepted-reset": "v1-readd-resets-num-accepted"}
+
+
+def test_classify_reports_revealed_findings_and_dedups_by_new_set():
+    shown = ["vllm-exception:x", "provenance:initial"]
+    # the fixes remove the exception; the replay runs on and shows a leak it never reached before
+    v = classify(shown, lambda issues: {"provenance:initial", "pool-accounting"})
+    assert v.unexplained == ["provenance:initial"] and v.revealed == ["pool-accounting"] and v.is_new
+    assert v.new == ["provenance:initial", "revealed:pool-accounting"]
+    known_only = classify(["vllm-exception:x"], lambda issues: set())
+    assert not known_only.is_new and known_only.known["vllm-exception:x"]
+    # same new set, different known company: one dedup key; a different new set: another key
+    a = Verdict(["live-column:RUNNING", "x"], known={"x": "k"}, unexplained=["live-column:RUNNING"])
+    b = Verdict(["live-column:RUNNING"], unexplained=["live-column:RUNNING"])
+    c = Verdict(["live-column:RUNNING", "pool-accounting"], unexplained=["live-column:RUNNING", "pool-accounting"])
+    assert a.key == b.key != c.key
+    assert Verdict(["x"], known={"x": "k"}).key != Verdict(["y"], known={"y": "k"}).key
+
+
+def _replay_crash_file(tmp_path, mutant_name: str | None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HH_ARTIFACTS=str(tmp_path / "art"), PYTHONPATH=str(ROOT), HH_MUTANT=mutant_name or "")
+    env.pop("HH_KEEP_GOING", None)
+    return subprocess.run([sys.executable, str(TARGET), str(SHARED_INPUT)], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_crash_file_with_new_and_known_findings_fails_every_time(tmp_path):
+    results = [_replay_crash_file(tmp_path, LEAK) for _ in range(3)]
+    assert [r.returncode != 0 for r in results] == [True, True, True], results[-1].stderr[-2000:]
+    assert all("new: pool-accounting" in r.stdout + r.stderr for r in results)
+    (folder,) = (tmp_path / "art").glob("finding-*")
+    verdict = json.loads((folder / "finding.json").read_text())["verdict"]
+    assert verdict["unexplained"] == ["pool-accounting"] and verdict["known"]
+
+
+def test_crash_file_with_known_findings_only_passes(tmp_path):
+    r = _replay_crash_file(tmp_path, None)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (folder,) = (tmp_path / "art").glob("finding-*")
+    assert json.loads((folder / "finding.json").read_text())["verdict"]["new"] is False
+
+
+def _campaign(tmp_path, *extra) -> subprocess.CompletedProcess:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / SHARED_INPUT.name).write_bytes(SHARED_INPUT.read_bytes())
+    return subprocess.run([sys.executable, "-m", "harness", "fuzz", "--runs", "2", "--corpus", str(corpus),
+                           "--artifacts", str(tmp_path / "art"), "--no-minimize", "--no-progress", *extra],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_campaign_exits_1_when_a_new_finding_shares_an_input_with_a_known_one(tmp_path):
+    r = _campaign(tmp_path, "--mutant", LEAK)
+    assert r.returncode == 1, r.stdout + r.stderr[-2000:]
+    assert "[NEW]" in r.stdout and "pool-accounting" in r.stdout
+    summary = json.loads((tmp_path / "art" / "campaign.json").read_text())
+    assert "pool-accounting" in summary["findings_new_signatures"]
+
+
+def test_campaign_with_known_findings_only_exits_0(tmp_path):
+    r = _campaign(tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+    assert "[KNOWN]" in r.stdout and "v1-readd-resets-num-accepted" in r.stdout
+
+
+def test_sweep_classifies_every_finding(tmp_path, capsys):
+    """A sweep over seeds that hit known issues on stock exits 0 and lists them as KNOWN."""
+    from harness.cli import main
+
+    code = main(["sweep", "--count", "40", "--seed", "0", "--artifacts", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    for path in tmp_path.glob("sweep-*.json"):
+        doc = json.loads(path.read_text())
+        assert doc["verdict"]["new"] is False and doc["verdict"]["known"]
+
+
+@pytest.mark.skipif(version_tuple() < (0, 27, 0), reason="the sync undercount repro needs 0.27+ connector hits")
+def test_pool_is_judged_after_an_exception():
+    trace, findings = run("sync-external-admission-undercount.json", LEAK)
+    assert trace.exception is not None and trace.pool_end is not None
+    assert {"pool-accounting", next(f.signature for f in findings if f.oracle == "vllm-exception")} <= _sigs(findings)
