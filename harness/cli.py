@@ -204,22 +204,25 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
 def _minimize_kept(folders, mutant: str | None) -> None:
     from harness.artifacts import write_json_atomic
     from harness.fuzzing import read_finding
+    from harness.known import fixes_for
     from harness.minimize import minimize
     from harness.mutants import mutant_applied
     from harness.regression import emit_regression
     from harness.scenario import parse_scenario, scenario_to_json
 
-    with mutant_applied(mutant):
-        for folder in folders:
-            artifact = read_finding(folder)
-            try:
+    for folder in folders:
+        artifact = read_finding(folder)
+        try:
+            with mutant_applied(mutant):
                 small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], mutant, seconds=60,
                                  tier=artifact.get("tier", "symbolic"))
-            except BadInput as exc:  # e.g. the finding no longer reproduces: keep it as found, say why
-                print(f"  {folder.name}: not minimized: {exc}", file=sys.stderr)
-                continue
-            write_json_atomic(folder / "minimized.json", dict(artifact, scenario=scenario_to_json(small)))
-            (folder / "test_regression.py").write_text(emit_regression(small, artifact["signature"], mutant))
+        except BadInput as exc:  # e.g. the finding no longer reproduces: keep it as found, say why
+            print(f"  {folder.name}: not minimized: {exc}", file=sys.stderr)
+            continue
+        write_json_atomic(folder / "minimized.json", dict(artifact, scenario=scenario_to_json(small)))
+        # recorded without the mutant (and with the known fixes): the test passes where the bug is gone
+        (folder / "test_regression.py").write_text(
+            emit_regression(small, artifact["signature"], mutant, fixes_for(artifact.get("verdict"))))
 
 
 def _cmd_minimize(args: argparse.Namespace) -> int:
@@ -243,11 +246,13 @@ def _cmd_minimize(args: argparse.Namespace) -> int:
 
 def _cmd_regression(args: argparse.Namespace) -> int:
     from harness.fuzzing import read_finding
+    from harness.known import fixes_for
     from harness.regression import emit_regression
     from harness.scenario import parse_scenario
 
     artifact = read_finding(args.finding)
-    text = emit_regression(parse_scenario(artifact["scenario"]), artifact["signature"], artifact.get("mutant"))
+    text = emit_regression(parse_scenario(artifact["scenario"]), artifact["signature"], artifact.get("mutant"),
+                           fixes_for(artifact.get("verdict")))
     Path(args.output).write_text(text)
     print(f"wrote {args.output}")
     return EXIT_OK

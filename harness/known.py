@@ -159,6 +159,13 @@ def known_issue_by_id(issue_id: str) -> KnownIssue:
     return next(k for k in KNOWN_ISSUES if k.id == issue_id)
 
 
+def fixes_for(verdict: dict | None) -> list[KnownIssue]:
+    """The known issues a finding's verdict (Verdict.to_json) attributes findings to: their fixes give the
+    bug-free recording its emitted regression test compares against."""
+    ids = {i for k in ((verdict or {}).get("known") or {}).values() for i in k.split("+")}
+    return [k for k in KNOWN_ISSUES if k.id in ids and k.applicable()]
+
+
 @contextlib.contextmanager
 def fixes_applied(issues):
     """Apply the fixes of these known issues (on top of whatever mutant is applied), undo them LIFO."""

@@ -4,18 +4,27 @@ The emitted file imports only vLLM and torch: it builds the same KVCacheManager,
 and makes the allocator calls the harness's driver made, in order, setting request fields as vLLM's
 scheduler does. It keeps the worker's block-table row the way the V1 model runner does (new and resumed
 requests replace it with the full table, running requests append what `allocate_slots` returned) and
-asserts after every step that every column the worker reads or writes names the same block as the
-scheduler's table. A `vllm-exception` finding fails by raising. Paste it under
-`tests/v1/core/prefix_cache/` in vLLM.
+asserts what every oracle asserts, through vLLM's own objects:
+- live columns: every column the worker reads or writes names the scheduler's block;
+- state identity: a page model (the harness's SymbolicStates, embedded) follows every state the worker
+  writes, the connector delivers and CoW copies (from `take_kv_cache_block_copies`), addressed by the
+  worker row's columns; every state the worker reads must be the state of the prefix it should summarize
+  (provenance), and after every step every block cached under a Mamba prefix hash must hold that prefix's
+  state (cache integrity);
+- pool accounting: after all frees, every block but the null block is free and no ref count is left;
+- exceptions: a vLLM exception fails the test by raising.
+Paste it under `tests/v1/core/prefix_cache/` in vLLM.
 """
 
 from __future__ import annotations
 
+import inspect
 import pprint
 from dataclasses import dataclass, field
 
 from harness import driver as driver_mod
 from harness.scenario import Scenario
+from harness.states import SymbolicStates
 from harness.vllm_adapter import MAMBA_GROUP
 
 
@@ -58,7 +67,7 @@ def _record(scenario: Scenario, mutant: str | None) -> tuple[list[str], driver_m
         var = f"hit_{request.request_id}"
         rec.blocks_var[request.request_id] = var
         return [f"{var}, _n, *_ = manager.get_computed_blocks(reqs[{request.request_id!r}])",
-                f"assert _n == {out[1]}"]
+                f"assert _n == {out[1]}, f'{request.request_id}: prefix-cache hit of {{_n}} tokens, expected {out[1]}'"]
 
     def truncate(out, blocks, n):
         rid = next(k for k, v in rec.blocks_var.items())
@@ -72,7 +81,8 @@ def _record(scenario: Scenario, mutant: str | None) -> tuple[list[str], driver_m
                 f"new_computed_blocks={hit}, num_lookahead_tokens={lookahead}, "
                 f"num_external_computed_tokens={num_external}, delay_cache_blocks={delay_cache}, "
                 f"has_scheduled_reqs={has_scheduled_reqs})",
-                "assert new is not None" if out is not None else "assert new is None",
+                f"assert new is not None, '{rid}: allocate_slots refused'" if out is not None else
+                f"assert new is None, '{rid}: allocate_slots admitted what the pool cannot hold'",
                 f"returned[{rid!r}] = new.get_block_ids() if new is not None else None"]
 
     wrap("lookup", lookup)
@@ -81,7 +91,9 @@ def _record(scenario: Scenario, mutant: str | None) -> tuple[list[str], driver_m
     wrap("cache_blocks", lambda out, request, n: [f"manager.cache_blocks(reqs[{request.request_id!r}], {n})"])
     wrap("free", lambda out, request: [f"manager.free(reqs[{request.request_id!r}])"])
     wrap("new_step", lambda out: ["", "manager.new_step_starts()"])
-    wrap("take_copies", lambda out: ["_copies, retained = manager.take_kv_cache_block_copies()"])
+    wrap("take_copies", lambda out: ["_copies, retained = manager.take_kv_cache_block_copies()",
+                                     "for _c in _copies:  # CoW: the worker copies whole pages before the forward",
+                                     "    pages.copy_page(_c.src_block_id, _c.dst_block_id)"])
     wrap("release_retained", lambda out, retained: ["manager.block_pool.free_blocks(retained)"] if retained else [])
     wrap("take_zero_ids", lambda out: ["manager.take_new_block_ids()"])
     wrap("append_output", lambda out, request, tokens: [f"reqs[{request.request_id!r}].append_output_token_ids({list(tokens)})"])
@@ -101,8 +113,68 @@ def _record(scenario: Scenario, mutant: str | None) -> tuple[list[str], driver_m
             rec.lines.append(f"check_live_columns({rid!r}, num_computed={nc}, num_scheduled={ns})")
         return kinds
     d.worker.update_states = update_states
+    _record_states(d, rec)
     d.run()
+    rec.lines += ["", "check_pool()"]
     return rec.lines, d
+
+
+def _record_states(d: driver_mod.Driver, rec: _Recorder) -> None:
+    """Turn every page operation of the worker shadow and the connector into a line on the test's page
+    model, with each block named by the worker row column (or the scheduler table column) it came from:
+    block ids differ between the buggy and the fixed allocator, columns do not."""
+    states = d.states
+
+    def where(block: int) -> str:
+        if block == 0:
+            return "0"
+        for rid, s in d.worker.requests.items():
+            row = s.block_ids[MAMBA_GROUP]
+            if block in row:
+                return f"col({rid!r}, {row.index(block)})"
+        for rid in d.reqs:
+            if d.alloc.holds_blocks(rid):
+                row = d.alloc.block_ids(rid)[MAMBA_GROUP]
+                if block in row:
+                    return f"core({rid!r}, {row.index(block)})"
+        raise ValueError(f"block {block} is in no row")  # the recorder cannot name it: a harness bug
+
+    def wrap(name, render):
+        original = getattr(states, name)
+
+        def call(*args):
+            rec.lines.append(render(*args))
+            return original(*args)
+        setattr(states, name, call)
+
+    pending: list[tuple] = []  # the page reads since the last recorded Read (one or two per Read)
+    read = states.read
+
+    def record_read(conv_block, conv_offset, ssm_block):
+        pending.append((where(conv_block), conv_offset, where(ssm_block)))
+        return read(conv_block, conv_offset, ssm_block)
+    states.read = record_read
+
+    class Reads(list):
+        def append(self, rd) -> None:
+            conv, ssm = pending[0], pending[-1]
+            pending.clear()
+            rec.lines.append(f"expect_read(pages.read({conv[0]}, {conv[1]}, {ssm[2]}), {rd.want!r}, "
+                             f"{f'{rd.what} of {rd.request} at step {rd.step}'!r})  # {d.trace.name(rd.want)}")
+            super().append(rd)
+    d.trace.reads = Reads(d.trace.reads)
+    wrap("write_final", lambda b, st: f"pages.write_final({where(b)}, {st!r})")
+    wrap("write_tokens", lambda b, blocks, sts: f"pages.write_tokens({where(b)}, [{', '.join(map(where, blocks))}], "
+                                                f"{list(sts)!r})")
+    wrap("shift_copy", lambda dst, conv, ssm, shift: f"pages.shift_copy({where(dst)}, {where(conv)}, {where(ssm)}, "
+                                                      f"{shift})")
+    wrap("deliver", lambda b, st: f"pages.deliver({where(b)}, {st!r})  # the connector loads {d.trace.name(st)}")
+    check_cache = d._check_cache
+
+    def checked(step: int) -> None:
+        rec.lines.append("check_cache()")
+        check_cache(step)
+    d._check_cache = checked
 
 
 TEMPLATE = '''# SPDX-License-Identifier: Apache-2.0
@@ -112,11 +184,17 @@ Finding signature: {signature}
 vLLM release it was found on: {version}{mutant_line}
 Scenario: {name}
 
-The allocator calls below are the ones vLLM's Scheduler makes for this schedule. The worker row is kept
+The allocator calls below are the ones vLLM's Scheduler makes for this schedule, with the values the allocator
+without the bug returns. The worker row is kept
 as the V1 GPUModelRunner keeps it (new/resumed requests: replace with the full table; running requests:
 append the blocks allocate_slots returned). Every column the worker reads (the previous running column)
-or writes (the running column and its speculative columns) must name the scheduler's block.
+or writes (the running column and its speculative columns) must name the scheduler's block. A page model
+follows the state every block holds (a state is (number of tokens, fingerprint of that token prefix)); the
+worker's reads and the prefix cache's Mamba blocks must hold the states they stand for, and after all frees
+the pool must be whole.
 """
+
+from __future__ import annotations
 
 import torch
 
@@ -129,7 +207,12 @@ from vllm.v1.request import Request, RequestStatus
 
 MAMBA = {mamba_group}
 BLOCK_SIZE = {block_size}
+HASH_BLOCK_SIZE = {hash_block_size}
 NUM_SPEC = {num_spec}
+# PREFIX_STATES[request][n]: the state of the request's first n tokens, (n, fingerprint), per hash block
+PREFIX_STATES = {prefix_states}
+
+# <<pages>>
 
 
 def cdiv(a, b):
@@ -170,18 +253,61 @@ def test_{func}():
             assert worker == sched, f"{{rid}}: column {{col}} worker row {{row}} vs scheduler {{core}}"
         prev_state_col[rid] = curr
 
+    pages = SymbolicStates(NUM_SPEC)
+
+    def col(rid, column):  # the block at a column of the worker's row (padding reads as the null block)
+        return rows[rid][column] if 0 <= column < len(rows[rid]) else 0
+
+    def core(rid, column):  # the block at a column of the scheduler's table
+        return manager.get_block_ids(rid)[MAMBA][column]
+
+    def expect_read(read, want, what):
+        conv, ssm = read
+        assert conv == want and ssm == want, f"{{what}}: expected the state {{want}}, read conv {{conv}}, ssm {{ssm}}"
+
+    def check_cache():
+        owners = {{}}
+        for rid, request in reqs.items():
+            for k, block_hash in enumerate(request.block_hashes):
+                owners.setdefault(bytes(block_hash), PREFIX_STATES[rid][(k + 1) * HASH_BLOCK_SIZE])
+        for key, value in manager.block_pool.cached_block_hash_to_block._cache.items():
+            if kv_cache_utils.get_group_id(key) != MAMBA:
+                continue
+            want = owners[bytes(kv_cache_utils.get_block_hash(key))]
+            for block in value.values() if isinstance(value, dict) else [value]:
+                conv, ssm = pages.page(block.block_id)
+                assert conv[0] == want and ssm == want, (
+                    f"cached block {{block.block_id}} holds conv {{conv[0]}}, ssm {{ssm}}; its key names {{want}}")
+
+    def check_pool():
+        pool = manager.block_pool
+        free, expected = pool.get_num_free_blocks(), pool.num_gpu_blocks - 1
+        assert free == expected, f"{{free}} free blocks after all frees, expected {{expected}}"
+        refs = {{b.block_id: b.ref_cnt for b in pool.blocks if b.ref_cnt and not b.is_null}}
+        assert not refs, f"ref counts left after all frees: {{refs}}"
+
 {body}
 '''
 
 
-def emit_regression(scenario: Scenario, signature: str, mutant: str | None = None) -> str:
-    lines, d = _record(scenario, mutant)
+def emit_regression(scenario: Scenario, signature: str, mutant: str | None = None, fixes=()) -> str:
+    """The regression test of a finding. The calls and the values they must return are recorded on the
+    allocator without the bug: stock vLLM for a mutant's finding (the caller must NOT have the mutant
+    applied), stock plus the known issues' fixes (`fixes`) for findings of known issues. A new finding of
+    stock vLLM itself is recorded on stock: its test fails there until vLLM is fixed."""
+    from harness.known import fixes_applied
+
+    with fixes_applied(fixes):
+        lines, d = _record(scenario, None)
     g = scenario.geometry
     prompts = {r.id: list(r.vreq.prompt_token_ids) for r in d.reqs.values()}
     func = "".join(ch if ch.isalnum() else "_" for ch in signature.lower()).strip("_")
-    return TEMPLATE.format(
+    hb = g.hash_block_size
+    prefix_states = {r.id: {n: (n, r.fps[n]) for n in range(hb, len(r.fps), hb)} for r in d.reqs.values()}
+    text = TEMPLATE.format(
         signature=signature, version=d.trace.vllm_version, name=scenario.name or "(unnamed)",
-        mutant_line=f" + mutant {mutant} (apply it first to see the failure)" if mutant else "",
+        mutant_line=(f" + mutant {mutant} (apply it first to see the failure)" if mutant else "") +
+                    (f"\nRecorded with the fixes of the known issues {[k.id for k in fixes]} applied" if fixes else ""),
         mamba_group=MAMBA_GROUP, block_size=g.mamba_block_size, num_spec=g.num_speculative_tokens,
         func=f"hybrid_harness_{func}", hash_block_size=g.hash_block_size, num_blocks=g.num_blocks,
         attn_block_size=g.attn_block_size,
@@ -190,7 +316,15 @@ def emit_regression(scenario: Scenario, signature: str, mutant: str | None = Non
         prompts=pprint.pformat(prompts, width=110, compact=True).replace("\n", "\n    "),
         max_tokens={r.id: r.max_tokens for r in scenario.requests},
         body="\n".join("    " + ln if ln else "" for ln in lines),
+        prefix_states=pprint.pformat(prefix_states, width=110, compact=True),
     )
+    return text.replace("# <<pages>>\n", _page_model())
+
+
+def _page_model() -> str:
+    """The page model the emitted test carries: the harness's own symbolic state pool, verbatim."""
+    return (f"State = tuple  # (number of tokens, fingerprint of that prefix)\nZERO_STATE = {(0, 0)!r}\n"
+            f"NULL_BLOCK = 0\n\n\n{inspect.getsource(SymbolicStates)}")
 
 
 __all__ = ["emit_regression"]
