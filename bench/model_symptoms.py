@@ -17,7 +17,8 @@ from harness.driver import replay
 from harness.generate import random_scenario
 from harness.mutants import REGISTRY, mutant_applied
 from harness.oracles import judge, merge_output_summaries, output_summary
-from harness.vllm_adapter import installed_version, load_vllm
+from harness.stamp import stamp
+from harness.vllm_adapter import installed_version, load_vllm, supports_prefill_checkpoints
 
 
 def sweep(scenarios, mutant: str | None) -> dict:
@@ -39,7 +40,8 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/model_symptoms.md")
     args = parser.parse_args()
     load_vllm()
-    scenarios = [random_scenario(s, checkpoints=False, small=True) for s in range(args.seed, args.seed + args.count)]
+    checkpoints = supports_prefill_checkpoints()
+    scenarios = [random_scenario(s, checkpoints=checkpoints, small=True) for s in range(args.seed, args.seed + args.count)]
     rows = []
     for name in [None, *REGISTRY]:
         t0 = time.perf_counter()
@@ -54,8 +56,8 @@ def main() -> None:
         print(rows[-1], f"({time.perf_counter() - t0:.0f} s)", flush=True)
     text = "\n".join([
         f"# Model-tier symptoms per mutant (vLLM {installed_version()}, {args.count} scenarios, seeds "
-        f"{args.seed}..{args.seed + args.count - 1}, checkpoints off)", "",
-        f"`python bench/model_symptoms.py --count {args.count} --seed {args.seed}`", "",
+        f"{args.seed}..{args.seed + args.count - 1}, checkpoints {'on' if checkpoints else 'off'})", "",
+        stamp(f"python bench/model_symptoms.py --count {args.count} --seed {args.seed}"), "",
         "| mutant | scenarios with findings | symbolic only | generations | diverged | repeat rate | garbage | "
         "drift | max logit diff |", "|---|---|---|---|---|---|---|---|---|", *rows])
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

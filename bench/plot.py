@@ -127,7 +127,12 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     benches = load(args.json[0])
     md = out / (Path(args.json[0]).stem + ".md")
-    md.write_text("\n".join(table(benches)) + "\n")
+    from harness.stamp import stamp
+
+    head = [f"# pytest-benchmark results ({Path(args.json[0]).name})", "",
+            stamp(f"python -m pytest bench --benchmark-only --benchmark-json={args.json[0]} && "
+                  f"python bench/plot.py {args.json[0]} --out {args.out}"), ""]
+    md.write_text("\n".join(head + table(benches)) + "\n")
     for path in plots(benches, out):
         print(f"wrote {path}")
     print(f"wrote {md}")

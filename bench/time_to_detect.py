@@ -54,9 +54,10 @@ def fuzz_trial(trial: int, budget: float, mutant: str | None = None) -> tuple[fl
     with tempfile.TemporaryDirectory() as tmp:
         corpus, art = Path(tmp, "corpus"), Path(tmp, "findings")
         corpus.mkdir()
-        # keep going past findings (a new finding that is not a kill must not end the trial)
-        env = dict(os.environ, HH_ARTIFACTS=str(art), PYTHONPATH=str(ROOT), HH_MUTANT=mutant or "",
-                   HH_KEEP_GOING="1")
+        env = dict(os.environ, HH_ARTIFACTS=str(art), PYTHONPATH=str(ROOT), HH_MUTANT=mutant or "")
+        env.pop("HH_KEEP_GOING", None)
+        if mutant:  # a new finding that is not a kill must not end the trial; without a mutant any new one detects
+            env["HH_KEEP_GOING"] = "1"
         started = time.monotonic()
         subprocess.run([sys.executable, str(ROOT / "fuzz/symbolic_target.py"), str(corpus), f"-seed={trial + 1}",
                         *LIBFUZZER_FLAGS, f"-max_total_time={int(budget)}", f"-dict={ROOT / 'fuzz/symbolic.dict'}",
@@ -116,6 +117,7 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
+    from harness.stamp import stamp
     from harness.vllm_adapter import installed_version
 
     if args.mutant or args.all_mutants:
@@ -136,8 +138,8 @@ def main() -> None:
             lines.append(f"| `{name}` | {g:.2f} | {sum(t is not None for t in guided)}/{args.trials} | {r:.2f} | "
                          f"{sum(t is not None for t in rtimes)}/{args.trials} | {r / max(g, 1e-9):.2f} |")
             print(lines[-1], flush=True)
-        lines += ["", f"Command: `taskset -c N python bench/time_to_detect.py --all-mutants --trials {args.trials} "
-                      f"--budget {args.budget:.0f}`"]
+        lines += ["", stamp(f"taskset -c N python bench/time_to_detect.py --all-mutants --trials {args.trials} "
+                            f"--budget {args.budget:.0f}")]
         out = Path(args.out or ROOT / "docs" / "mutants-guided-vs-random.md")
     else:
         fuzz = [fuzz_trial(t, args.budget) for t in range(args.trials)]
@@ -160,7 +162,7 @@ def main() -> None:
             f"random sampling start-up (import): {startup_random:.1f} s. "
             f"Execs to detect, guided: {[f[2] for f in fuzz]}; random: {[r[1] for r in rnd]}.",
             "",
-            f"Command: `taskset -c 0 python bench/time_to_detect.py --trials {args.trials} --budget {args.budget:.0f}`",
+            stamp(f"taskset -c 0 python bench/time_to_detect.py --trials {args.trials} --budget {args.budget:.0f}"),
         ]
         out = Path(args.out or ROOT / "bench" / "results" / "time_to_detect.md")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -150,7 +150,9 @@ def check(names: list[str], *, budget_s: float, jobs: int, trials: int, work: Pa
 def table(results: list[MutantResult], command: str) -> str:
     considered = [r for r in results if r.verdict != "not shown to change behaviour"]
     killed = sum(r.verdict == "killed" for r in considered)
-    lines = [f"Command: `{command}`", "",
+    from harness.stamp import stamp
+
+    lines = [stamp(command), "",
              "| mutant | verdict | trials killed | median s to kill | spread s | signature | killing scenario / evidence |",
              "|---|---|---|---|---|---|---|", *[r.row() for r in results], "",
              f"Kill rate: {killed}/{len(considered)} behaviour-changing mutants "
