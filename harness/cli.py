@@ -215,7 +215,8 @@ def _minimize_kept(folders, mutant: str | None) -> None:
         try:
             with mutant_applied(mutant):
                 small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], mutant, seconds=60,
-                                 tier=artifact.get("tier", "symbolic"))
+                                 tier=artifact.get("tier", "symbolic"),
+                                 new_only=bool((artifact.get("verdict") or {}).get("new")))
         except BadInput as exc:  # e.g. the finding no longer reproduces: keep it as found, say why
             print(f"  {folder.name}: not minimized: {exc}", file=sys.stderr)
             continue
@@ -237,7 +238,7 @@ def _cmd_minimize(args: argparse.Namespace) -> int:
     _use_model(artifact.get("model"))  # the model tier's model it was found with
     with mutant_applied(mutant):
         small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], mutant, seconds=args.seconds,
-                         tier=artifact.get("tier", "symbolic"))
+                         tier=artifact.get("tier", "symbolic"), new_only=bool((artifact.get("verdict") or {}).get("new")))
     out = dict(artifact, scenario=scenario_to_json(small))
     write_json_atomic(Path(args.output), out)
     print(f"minimized to {len(small.requests)} request(s), {len(small.events)} event(s): {args.output}")

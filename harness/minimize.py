@@ -13,17 +13,22 @@ from collections.abc import Iterator
 
 from harness.driver import replay
 from harness.errors import BadInput
+from harness.known import judge_scenario
 from harness.oracles import judge
 from harness.scenario import Scenario, parse_scenario, scenario_to_json
 
 
-def _signatures(doc: dict, mutant: str | None, tier: str) -> tuple[set[str], int]:
+def _signatures(doc: dict, mutant: str | None, tier: str, new_only: bool = False) -> tuple[set[str], int]:
+    """The signatures a candidate shows (with new_only: only those no known fix explains)."""
     try:
         scenario = parse_scenario(doc)
         trace = replay(scenario, mutant, tier)
     except BadInput:
         return set(), 0
-    return {f.signature for f in judge(trace)}, trace.steps_run
+    findings = judge(trace)
+    if new_only and findings:
+        return set(judge_scenario(scenario, findings, mutant, tier).unexplained), trace.steps_run
+    return {f.signature for f in findings}, trace.steps_run
 
 
 def _drop_request(doc: dict, rid: str) -> dict:
@@ -83,9 +88,11 @@ def _candidates(doc: dict, steps: int) -> Iterator[dict]:
 
 
 def minimize(scenario: Scenario, signature: str, mutant: str | None = None, *, seconds: float = 120.0,
-             tier: str = "symbolic") -> Scenario:
+             tier: str = "symbolic", new_only: bool = False) -> Scenario:
+    """Shrink while `signature` still fires (with new_only: while it stays new, so a new finding never
+    shrinks into a known issue's repro)."""
     doc = scenario_to_json(scenario)
-    sigs, steps = _signatures(doc, mutant, tier)
+    sigs, steps = _signatures(doc, mutant, tier, new_only)
     if signature not in sigs:
         raise BadInput(f"the scenario does not reproduce signature {signature!r} (got {sorted(sigs)})")
     deadline = time.monotonic() + seconds
@@ -99,7 +106,7 @@ def minimize(scenario: Scenario, signature: str, mutant: str | None = None, *, s
                 parse_scenario(cand)
             except BadInput:
                 continue
-            cand_sigs, cand_steps = _signatures(cand, mutant, tier)
+            cand_sigs, cand_steps = _signatures(cand, mutant, tier, new_only)
             if signature in cand_sigs:
                 doc, steps, improved = cand, cand_steps, True
                 break

@@ -82,7 +82,7 @@ def minimized_kill(doc: dict, signature: str, mutant: str, out: Path, seconds: f
     """Minimize a killing scenario while the mutant still fires `signature`; keep the result only if it still
     kills (fires with the patch, not on stock). Written to `out`; returns the scenario document kept."""
     with mutant_applied(mutant):
-        small = scenario_to_json(minimize(parse_scenario(doc), signature, mutant, seconds=seconds))
+        small = scenario_to_json(minimize(parse_scenario(doc), signature, mutant, seconds=seconds, new_only=True))
     kept = small if kills(small, mutant) else doc
     write_json_atomic(out, {"mutant": mutant, "signature": signature, "minimized": kept is small, "scenario": kept})
     return kept

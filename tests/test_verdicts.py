@@ -138,3 +138,18 @@ def test_pool_is_judged_after_an_exception():
     trace, findings = run("sync-external-admission-undercount.json", LEAK)
     assert trace.exception is not None and trace.pool_end is not None
     assert {"pool-accounting", next(f.signature for f in findings if f.oracle == "vllm-exception")} <= _sigs(findings)
+
+
+def test_minimizing_a_new_finding_keeps_it_new():
+    from harness.driver import replay
+    from harness.minimize import minimize
+    from harness.oracles import judge
+    from testlib import mutant
+
+    scenario = load_scenario(ROOT / "scenarios" / "spec-unscheduled-accepted-reset.json")
+    with mutant(LEAK):
+        small = minimize(scenario, "pool-accounting", LEAK, seconds=30, new_only=True)
+        findings = judge(replay(small, LEAK))
+        verdict = judge_scenario(small, findings, LEAK, "symbolic")
+    assert "pool-accounting" in verdict.unexplained
+    assert len(small.requests) <= len(scenario.requests)
