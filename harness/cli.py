@@ -291,6 +291,33 @@ def _cmd_mutants(args: argparse.Namespace) -> int:
     return EXIT_FINDING if survived else EXIT_OK
 
 
+def _cmd_known(args: argparse.Namespace) -> int:
+    from harness.known import KNOWN_ISSUES, ROOT, check_known, fixes_applied
+
+    if args.action == "list":
+        for k in KNOWN_ISSUES:
+            print(f"{k.id}\n  {k.summary}\n  repro: {k.repro}  ({k.releases})\n  reached by: {k.reached_by}\n"
+                  f"  fix: {k.fix.bug_class.removeprefix('fix: ')}")
+        return EXIT_OK
+    from harness.driver import replay
+    from harness.oracles import judge
+    from harness.scenario import load_scenario
+    from harness.vllm_adapter import installed_version
+
+    def replay_findings(repro, issues):
+        with fixes_applied(issues):
+            return judge(replay(load_scenario(ROOT / repro)))
+
+    rows = check_known(replay_findings)
+    for row in rows:
+        print(f"{row['id']:38s} {row['status']}" + (f"  (shows {row['shown']}; with the fix {row['with_fix']})"
+                                                     if "shown" in row else ""))
+    print(f"vLLM {installed_version()}")
+    if any(r["status"] == "FIX DOES NOT REMOVE IT" for r in rows):
+        return EXIT_HARNESS_ERROR  # the harness's fix is wrong
+    return EXIT_FINDING if any(r["status"] == "NO LONGER REPRODUCES" for r in rows) else EXIT_OK
+
+
 def _cmd_workload(args: argparse.Namespace) -> int:
     from harness.workloads import main as workload_main
 
@@ -366,6 +393,10 @@ def build_parser() -> argparse.ArgumentParser:
     mut.add_argument("--work", help="where campaigns run (default: a temporary directory)")
     mut.add_argument("--out", help="also write the Markdown table here")
     mut.set_defaults(func=_cmd_mutants)
+    known = sub.add_parser("known", help="list the known issues, or check each repro still shows its issue on the "
+                           "installed release and its fix removes it (exit 1: a known bug stopped reproducing)")
+    known.add_argument("action", choices=("list", "check"))
+    known.set_defaults(func=_cmd_known)
     work = sub.add_parser("workload", add_help=False,
                           help="make a chat workload file (HF datasets: .jsonl/.json/.parquet) or a scenario using one")
     work.add_argument("rest", nargs=argparse.REMAINDER)
@@ -385,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as exc:
         print(f"harness error (not a vLLM finding): {exc}", file=sys.stderr)
         return EXIT_HARNESS_ERROR
+    except BrokenPipeError:  # the reader went away (`| head`): not an error of ours
+        sys.stderr.close()
+        return EXIT_OK
     except Exception:  # any other error is the harness's, never the exit code of a finding
         import traceback
 

@@ -22,8 +22,12 @@ import contextlib
 import hashlib
 import inspect
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from harness.mutants.base import Mutant, method_wrapped, wrap_method
+
+
+ROOT = Path(__file__).resolve().parent.parent  # repro paths are relative to the checkout
 
 
 @dataclass(frozen=True)
@@ -35,9 +39,16 @@ class KnownIssue:
     reached_by: str  # the configuration a user runs to reach it
     fix: Mutant  # the run-time patch that removes the bug
     applies: object = None  # callable() -> bool: the fix's target exists in the installed release
+    repro_from: tuple = (0, 26, 0)  # first release whose scheduler lets the repro reach the bug
 
     def applicable(self) -> bool:
         return self.applies is None or bool(self.applies())
+
+    def repro_expected(self) -> bool:
+        """Should the repro show this issue on the installed release?"""
+        from harness.vllm_adapter import _parse_version, installed_version
+
+        return self.applicable() and _parse_version(installed_version()) >= self.repro_from
 
 
 def _bound(original, *args, **kwargs) -> dict:
@@ -118,10 +129,12 @@ KNOWN_ISSUES = (
         summary="MambaManager.get_num_blocks_to_allocate caps new blocks at 1 and does not count the external "
                 "block of a sync connector hit whose continuation crosses a Mamba block; allocate_slots admits the "
                 "request and get_new_blocks raises ValueError instead of returning None",
-        releases="seen on 0.27.1 and 0.33.0",
+        releases="seen on 0.26.0-0.33.0",
         repro="scenarios/sync-external-admission-undercount.json",
-        reached_by="a sync KV connector (kv_load_failure_policy any, load_async=False) whose hit ends inside a Mamba "
-                   "block with the continuation crossing into the next one, under pool pressure",
+        reached_by="a KV connector returning a sync hit (load_async=False) that ends inside a Mamba block, the "
+                   "continuation crossing into the next one, under pool pressure (with vLLM's default full-sequence "
+                   "admission, scheduler_reserve_full_isl, only in its prompt-final-chunk form: to be re-judged by the "
+                   "engine tier)",
         fix=_fix("fix-count-external-block", _mamba_manager, "get_num_blocks_to_allocate", _count_external_block,
                  "admission counts the block an external hit takes"),
     ),
@@ -151,6 +164,7 @@ KNOWN_ISSUES = (
                    "that leaves a running request unscheduled for a step",
         fix=_fix("fix-keep-accepted-on-readd", _worker_shadow, "readded_num_accepted", _keep_accepted_on_readd,
                  "a running row re-added to the batch keeps its accepted count"),
+        repro_from=(0, 27, 0),  # 0.26's chunk rule schedules nothing under the repro's 3-token budget
     ),
 )
 
@@ -256,3 +270,19 @@ def judge_scenario(scenario, findings, mutant: str | None, tier: str) -> Verdict
             return {f.signature for f in judge(replay(scenario, mutant, tier))}
 
     return classify([f.signature for f in findings], replay_signatures)
+
+
+def check_known(replay_findings) -> list[dict]:
+    """For every known issue the installed release should show: does its repro still show it, and does its
+    fix remove it? `replay_findings(path, issues)` replays a repro with those fixes applied."""
+    rows = []
+    for issue in KNOWN_ISSUES:
+        if not issue.repro_expected():
+            rows.append({"id": issue.id, "status": "not expected on this release"})
+            continue
+        shown = [f.signature for f in replay_findings(issue.repro, [])]
+        fixed = [f.signature for f in replay_findings(issue.repro, [issue])]
+        status = ("reproduces, fix removes it" if shown and not fixed else
+                  "NO LONGER REPRODUCES" if not shown else "FIX DOES NOT REMOVE IT")
+        rows.append({"id": issue.id, "status": status, "shown": shown, "with_fix": fixed})
+    return rows
