@@ -1,11 +1,20 @@
 #!/bin/bash -eu
-# Build every fuzz/*_target.py with OSS-Fuzz's Python helper; ship its seed corpus and dictionary.
+# Build every fuzz/*_target.py with OSS-Fuzz's Python helper (compile_python_fuzzer: PyInstaller --onefile);
+# ship each target's seed corpus (fuzz/corpus/KIND/ -> TARGET_seed_corpus.zip) and dictionary
+# (fuzz/KIND.dict -> TARGET.dict). bench/pyinstaller_check.sh runs the same build and replays crash files.
 cd "$SRC/hybrid-harness"
+# the harness and models packages, installed (not editable) so that PyInstaller's analysis finds them
 python3 -m pip install --no-deps --no-build-isolation .
+mapfile -t flags < <(grep -v '^#' .clusterfuzzlite/pyinstaller.flags | grep .)
 for target in fuzz/*_target.py; do
   name=$(basename "$target" .py)
-  compile_python_fuzzer "$target" --add-data "fuzz:fuzz"
   kind=${name%_target}
+  # compile_python_fuzzer rewrites its target file in place for coverage builds; build each target from a
+  # fresh copy of fuzz/*.py so model_target.py bundles an unmodified symbolic_target.py (its shared body)
+  work=$(mktemp -d)
+  cp fuzz/*.py "$work/"
+  compile_python_fuzzer "$work/$name.py" "${flags[@]}"
+  rm -rf "$work"
   if [ -d "fuzz/corpus/$kind" ]; then
     (cd "fuzz/corpus/$kind" && zip -q "$OUT/${name}_seed_corpus.zip" ./*)
   fi
