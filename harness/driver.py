@@ -484,7 +484,7 @@ class Driver:
             self.trace.cache.append(CacheCheck(step, block, n, rid, (n, self.reqs[rid].fps[n]), conv[0], ssm))
 
 
-TIERS = ("symbolic", "model")
+TIERS = ("symbolic", "model", "engine")
 
 
 def replay(scenario: Scenario, mutant: str | None = None, tier: str = "symbolic") -> Trace:
@@ -493,6 +493,10 @@ def replay(scenario: Scenario, mutant: str | None = None, tier: str = "symbolic"
         from harness.model_tier import ModelDriver  # torch model code only when asked for
 
         return ModelDriver(scenario, mutant).run()
+    if tier == "engine":
+        from harness.engine import replay as engine_replay  # vLLM's real Scheduler only when asked for
+
+        return engine_replay(scenario, mutant)
     if tier != "symbolic":
         raise BadInput(f"unknown tier {tier!r}: choose one of {', '.join(TIERS)}")
     return Driver(scenario, mutant).run()

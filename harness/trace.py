@@ -119,3 +119,39 @@ class Trace:
             if lo <= s <= hi:
                 out.append({"copy": {"step": s, "src": src, "dst": dst}})
         return out
+
+
+class CacheRecorder:
+    """Records the cache-integrity inputs after each step: every (Mamba cache key, block) pair that is new
+    or whose page was written since last recorded (a mismatch persists until one of the two changes, so
+    the first step it shows is kept). Keys are named by the request and prefix length that first hashed
+    them. Tier-neutral: give it the requests' block hashes, prefix fingerprints and the cached entries."""
+
+    def __init__(self, trace: Trace, states, hash_block_size: int) -> None:
+        self.trace, self.states, self.hb = trace, states, hash_block_size
+        self.hash_owner: dict[bytes, tuple[str, int]] = {}
+        self.hashes_named: dict[str, int] = {}
+        self.checked: dict[tuple[bytes, int], int] = {}
+
+    def record(self, step: int, requests: dict[str, tuple[list, list[int]]], entries) -> None:
+        """requests: id -> (vLLM block_hashes, prefix fingerprints); entries: (hash bytes, block) pairs."""
+        from harness.errors import HarnessError
+
+        for rid, (hashes, _) in requests.items():
+            named = self.hashes_named.get(rid, 0)
+            for k in range(named, len(hashes)):
+                self.hash_owner.setdefault(bytes(hashes[k]), (rid, (k + 1) * self.hb))
+            self.hashes_named[rid] = max(named, len(hashes))
+        version, checked = self.states.version, self.checked
+        for key in entries:
+            h, block = key
+            ver = version.get(block, 0)
+            if checked.get(key) == ver:
+                continue
+            checked[key] = ver
+            owner = self.hash_owner.get(h)
+            if owner is None:
+                raise HarnessError(f"step {step}: a Mamba cache key names no prefix the replay hashed")
+            rid, n = owner
+            conv, ssm = self.states.page(block)
+            self.trace.cache.append(CacheCheck(step, block, n, rid, (n, requests[rid][1][n]), conv[0], ssm))

@@ -427,3 +427,28 @@ def block_pool_class():
 def scheduler_class():
     """vLLM's Scheduler class, for patches of its chunk rule (`_mamba_block_aligned_split`)."""
     return _vllm().Scheduler
+
+
+# -- for the engine tier (harness/engine/): the same vLLM imports, and an Allocator view of a manager that a
+# real Scheduler owns, so the engine's oracle inputs (tables, cache keys, pool) are read exactly as here ----
+def vllm_namespace() -> SimpleNamespace:
+    """The vLLM pieces imported once above (Request, SamplingParams, kv_cache_interface, the block hasher's
+    sha256 with `init_none_hash` already called): the engine tier builds its requests from the same ones."""
+    return _vllm()
+
+
+def adopt_manager(geometry: Geometry, manager) -> Allocator:
+    """An `Allocator` around a `KVCacheManager` someone else built (the engine tier's real Scheduler owns
+    it): block tables, cache keys, pool snapshots and checkpoint formulas read as for the symbolic tier."""
+    v = _vllm()
+    alloc = Allocator.__new__(Allocator)
+    alloc.v, alloc.geometry, alloc.manager = v, geometry, manager
+    alloc.block_pool = manager.block_pool
+    alloc.coordinator = manager.coordinator
+    alloc.mamba_manager = alloc.coordinator.single_type_managers[MAMBA_GROUP]
+    alloc.partial_hits = bool(getattr(alloc.coordinator, "enable_partial_hash_hits", False))
+    alloc.connector_sees_aligned_local = hasattr(manager, "truncate_computed_blocks")
+    alloc.hasher = v.kcu.get_request_block_hasher(geometry.hash_block_size, v.sha256)
+    probe = v.kcu.make_block_hash_with_group_id(v.kcu.BlockHash(b"\x01" * 32), MAMBA_GROUP)
+    alloc._mamba_key_suffix = bytes(probe[32:])
+    return alloc

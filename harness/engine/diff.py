@@ -1,0 +1,165 @@
+"""Differential: the mirrored (symbolic) tier against the engine tier on the same scenario.
+
+Both tiers run the scenario with the attention block set to the Mamba block (vLLM's align-mode rule, which
+the engine tier applies anyway), so pool pressure is the same on both sides. Compared, step by step:
+Mamba rows (request kind, computed / scheduled tokens, the worker row, the core row, live columns), CoW
+copies per step, and every state the worker read, with block ids renamed per request in order of first
+use on each side (what, column, block, conv and SSM state, the state wanted); then
+the oracle verdicts (signatures) and any vLLM exception. Where they differ, one side is wrong about vLLM:
+the engine tier runs vLLM's own scheduler, the mirrored tier our model of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from harness.scenario import Scenario, parse_scenario, scenario_to_json
+
+
+@dataclass
+class Difference:
+    kind: str  # row | copy | order | read | verdict | exception
+    step: int | None
+    request: str | None
+    mirror: object
+    engine: object
+
+    def describe(self) -> str:
+        where = "" if self.step is None else f"step {self.step}"
+        where += f", request {self.request}" if self.request else ""
+        return f"[{self.kind}] {where or 'whole run'}: mirror {self.mirror}; engine {self.engine}"
+
+
+@dataclass
+class DiffReport:
+    scenario: str
+    notes: list[str] = field(default_factory=list)
+    differences: list[Difference] = field(default_factory=list)
+    mirror_findings: list[str] = field(default_factory=list)
+    engine_findings: list[str] = field(default_factory=list)
+
+    @property
+    def same(self) -> bool:
+        return not self.differences
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def describe(self, limit: int = 10) -> str:
+        head = f"{self.scenario}: " + ("tiers agree" if self.same else f"{len(self.differences)} difference(s)")
+        lines = [head] + [f"  note: {n}" for n in self.notes]
+        lines += [f"  {d.describe()}" for d in self.differences[:limit]]
+        if len(self.differences) > limit:
+            lines.append(f"  … {len(self.differences) - limit} more")
+        return "\n".join(lines)
+
+
+def aligned(scenario: Scenario) -> tuple[Scenario, list[str]]:
+    """The scenario with attention block = Mamba block (align mode), and a note if that changed it."""
+    g = scenario.geometry
+    if g.attn_block_size == g.mamba_block_size:
+        return scenario, []
+    doc = scenario_to_json(scenario)
+    doc["geometry"]["attn_block_size"] = g.mamba_block_size
+    return parse_scenario(doc), [f"attention block {g.attn_block_size} set to the Mamba block {g.mamba_block_size} "
+                                 "on both tiers (align mode)"]
+
+
+class _Labels:
+    """Physical block ids renamed per request, in order of first appearance in that request's rows and reads
+    (step by step): two runs that give a request the same logical blocks compare equal even when the pool
+    handed out other ids, and one difference elsewhere does not rename everything after it (the null block
+    stays 0). Shared blocks are not matched across requests: the states read (by prefix name) cover that."""
+
+    def __init__(self, trace) -> None:
+        self.names: dict[str, dict[int, int]] = {}
+        seen: list[tuple] = [(r.step, r.request, r.core_row + r.worker_row) for r in trace.rows]
+        seen += [(rd.step, rd.request, [rd.block]) for rd in trace.reads]
+        for _, request, ids in sorted(seen, key=lambda x: (x[0], x[1])):
+            names = self.names.setdefault(request, {0: 0})
+            for b in ids:
+                names.setdefault(b, len(names))
+
+    def __call__(self, request: str, ids) -> tuple:
+        names = self.names.get(request, {})
+        return tuple(names.get(b, -1) for b in ids)
+
+
+def _rows(trace, lab: _Labels) -> dict:
+    return {(r.step, r.request, r.group): (r.kind, r.num_computed, r.num_scheduled, r.prev, r.curr,
+                                           tuple(r.live_columns), lab(r.request, r.worker_row),
+                                           lab(r.request, r.core_row))
+            for r in trace.rows}
+
+
+def _reads(trace, lab: _Labels) -> dict:
+    out: dict = {}
+    for rd in trace.reads:
+        out.setdefault((rd.step, rd.request), []).append(
+            (rd.what, rd.group, rd.column, lab(rd.request, [rd.block])[0], trace.name(rd.conv), trace.name(rd.ssm),
+             trace.name(rd.want)))
+    return out
+
+
+def _order(trace) -> dict:
+    out: dict = {}
+    for r in trace.rows:
+        if r.request not in out.setdefault(r.step, []):
+            out[r.step].append(r.request)
+    return out
+
+
+def _copies(trace) -> dict:
+    """CoW copies per step (how many: their endpoints are pool blocks outside any row)."""
+    out: dict = {}
+    for step, _, _ in trace.copies:
+        out[step] = out.get(step, 0) + 1
+    return out
+
+
+def _keyed(kind: str, mirror: dict, engine: dict, split) -> list[Difference]:
+    out = []
+    for key in sorted(set(mirror) | set(engine), key=repr):
+        a, b = mirror.get(key), engine.get(key)
+        if a != b:
+            step, request = split(key)
+            out.append(Difference(kind, step, request, a, b))
+    return out
+
+
+def compare(mirror_trace, engine_trace) -> list[Difference]:
+    """Differences between two traces of the same scenario (mirror first)."""
+    from harness.oracles import judge
+
+    ml, el = _Labels(mirror_trace), _Labels(engine_trace)
+    diffs = _keyed("row", _rows(mirror_trace, ml), _rows(engine_trace, el), lambda k: (k[0], k[1]))
+    diffs += _keyed("copy", _copies(mirror_trace), _copies(engine_trace), lambda k: (k, None))
+    diffs += _keyed("order", _order(mirror_trace), _order(engine_trace), lambda k: (k, None))
+    diffs += _keyed("read", _reads(mirror_trace, ml), _reads(engine_trace, el), lambda k: (k[0], k[1]))
+    ma = sorted({f.signature for f in judge(mirror_trace)})
+    ea = sorted({f.signature for f in judge(engine_trace)})
+    if ma != ea:
+        diffs.append(Difference("verdict", None, None, ma, ea))
+    me, ee = mirror_trace.exception, engine_trace.exception
+    if (me is None) != (ee is None) or (me and ee and me.site != ee.site):
+        diffs.append(Difference("exception", None, None, me and f"{me.error} at {me.site}",
+                                ee and f"{ee.error} at {ee.site}"))
+    return diffs
+
+
+def diff(scenario: Scenario, mutant: str | None = None) -> DiffReport:
+    """Replay the scenario on the mirrored (symbolic) and the engine tier and report what differs.
+    BadInput from either tier propagates (a scenario one tier cannot express is not a disagreement)."""
+    from harness.driver import replay
+    from harness.oracles import judge
+
+    sc, notes = aligned(scenario)
+    engine_trace = replay(sc, mutant, "engine")
+    mirror_trace = replay(sc, mutant, "symbolic")
+    report = DiffReport(scenario.name or "scenario", notes, compare(mirror_trace, engine_trace))
+    report.mirror_findings = [f.headline() for f in judge(mirror_trace)]
+    report.engine_findings = [f.headline() for f in judge(engine_trace)]
+    return report
+
+
+__all__ = ["DiffReport", "Difference", "aligned", "compare", "diff"]

@@ -1,0 +1,470 @@
+"""Engine tier: the scenario drives vLLM's real `Scheduler`; the worker side is the V1 worker shadow.
+
+Built from a real `VllmConfig` (`SchedulerConfig`, `CacheConfig(enable_prefix_caching=True,
+mamba_cache_mode="align")`, `SpeculativeConfig(method="ngram")` when K > 0, `DeviceConfig("cpu")`,
+`KVTransferConfig` loading `harness.engine.connector.HarnessConnector`) and a stand-in model config (the
+dozen attributes the scheduler reads). Per step, as `EngineCore` does it: arrivals through `add_request`,
+aborts through `finish_requests`, scenario preemptions through the scheduler's own `_preempt_request`;
+`schedule()`; the SchedulerOutput converted for `harness.worker.WorkerShadow` (update_states / execute /
+postprocess, the V1 runner's rules); sampled tokens (the driver's deterministic rule over prefix
+fingerprints) and finished async loads back through `update_from_output(so, ModelRunnerOutput)`; drafts
+through `update_draft_token_ids`. Chunking, admission, preemption under pool pressure, CoW copies, spec
+rejection and re-caching, frees and async-load completion are all vLLM's own code.
+
+Geometry, derived as vLLM derives it for align mode: `cache_config.block_size` = Mamba block size =
+attention block size (`platforms/interface.py:1114-1115` in 0.33.0: the attention block is raised until its
+page holds a Mamba state, then the Mamba block is set to it), so a scenario's smaller `attn_block_size`
+becomes `mamba_block_size`; `hash_block_size` is `prefix_match_unit`; `token_budget` is
+`max_num_batched_tokens`. Pinned here, on purpose, for this first slice: async scheduling off and the V1
+model runner (the worker shadow mirrors V1 only; vLLM picks V1 itself on a machine without Triton).
+
+Departures that are scenario features vLLM has no knob for (each BadInput, exit 2, with the reason):
+an explicit prefill `chunks` entry the real scheduler does not schedule on its own at that step, EAGLE
+block drop (needs an EAGLE drafter config, not built on CPU here).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # before vLLM is imported (pin_memory, device inference)
+os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")  # the worker shadow mirrors the V1 runner
+
+from dataclasses import dataclass, field  # noqa: E402
+
+from harness.driver import true_token  # noqa: E402  (the shared token rule, not the symbolic tier's Driver)
+from harness.errors import BadInput, HarnessError  # noqa: E402
+from harness.scenario import VOCAB_SIZE, RequestSpec, Scenario  # noqa: E402
+from harness.states import SymbolicStates, chain  # noqa: E402
+from harness.trace import CacheRecorder, Trace, VllmException  # noqa: E402
+from harness.vllm_adapter import (  # noqa: E402
+    MAMBA_GROUP,
+    adopt_manager,
+    exception_site,
+    installed_version,
+    supports_prefill_checkpoints,
+    vllm_namespace,
+)
+from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow  # noqa: E402
+
+CONNECTOR_MODULE = "harness.engine.connector"
+
+
+class _ModelConfigStandIn:
+    """The model-config attributes vLLM's Scheduler reads (0.27.1 - 0.33.0); anything else is a harness
+    error naming the attribute, so a release that reads more fails loudly instead of guessing."""
+
+    uses_mrope = False
+    is_encoder_decoder = False
+    runner_type = "generate"
+    is_diffusion = False
+    supports_multimodal_inputs = False
+    is_multimodal_model = False
+    skip_tokenizer_init = True
+    is_hybrid = True
+    multimodal_config = None
+    return_sampling_mask = False
+    enable_return_routed_experts = False
+
+    def __init__(self, max_model_len: int) -> None:
+        self.max_model_len = max_model_len
+
+    def __getattr__(self, name: str):
+        raise AttributeError(f"the engine tier's stand-in model config has no {name!r} (vLLM reads it)")
+
+
+@dataclass
+class _Req:
+    spec: RequestSpec
+    vreq: object
+    fps: list[int]
+    arrived: bool = False
+    finished: bool = False
+    accept_idx: int = 0
+    id: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.id = self.spec.id
+
+
+class _VllmRaised(Exception):
+    def __init__(self, record: VllmException):
+        self.record = record
+
+
+@dataclass(frozen=True)
+class EngineGeometry:
+    block_size: int
+    hash_block_size: int
+    num_speculative_tokens: int
+    notes: tuple[str, ...]
+
+
+def derive_geometry(scenario: Scenario) -> EngineGeometry:
+    """Block sizes as vLLM sets them in align mode; BadInput for what vLLM's engine cannot be given."""
+    g = scenario.geometry
+    notes = []
+    if g.mamba_block_size % g.attn_block_size:
+        raise BadInput("geometry: attn_block_size must divide mamba_block_size (align mode)")
+    if g.attn_block_size != g.mamba_block_size:
+        notes.append(f"attention block {g.attn_block_size} raised to the Mamba block {g.mamba_block_size} "
+                     "(align mode: cache_config.mamba_block_size = cache_config.block_size)")
+    if g.eagle_block_drop:
+        raise BadInput("geometry.eagle_block_drop: the engine tier has no EAGLE drafter config on CPU yet "
+                       "(n-gram drafting only); run this scenario on the symbolic tier")
+    if g.prefill_checkpoint and not supports_prefill_checkpoints():
+        raise BadInput(f"geometry.prefill_checkpoint: vLLM {installed_version()} has no Mamba prefill checkpoint "
+                       "blocks whose worker export this harness mirrors (0.33.x)")
+    return EngineGeometry(g.mamba_block_size, g.hash_block_size, g.num_speculative_tokens, tuple(notes))
+
+
+def build_scheduler(scenario: Scenario, eg: EngineGeometry):
+    """vLLM's Scheduler from a real VllmConfig for this scenario (BadInput if vLLM refuses the config)."""
+    v = vllm_namespace()
+    from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    g = scenario.geometry
+    B, H, K = eg.block_size, eg.hash_block_size, eg.num_speculative_tokens
+    budget = g.token_budget
+    try:
+        sched_cfg = SchedulerConfig(
+            max_num_seqs=max(1, min(len(scenario.requests), budget)), max_num_batched_tokens=budget,
+            max_model_len=g.max_model_len, enable_chunked_prefill=True, is_encoder_decoder=False,
+            async_scheduling=False)
+        cache_kwargs = dict(block_size=B, enable_prefix_caching=True, mamba_cache_mode="align")
+        if "prefix_match_unit" in CacheConfig.__dataclass_fields__:
+            cache_kwargs["prefix_match_unit"] = H
+        elif H != B:
+            raise BadInput(f"geometry.hash_block_size {H} < block {B}: vLLM {installed_version()}'s CacheConfig has "
+                           "no prefix_match_unit")
+        cache_cfg = CacheConfig(**cache_kwargs)
+        kv_cfg = KVTransferConfig(kv_connector="HarnessConnector", kv_connector_module_path=CONNECTOR_MODULE,
+                                  kv_role="kv_both")
+        extra = {}
+        if K:
+            from vllm.config import SpeculativeConfig
+
+            extra["speculative_config"] = _speculative_config(SpeculativeConfig, K)
+        vc = VllmConfig(scheduler_config=sched_cfg, cache_config=cache_cfg, device_config=DeviceConfig(device="cpu"),
+                        kv_transfer_config=kv_cfg, **extra)
+    except BadInput:
+        raise
+    except (ValueError, AssertionError, TypeError) as exc:
+        raise BadInput(f"vLLM {installed_version()} refuses the engine config for this geometry: {exc}") from None
+    object.__setattr__(vc, "model_config", _ModelConfigStandIn(g.max_model_len))
+    if getattr(vc, "use_v2_model_runner", False):
+        raise HarnessError("vLLM picked the V2 model runner; the engine tier's worker shadow mirrors V1 only "
+                           "(VLLM_USE_V2_MODEL_RUNNER=0 is set on import)")
+    cache_cfg.mamba_block_size = B  # platforms/interface.py:1114-1115 (align mode)
+    cache_cfg.num_gpu_blocks = g.num_blocks
+    kci, torch = v.kci, v.torch
+    mamba_kwargs = dict(block_size=B, shapes=((1, 1),), dtypes=(torch.float32,), mamba_cache_mode="align",
+                        num_speculative_blocks=K)
+    if g.prefill_checkpoint:
+        mamba_kwargs.update(num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1)
+    kvc = kci.KVCacheConfig(num_blocks=g.num_blocks, kv_cache_tensors=[], kv_cache_groups=[
+        kci.KVCacheGroupSpec(["attn"], kci.FullAttentionSpec(block_size=B, num_kv_heads=1, head_size=1,
+                                                             dtype=torch.float32)),
+        kci.KVCacheGroupSpec(["mamba"], kci.MambaSpec(**mamba_kwargs))])
+    try:
+        sched = v.Scheduler(vllm_config=vc, kv_cache_config=kvc, structured_output_manager=StructuredOutputManager(vc),
+                            block_size=B, hash_block_size=H, log_stats=False)
+    except (ValueError, AssertionError) as exc:
+        raise BadInput(f"vLLM {installed_version()}'s Scheduler refuses this geometry: {exc!r}") from None
+    return vc, sched
+
+
+def _speculative_config(cls, K: int):
+    """n-gram drafting (no draft model: constructible on CPU); the drafts themselves come from the scenario."""
+    try:
+        return cls(method="ngram", num_speculative_tokens=K, prompt_lookup_min=1, prompt_lookup_max=1)
+    except TypeError:
+        return cls(method="ngram", num_speculative_tokens=K)
+
+
+class EngineDriver:
+    def __init__(self, scenario: Scenario, mutant: str | None = None) -> None:
+        self.sc = scenario
+        self.eg = eg = derive_geometry(scenario)
+        self.K = eg.num_speculative_tokens
+        self.vc, self.sched = build_scheduler(scenario, eg)
+        self.geometry = scenario.geometry.model_copy(update={"attn_block_size": eg.block_size})
+        self.alloc = adopt_manager(self.geometry, self.sched.kv_cache_manager)
+        self.v = vllm_namespace()
+        from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
+
+        self.DraftTokenIds, self.KVConnectorOutput, self.ModelRunnerOutput = DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
+        self.trace = Trace(vllm_version=installed_version(), mutant=mutant)
+        self.states = SymbolicStates(self.K)
+        ckpt = (self.alloc.checkpoint_position, self.alloc.checkpoint_valid) if self.geometry.prefill_checkpoint else None
+        self.worker = WorkerShadow(block_size=eg.block_size, num_spec=self.K, mamba_groups=(MAMBA_GROUP,),
+                                   states=self.states, trace=self.trace, checkpoint=ckpt)
+        connector = self.sched.connector
+        if connector is None or not hasattr(connector, "plan"):
+            raise HarnessError("vLLM did not load the harness KV connector")
+        connector.engine = self
+        self.connector = connector
+        prompts = scenario.prompt_tokens()
+        self.reqs: dict[str, _Req] = {}
+        for spec in scenario.requests:
+            sp = self.v.SamplingParams(max_tokens=spec.max_tokens)
+            vreq = self.v.Request(request_id=spec.id, prompt_token_ids=list(prompts[spec.id]), sampling_params=sp,
+                                  pooling_params=None, block_hasher=self.alloc.hasher)
+            r = _Req(spec, vreq, chain([0], prompts[spec.id]))
+            self.reqs[spec.id] = r
+            self.trace.prefixes[spec.id] = r.fps
+            if spec.external is not None:
+                connector.plan[spec.id] = (spec.external.tokens, spec.external.async_load, spec.external.load_steps)
+        self.events: dict[int, list] = {}
+        for ev in scenario.events:
+            self.events.setdefault(ev.step, []).append(ev)
+        self.loads: dict[str, int] = {}  # request -> step whose output reports its async load finished
+        self.chunk_idx: dict[str, int] = {}
+        self.cache = CacheRecorder(self.trace, self.states, eg.hash_block_size)
+        self.step_idx = 0
+        self.last_scheduled = 0
+        self.reported_loads = False
+
+    # -- vLLM calls ----------------------------------------------------------------------------------
+    def _call(self, request: str, name: str, fn, *args):
+        try:
+            return fn(*args)
+        except (BadInput, HarnessError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - classified below
+            inside, site = exception_site(exc)
+            if not inside:
+                raise HarnessError(f"harness error in {name} at step {self.step_idx}: {exc!r} at {site}") from exc
+            raise _VllmRaised(VllmException(self.step_idx, request, name, repr(exc), site)) from exc
+
+    # -- connector callbacks ---------------------------------------------------------------------------
+    def connector_allocated(self, rid: str, total: int, is_async: bool, load_steps: int) -> None:
+        """vLLM allocated blocks for `total - local` external tokens: the connector writes the boundary state
+        into the Mamba block at column (total-1)//B, as the mirrored tier's simulated connector does."""
+        r = self.reqs[rid]
+        table = self.alloc.block_ids(rid)[MAMBA_GROUP]
+        col = (total - 1) // self.eg.block_size
+        if col < len(table):
+            self.states.deliver(table[col], (total, r.fps[total]))
+        if is_async:
+            self.loads[rid] = self.step_idx + load_steps - 1
+
+    # -- the loop -----------------------------------------------------------------------------------------
+    def run(self) -> Trace:
+        try:
+            for step in range(self.sc.max_steps):
+                self.step_idx = step
+                if self._all_done() or self._stuck(step):
+                    break
+                self._step(step)
+                self.trace.steps_run = step + 1
+            self._shutdown()
+            self.trace.pool_end = self.alloc.pool_snapshot()
+        except _VllmRaised as raised:
+            self.trace.exception = raised.record
+            try:
+                self._shutdown()
+            except _VllmRaised as again:
+                self.trace.unjudged["pool-accounting"] = (f"freeing after the exception raised too: "
+                                                          f"{again.record.error} at {again.record.site}")
+            else:
+                self.trace.pool_end = self.alloc.pool_snapshot()
+        return self.trace
+
+    def _all_done(self) -> bool:
+        return all(r.finished for r in self.reqs.values())
+
+    def _stuck(self, step: int) -> bool:
+        if step == 0 or self.last_scheduled or self.loads or self.reported_loads:
+            return False
+        if any(not r.arrived and not r.finished for r in self.reqs.values()):
+            return False
+        return not any(s >= step for s in self.events)
+
+    def _step(self, step: int) -> None:
+        sched = self.sched
+        for ev in self.events.get(step, ()):
+            self._apply_event(ev)
+        for r in self.reqs.values():
+            if not r.arrived and not r.finished and r.spec.arrival_step <= step:
+                r.arrived = True
+                self._call(r.id, "add_request", sched.add_request, r.vreq)
+        so = self._call("", "schedule", sched.schedule)
+        self._check_output(so)
+        sso = self._convert(so, step)
+        self._check_chunks(so)
+        core_tables = {rid: self.alloc.block_ids(rid) for rid in so.num_scheduled_tokens}
+        seq_fps = {}
+        for rid in so.num_scheduled_tokens:
+            r = self.reqs[rid]
+            drafts = sso.spec_tokens.get(rid, [])
+            seq_fps[rid] = r.fps + chain([r.fps[-1]], drafts)[1:] if drafts else r.fps
+        self.last_scheduled = len(so.num_scheduled_tokens)
+        kinds = self.worker.update_states(sso)
+        self.worker.execute(sso, kinds, seq_fps, core_tables)
+        sampled, accepted = self._sample(so)
+        self.worker.postprocess(sso, accepted, seq_fps)
+        done = {rid for rid, s in self.loads.items() if s <= step}
+        for rid in done:
+            del self.loads[rid]
+        self.reported_loads = bool(done)  # vLLM takes them out of WAITING_FOR_REMOTE_KVS next step
+        ids = list(so.num_scheduled_tokens)
+        out = self.ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
+            sampled_token_ids=[sampled[rid] for rid in ids],
+            kv_connector_output=self.KVConnectorOutput(finished_recving=done) if done else None)
+        self._call("", "update_from_output", sched.update_from_output, so, out)
+        self._after_output(ids)
+        self._check_cache(step)
+
+    def _convert(self, so, step: int) -> SchedulerOutput:
+        """vLLM's SchedulerOutput as the worker shadow's dataclass (the fields the V1 runner reads)."""
+        sso = SchedulerOutput(step=step, finished=set(so.finished_req_ids),
+                              preempted=set(so.preempted_req_ids or ()))
+        for nr in so.scheduled_new_reqs:
+            sso.new_reqs.append(NewReq(nr.req_id, tuple(list(b) for b in nr.block_ids), nr.num_computed_tokens,
+                                       len(nr.prompt_token_ids)))
+        cr = so.scheduled_cached_reqs
+        resumed = _resumed_ids(cr)
+        for i, rid in enumerate(cr.req_ids):
+            nb = cr.new_block_ids[i]
+            sso.cached_reqs.append(CachedReq(rid, None if nb is None else tuple(list(b) for b in nb),
+                                             cr.num_computed_tokens[i], resumed=rid in resumed))
+        sso.num_scheduled = dict(so.num_scheduled_tokens)
+        sso.spec_tokens = {rid: list(t) for rid, t in so.scheduled_spec_decode_tokens.items() if t}
+        copies = [(c.src_block_id, c.dst_block_id) for c in (getattr(so, "kv_cache_block_copies", None) or ())]
+        sso.copies = copies
+        self.trace.copies.extend((step, s, d) for s, d in copies)
+        sso.zero_ids = list(so.new_block_ids_to_zero or ())
+        return sso
+
+    def _check_output(self, so) -> None:
+        """A SchedulerOutput no runner can execute is vLLM's fault: a request with as many spec-decode rows as
+        scheduled tokens has no row left for its sampled token (0.27.1 pads a new request to 1 + K rows,
+        then the Mamba split clips the rows and keeps the K placeholder drafts; 0.33.0 drops the padding
+        then, scheduler.py:1359-1370). Recorded like an exception vLLM raised, at the scheduler."""
+        for rid, ns in so.num_scheduled_tokens.items():
+            nd = len(so.scheduled_spec_decode_tokens.get(rid, ()))
+            if nd and nd >= ns:
+                raise _VllmRaised(VllmException(
+                    self.step_idx, rid, "schedule",
+                    f"SchedulerOutput schedules {ns} token(s) with {nd} spec-decode token(s) for request {rid}: "
+                    "no row for the sampled token", "vllm/v1/core/sched/scheduler.py in schedule (spec-decode rows)"))
+
+    def _check_chunks(self, so) -> None:
+        """A scenario's explicit prefill chunks must be what the real scheduler schedules on its own."""
+        for rid, ns in so.num_scheduled_tokens.items():
+            r = self.reqs[rid]
+            chunks = r.spec.chunks
+            v = r.vreq
+            before = v.num_computed_tokens - ns
+            if not chunks or before >= v.num_prompt_tokens:
+                continue
+            i = self.chunk_idx.get(rid, 0)
+            if i >= len(chunks):
+                continue
+            if chunks[i] != ns:
+                raise BadInput(f"requests[{rid}].chunks[{i}] = {chunks[i]}: vLLM {self.trace.vllm_version}'s scheduler "
+                               f"schedules {ns} tokens from {before} at step {self.step_idx} under token budget "
+                               f"{self.sc.geometry.token_budget}; the engine tier cannot force another chunk")
+            self.chunk_idx[rid] = i + 1
+
+    def _sample(self, so) -> tuple[dict[str, list[int]], dict[str, int]]:
+        """The runner's sampled tokens: nothing for a non-final prefill chunk, else the verified drafts and
+        one more token, by the deterministic rule over prefix fingerprints."""
+        sampled: dict[str, list[int]] = {}
+        accepted: dict[str, int] = {}
+        for rid in so.num_scheduled_tokens:
+            r = self.reqs[rid]
+            v = r.vreq
+            drafts = list(so.scheduled_spec_decode_tokens.get(rid, ()))
+            if v.num_computed_tokens - len(drafts) < v.num_tokens:
+                sampled[rid], accepted[rid] = [], 1
+                continue
+            good = 0
+            for d in drafts:
+                if d != _true_next(r.fps, good):
+                    break
+                good += 1
+            sampled[rid] = [_true_next(r.fps, k) for k in range(good + 1)]
+            accepted[rid] = good + 1
+        return sampled, accepted
+
+    def _after_output(self, ids: list[str]) -> None:
+        """Follow vLLM's requests: fingerprints of their real tokens, finished ones, next drafts."""
+        draft_ids, drafts = [], []
+        for rid in ids:
+            r = self.reqs[rid]
+            v = r.vreq
+            tokens = v.all_token_ids
+            if len(tokens) + 1 > len(r.fps):
+                chain(r.fps, tokens[len(r.fps) - 1:])
+            if v.is_finished():
+                r.finished = True
+                continue
+            if self.K and not v.is_prefill_chunk:
+                nd = min(self.K, r.spec.max_tokens - v.num_output_tokens - 1)
+                draft_ids.append(rid)
+                drafts.append(self._propose(r, nd) if nd > 0 else [])
+        if draft_ids:
+            self._call("", "update_draft_token_ids", self.sched.update_draft_token_ids,
+                       self.DraftTokenIds(draft_ids, drafts))
+
+    def _propose(self, r: _Req, nd: int) -> list[int]:
+        """nd drafts; the scenario's acceptance pattern decides how many are right (as the mirrored tier)."""
+        pattern = r.spec.acceptance or [self.K]
+        good = min(pattern[r.accept_idx % len(pattern)], nd)
+        r.accept_idx += 1
+        out = []
+        for k in range(nd):
+            t = _true_next(r.fps, k)
+            out.append(t if k < good else t % (VOCAB_SIZE - 1) + 1)
+        return out
+
+    # -- events and shutdown ------------------------------------------------------------------------------
+    def _apply_event(self, ev) -> None:
+        r = self.reqs[ev.request]
+        sched, status = self.sched, self.v.RequestStatus
+        if ev.kind == "preempt":
+            if r.arrived and not r.finished and r.vreq.status == status.RUNNING and r.vreq in sched.running:
+                sched.running.remove(r.vreq)
+                self._call(r.id, "_preempt_request", sched._preempt_request, r.vreq, time.monotonic())
+        elif ev.kind == "abort":
+            if r.arrived and not r.finished:
+                self._call(r.id, "finish_requests", sched.finish_requests, r.id, status.FINISHED_ABORTED)
+                self.loads.pop(r.id, None)
+            r.finished = True
+
+    def _shutdown(self) -> None:
+        live = [r.id for r in self.reqs.values() if r.arrived and not r.finished]
+        if live:
+            self._call("", "finish_requests", self.sched.finish_requests, live, self.v.RequestStatus.FINISHED_ABORTED)
+        for r in self.reqs.values():
+            r.finished = True
+        self.loads.clear()
+
+    def _check_cache(self, step: int) -> None:
+        self.cache.record(step, {rid: (r.vreq.block_hashes, r.fps) for rid, r in self.reqs.items()},
+                          self.alloc.cached_mamba_entries())
+
+
+def _resumed_ids(cr) -> set[str]:
+    ids = getattr(cr, "resumed_req_ids", None)
+    if ids is not None:
+        return set(ids)
+    flags = getattr(cr, "resumed_from_preemption", None) or ()
+    return {rid for rid, f in zip(cr.req_ids, flags) if f}
+
+
+def _true_next(fps: list[int], k: int) -> int:
+    """The true token k positions after the prefix fps[-1] (the symbolic tier's rule)."""
+    last = fps[-1]
+    for _ in range(k):
+        last = hash((last, true_token(last)))
+    return true_token(last)
+
+
+def replay(scenario: Scenario, mutant: str | None = None) -> Trace:
+    return EngineDriver(scenario, mutant).run()
