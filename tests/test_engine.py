@@ -148,3 +148,20 @@ def test_speculative_decoding_runs_through_update_draft_token_ids():
     spec_rows = [r for r in trace.rows if r.num_scheduled == 3]
     assert spec_rows, "no step scheduled 1 + K tokens"
     assert any(rd.what == "postcopy" for rd in trace.reads) or trace.steps_run > 4
+
+
+def test_clipped_spec_decode_padding_is_a_vllm_finding_on_old_releases():
+    """0.27.1 pads a newly admitted 1-token request to 1 + K rows with K placeholder drafts, then the Mamba
+    split clips the rows and keeps the drafts (no row left for the sampled token); 0.33.0 drops the padding
+    in that case (scheduler.py:1359-1370). Generated scenario 37 reaches it at step 5."""
+    from harness.generate import random_scenario
+
+    if (0, 28, 0) <= VERSION < (0, 33, 0):
+        pytest.skip("checked on 0.27.1 (finding) and 0.33.0 (fixed) only; where 0.28-0.32 stand is not known")
+    trace, findings = _engine(random_scenario(37, checkpoints=False))
+    exc = [f for f in findings if f.oracle == "vllm-exception"]
+    if VERSION < (0, 28, 0):
+        assert [(f.step, f.request) for f in exc] == [(5, "a")]
+        assert "2 token(s) with 2 spec-decode token(s)" in exc[0].actual
+    else:
+        assert findings == [] and trace.exception is None

@@ -25,6 +25,7 @@ block drop (needs an EAGLE drafter config, not built on CPU here).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -128,6 +129,7 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry):
     g = scenario.geometry
     B, H, K = eg.block_size, eg.hash_block_size, eg.num_speculative_tokens
     budget = g.token_budget
+    _quiet_vllm()
     try:
         sched_cfg = SchedulerConfig(
             max_num_seqs=max(1, min(len(scenario.requests), budget)), max_num_batched_tokens=budget,
@@ -153,6 +155,7 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry):
         raise
     except (ValueError, AssertionError, TypeError) as exc:
         raise BadInput(f"vLLM {installed_version()} refuses the engine config for this geometry: {exc}") from None
+    _quiet_vllm()  # VllmConfig may have re-applied vLLM's logging config
     object.__setattr__(vc, "model_config", _ModelConfigStandIn(g.max_model_len))
     if getattr(vc, "use_v2_model_runner", False):
         raise HarnessError("vLLM picked the V2 model runner; the engine tier's worker shadow mirrors V1 only "
@@ -174,6 +177,12 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry):
     except (ValueError, AssertionError) as exc:
         raise BadInput(f"vLLM {installed_version()}'s Scheduler refuses this geometry: {exc!r}") from None
     return vc, sched
+
+
+def _quiet_vllm() -> None:
+    """vLLM's config and scheduler warn about CPU block sizes, draft-token budgets and the experimental
+    connector API on every build: per-scenario noise on stderr. Errors still show."""
+    logging.getLogger("vllm").setLevel(logging.ERROR)
 
 
 def _speculative_config(cls, K: int):
