@@ -133,10 +133,32 @@ def test_explicit_chunk_the_scheduler_would_not_schedule_is_bad_input():
         replay(sc, None, "engine")
 
 
-def test_eagle_block_drop_is_bad_input():
+def test_eagle_block_drop_runs_with_vllms_eagle_lookahead_and_block_drop():
+    from harness.engine.scheduler import EngineDriver
+
     sc = _scenario([{"id": "a", "prompt": {"length": 20, "seed": 1}, "max_tokens": 3}],
-                   num_speculative_tokens=1, eagle_block_drop=True)
-    with pytest.raises(BadInput, match="EAGLE"):
+                   num_speculative_tokens=2, eagle_block_drop=True)
+    engine = EngineDriver(sc)
+    assert engine.sched.use_eagle and engine.sched.num_lookahead_tokens == 2
+    if hasattr(engine.sched, "use_eagle_block_drop"):
+        assert engine.sched.use_eagle_block_drop
+    assert judge(engine.run()) == []
+
+
+@pytest.mark.parametrize("seed", [4, 36, 45])
+def test_eagle_scenarios_agree_with_the_mirrored_tier(seed):
+    from harness.engine.diff import diff
+    from harness.generate import random_scenario
+
+    sc = random_scenario(seed, checkpoints=False)
+    assert sc.geometry.eagle_block_drop
+    report = diff(sc)
+    assert report.same, report.describe()
+
+
+def test_eagle_block_drop_without_drafts_is_bad_input():
+    sc = _scenario([{"id": "a", "prompt": {"length": 20, "seed": 1}, "max_tokens": 3}], eagle_block_drop=True)
+    with pytest.raises(BadInput, match="num_speculative_tokens > 0"):
         replay(sc, None, "engine")
 
 

@@ -18,13 +18,16 @@ becomes `mamba_block_size`; `hash_block_size` is `prefix_match_unit`; `token_bud
 `max_num_batched_tokens`. Pinned here, on purpose, for this first slice: async scheduling off and the V1
 model runner (the worker shadow mirrors V1 only; vLLM picks V1 itself on a machine without Triton).
 
-Departures that are scenario features vLLM has no knob for (each BadInput, exit 2, with the reason):
-an explicit prefill `chunks` entry the real scheduler does not schedule on its own at that step, EAGLE
-block drop (needs an EAGLE drafter config, not built on CPU here).
+K > 0 is n-gram drafting (no lookahead slots); with `eagle_block_drop` an EAGLE drafter (`_as_eagle`: K
+lookahead slots, trailing-block drop). Either way the drafts come from the scenario.
+
+A scenario feature vLLM has no knob for is BadInput (exit 2), with the reason: an explicit prefill
+`chunks` entry the real scheduler does not schedule on its own at that step.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -111,9 +114,9 @@ def derive_geometry(scenario: Scenario) -> EngineGeometry:
     if g.attn_block_size != g.mamba_block_size:
         notes.append(f"attention block {g.attn_block_size} raised to the Mamba block {g.mamba_block_size} "
                      "(align mode: cache_config.mamba_block_size = cache_config.block_size)")
-    if g.eagle_block_drop:
-        raise BadInput("geometry.eagle_block_drop: the engine tier has no EAGLE drafter config on CPU yet "
-                       "(n-gram drafting only); run this scenario on the symbolic tier")
+    if g.eagle_block_drop and not g.num_speculative_tokens:
+        raise BadInput("geometry.eagle_block_drop needs num_speculative_tokens > 0 (vLLM drops the block for EAGLE "
+                       "drafters only)")
     if g.prefill_checkpoint and not supports_prefill_checkpoints():
         raise BadInput(f"geometry.prefill_checkpoint: vLLM {installed_version()} has no Mamba prefill checkpoint "
                        "blocks whose worker export this harness mirrors (0.33.x)")
@@ -123,18 +126,41 @@ def derive_geometry(scenario: Scenario) -> EngineGeometry:
 def build_scheduler(scenario: Scenario, eg: EngineGeometry):
     """vLLM's Scheduler from a real VllmConfig for this scenario (BadInput if vLLM refuses the config)."""
     v = vllm_namespace()
-    from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, SchedulerConfig, VllmConfig
     from vllm.v1.structured_output import StructuredOutputManager
 
     g = scenario.geometry
     B, H, K = eg.block_size, eg.hash_block_size, eg.num_speculative_tokens
-    budget = g.token_budget
+    vc = _vllm_config(max(1, min(len(scenario.requests), g.token_budget)), g.token_budget, g.max_model_len, B, H, K,
+                      g.eagle_block_drop)
+    vc.cache_config.num_gpu_blocks = g.num_blocks  # the Scheduler reads it once, when built
+    kci, torch = v.kci, v.torch
+    mamba_kwargs = dict(block_size=B, shapes=((1, 1),), dtypes=(torch.float32,), mamba_cache_mode="align",
+                        num_speculative_blocks=K)
+    if g.prefill_checkpoint:
+        mamba_kwargs.update(num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1)
+    kvc = kci.KVCacheConfig(num_blocks=g.num_blocks, kv_cache_tensors=[], kv_cache_groups=[
+        kci.KVCacheGroupSpec(["attn"], kci.FullAttentionSpec(block_size=B, num_kv_heads=1, head_size=1,
+                                                             dtype=torch.float32)),
+        kci.KVCacheGroupSpec(["mamba"], kci.MambaSpec(**mamba_kwargs))])
+    try:
+        sched = v.Scheduler(vllm_config=vc, kv_cache_config=kvc, structured_output_manager=StructuredOutputManager(vc),
+                            block_size=B, hash_block_size=H, log_stats=False)
+    except (ValueError, AssertionError) as exc:
+        raise BadInput(f"vLLM {installed_version()}'s Scheduler refuses this geometry: {exc!r}") from None
+    return vc, sched
+
+
+@functools.lru_cache(maxsize=64)
+def _vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: int, K: int, eagle: bool):
+    """The VllmConfig for one geometry (validated by vLLM, then the stand-ins set); built once per geometry
+    in a process: pydantic validation of the config tree costs more than a short replay."""
+    from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, SchedulerConfig, VllmConfig
+
     _quiet_vllm()
     try:
         sched_cfg = SchedulerConfig(
-            max_num_seqs=max(1, min(len(scenario.requests), budget)), max_num_batched_tokens=budget,
-            max_model_len=g.max_model_len, enable_chunked_prefill=True, is_encoder_decoder=False,
-            async_scheduling=False)
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len,
+            enable_chunked_prefill=True, is_encoder_decoder=False, async_scheduling=False)
         cache_kwargs = dict(block_size=B, enable_prefix_caching=True, mamba_cache_mode="align")
         if "prefix_match_unit" in CacheConfig.__dataclass_fields__:
             cache_kwargs["prefix_match_unit"] = H
@@ -156,33 +182,35 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry):
     except (ValueError, AssertionError, TypeError) as exc:
         raise BadInput(f"vLLM {installed_version()} refuses the engine config for this geometry: {exc}") from None
     _quiet_vllm()  # VllmConfig may have re-applied vLLM's logging config
-    object.__setattr__(vc, "model_config", _ModelConfigStandIn(g.max_model_len))
+    if eagle:
+        _as_eagle(vc.speculative_config)
+    object.__setattr__(vc, "model_config", _ModelConfigStandIn(max_model_len))
     if getattr(vc, "use_v2_model_runner", False):
         raise HarnessError("vLLM picked the V2 model runner; the engine tier's worker shadow mirrors V1 only "
                            "(VLLM_USE_V2_MODEL_RUNNER=0 is set on import)")
     cache_cfg.mamba_block_size = B  # platforms/interface.py:1114-1115 (align mode)
-    cache_cfg.num_gpu_blocks = g.num_blocks
-    kci, torch = v.kci, v.torch
-    mamba_kwargs = dict(block_size=B, shapes=((1, 1),), dtypes=(torch.float32,), mamba_cache_mode="align",
-                        num_speculative_blocks=K)
-    if g.prefill_checkpoint:
-        mamba_kwargs.update(num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1)
-    kvc = kci.KVCacheConfig(num_blocks=g.num_blocks, kv_cache_tensors=[], kv_cache_groups=[
-        kci.KVCacheGroupSpec(["attn"], kci.FullAttentionSpec(block_size=B, num_kv_heads=1, head_size=1,
-                                                             dtype=torch.float32)),
-        kci.KVCacheGroupSpec(["mamba"], kci.MambaSpec(**mamba_kwargs))])
-    try:
-        sched = v.Scheduler(vllm_config=vc, kv_cache_config=kvc, structured_output_manager=StructuredOutputManager(vc),
-                            block_size=B, hash_block_size=H, log_stats=False)
-    except (ValueError, AssertionError) as exc:
-        raise BadInput(f"vLLM {installed_version()}'s Scheduler refuses this geometry: {exc!r}") from None
-    return vc, sched
+    return vc
 
 
 def _quiet_vllm() -> None:
     """vLLM's config and scheduler warn about CPU block sizes, draft-token budgets and the experimental
     connector API on every build: per-scenario noise on stderr. Errors still show."""
-    logging.getLogger("vllm").setLevel(logging.ERROR)
+    logger = logging.getLogger("vllm")
+    if logger.level != logging.ERROR:  # setLevel clears every logger's cache: ~2 ms
+        logger.setLevel(logging.ERROR)
+
+
+def _as_eagle(spec) -> None:
+    """EAGLE drafting without a draft model: an EAGLE config cannot be built on CPU (it loads the draft
+    model's HF config), so the n-gram config built above is relabelled `method="eagle"` after validation,
+    as the model config is stood in for. What the scheduler derives from it is vLLM's own: EAGLE's
+    lookahead slots (`VllmConfig.num_lookahead_tokens` = K), the trailing-block drop on prefix hits
+    (`use_eagle_block_drop`), the prefill lookahead. The drafts still come from the scenario."""
+    object.__setattr__(spec, "method", "eagle")
+    drops = spec.use_eagle_block_drop() if hasattr(spec, "use_eagle_block_drop") else spec.use_eagle()
+    if not drops:
+        raise BadInput(f"geometry.eagle_block_drop: vLLM {installed_version()} does not drop the block for this "
+                       "EAGLE config")
 
 
 def _speculative_config(cls, K: int):
