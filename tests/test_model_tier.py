@@ -19,7 +19,7 @@ from models import kernels
 from models.drafter import ngram_propose
 from models.hybrid import HybridLM, ModelConfig, contiguous_kv
 from models.reference import full_forward, greedy
-from testlib import SCENARIOS, by_oracle, mutant
+from testlib import SCENARIOS, by_oracle, mutant, needs_checkpoints, seed_bug_release
 
 MODEL = HybridLM(ModelConfig())
 
@@ -66,6 +66,8 @@ def test_ngram_drafter_proposes_what_followed():
     assert ngram_propose([4, 4], 3) == [4]
 
 
+@pytest.mark.skipif(seed_bug_release, reason="vLLM 0.26.0-0.27.1 carry the seed bug: b resumes from a wrong "
+                    "state (test_seed_bug_diverges_the_second_request)")
 def test_seed_scenario_matches_reference_on_stock():
     trace = replay_model(load_scenario(SCENARIOS / "seed-external-hit-same-block.json"))
     assert judge(trace) == []
@@ -74,10 +76,10 @@ def test_seed_scenario_matches_reference_on_stock():
 
 
 def test_seed_bug_diverges_the_second_request():
-    """The published seed bug (as a mutant of the installed release): b resumes from a[:15] for a[:14]."""
-    with mutant("seed-unmarked-early-return"):
-        trace = replay_model(load_scenario(SCENARIOS / "seed-external-hit-same-block.json"),
-                             "seed-unmarked-early-return")
+    """The seed bug (stock 0.26.0-0.27.1, a mutant of later releases): b resumes from a[:15] for a[:14]."""
+    name = None if seed_bug_release else "seed-unmarked-early-return"
+    with mutant(name):
+        trace = replay_model(load_scenario(SCENARIOS / "seed-external-hit-same-block.json"), name)
     out = by_oracle(judge(trace), "output")
     assert [f.request for f in out] == ["b"]
     rec = {r.request: r for r in trace.outputs}
@@ -85,6 +87,7 @@ def test_seed_bug_diverges_the_second_request():
     assert output_symptom(rec["b"]) in ("repeat", "garbage", "drift") and max(rec["b"].max_diff) > 0.1
 
 
+@needs_checkpoints
 def test_checkpoint_midblock_start_changes_tokens():
     """The stock 0.33.0 prefill-checkpoint issue is visible to users: request c's token differs."""
     trace = replay_model(load_scenario(SCENARIOS / "checkpoint-midblock-start.json"))
@@ -133,6 +136,8 @@ def test_speculative_decoding_accepts_by_verification():
     assert max(accepted) > 0 and min(accepted) == 0
 
 
+@pytest.mark.skipif(seed_bug_release, reason="generated scenarios find the seed bug on vLLM 0.26.0-0.27.1 "
+                    "(test_sweep.py::test_seed_bug_is_visible_to_the_generator)")
 def test_sweep_of_geometries_has_no_false_alarm():
     worst = 0.0
     for seed in range(12):
@@ -168,16 +173,18 @@ def test_greedy_reference_is_teacher_forced_argmax():
 
 
 def test_cli_model_tier_records_the_tier(tmp_path, capsys):
-    with mutant("seed-unmarked-early-return"):
+    name = None if seed_bug_release else "seed-unmarked-early-return"  # 0.26.0-0.27.1: the bug is stock
+    with mutant(name):
         code = main(["run", str(SCENARIOS / "seed-external-hit-same-block.json"), "--tier", "model",
-                     "--mutant", "seed-unmarked-early-return", "--artifacts", str(tmp_path), "--json"])
+                     *(["--mutant", name] if name else []), "--artifacts", str(tmp_path), "--json"])
     assert code == 1
     result = json.loads(capsys.readouterr().out)
     assert result["tier"] == "model" and any(o["symptom"] for o in result["outputs"])
     artifact = json.loads(next(tmp_path.glob("*.json")).read_text())
     assert artifact["tier"] == "model"
-    # the artifact replays in its own tier: on the stock release the outputs match again
-    assert main(["run", str(next(tmp_path.glob("*.json"))), "--json"]) == 0
+    # the artifact replays in its own tier: on a fixed stock release the outputs match again
+    again = main(["run", str(next(tmp_path.glob("*.json"))), "--json", "--artifacts", str(tmp_path / "again")])
+    assert again == (1 if seed_bug_release else 0)
     assert json.loads(capsys.readouterr().out)["tier"] == "model"
 
 

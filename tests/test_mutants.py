@@ -7,9 +7,9 @@ import pytest
 from harness.cli import main
 from harness.errors import BadInput
 from harness.mutants import REGISTRY, apply_mutant, get_mutant
-from harness.vllm_adapter import block_pool_class, mamba_manager_class
+from harness.vllm_adapter import block_pool_class, installed_version, mamba_manager_class
 
-from testlib import run
+from testlib import release_in, run
 
 USER_FILE = '''
 from harness.mutants.base import Mutant, mamba_method_wrapped, wrap_mamba_method
@@ -41,6 +41,8 @@ def test_bank_has_at_least_twelve_with_public_origins():
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_every_mutant_applies_self_checks_and_undoes(name):
+    if not release_in(REGISTRY[name].releases):  # e.g. its target method came in a later release
+        pytest.skip(f"{name} targets vLLM {REGISTRY[name].releases}, not the installed {installed_version()}")
     before = _methods()
     undo = apply_mutant(name)
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,20 @@ SCENARIOS = ROOT / "scenarios"
 
 def version_tuple() -> tuple[int, ...]:
     return tuple(int(x) for x in installed_version().split(".")[:3])
+
+
+def release_in(releases: str) -> bool:
+    """Whether the installed vLLM is in a mutant's `releases` string: "any", "0.33" or "0.28.0-0.33.x"
+    (an "x" part matches any; trailing words such as "(reintroduces ...)" are commentary)."""
+    spec = releases.split()[0] if releases.strip() else ""
+    if spec == "any":
+        return True
+    if not re.fullmatch(r"\d+(\.(\d+|x))*(-\d+(\.(\d+|x))*)?", spec):
+        raise ValueError(f"unreadable releases string {releases!r}")
+    lo, _, hi = spec.partition("-")
+    lo_t, hi_t = ([int(p) for p in b.split(".") if p != "x"] for b in (lo, hi or lo))
+    v = list(version_tuple())
+    return lo_t <= v[:len(lo_t)] and v[:len(hi_t)] <= hi_t
 
 
 mutant = mutant_applied
