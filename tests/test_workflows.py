@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -35,3 +38,37 @@ def test_workflow_is_well_formed(path):
 def test_ci_workflow_runs_the_readme_test_command():
     assert "make test" in (ROOT / ".github" / "workflows" / "ci.yml").read_text()
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def _campaign(tmp_path, signatures=(), code=None):
+    tmp_path.mkdir()
+    for i, sig in enumerate(signatures):
+        folder = tmp_path / "findings" / f"finding-{i}"
+        folder.mkdir(parents=True)
+        (folder / "finding.json").write_text(json.dumps({"signature": sig, "findings": [{"signature": sig}]}))
+    (tmp_path / "campaign.json").write_text(json.dumps({"signatures": {f"finding-{i}": s
+                                                                       for i, s in enumerate(signatures)}}))
+    if code is not None:
+        (tmp_path / "exit-code").write_text(f"{code}\n")
+    return tmp_path
+
+
+def _expect(*args):
+    return subprocess.run([sys.executable, str(ROOT / ".github" / "scripts" / "expect_campaign.py"), *map(str, args)],
+                          capture_output=True, text=True).returncode
+
+
+def test_campaign_expectation_script(tmp_path):
+    """The nightly/CI check: a clean release must exit 0; a release with a known bug must exit 1 and keep
+    a finding with the expected signature; exit 3 (harness error) always fails."""
+    seed = _campaign(tmp_path / "seed", ["live-column:RUNNING"], code=1)
+    assert _expect(seed, "--expect", "findings", "--signature-prefix", "live-column") == 0
+    assert _expect(seed, "--expect", "findings", "--signature-prefix", "provenance:") == 1
+    assert _expect(seed, "--expect", "clean") == 1
+    assert _expect(seed, 3, "--expect", "findings") == 1
+    clean = _campaign(tmp_path / "clean", code=0)
+    assert _expect(clean, "--expect", "clean") == 0
+    assert _expect(clean, "--expect", "findings") == 1  # the bug stopped being found
+    assert _expect(clean, 1, "--expect", "findings") == 1  # exit 1 but nothing kept
+    assert _expect(clean, 3, "--expect", "clean") == 1
+    assert _expect(tmp_path / "never-ran", "--expect", "clean") == 1  # no exit-code file

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Check a `hybrid-harness fuzz` campaign against what the release is expected to show.
+
+    expect_campaign.py ARTIFACTS [EXIT_CODE] --expect clean
+    expect_campaign.py ARTIFACTS [EXIT_CODE] --expect findings [--signature-prefix live-column ...]
+
+EXIT_CODE is the campaign's own exit status; without it, ARTIFACTS/exit-code (`make fuzz` writes it there,
+since make itself exits 2 whatever the recipe's status).
+
+--expect clean     (a release with no known unfixed bug): the campaign must exit 0. Exit 1 is a new finding.
+--expect findings  (a release that carries a known bug, e.g. the seed bug on 0.26.0-0.27.1): the campaign
+                   must exit 1 AND keep at least one finding folder (ARTIFACTS/findings/finding-*/finding.json);
+                   with --signature-prefix, at least one kept signature must start with one of the prefixes
+                   (the seed bug: live-column). A release that stops finding its bug fails the job.
+Either way exit 2 (bad input) or 3 (harness error) fails. Signatures are every string under a
+"signature" key or in a list/map under a "signatures" key, anywhere in each kept finding.json and in
+campaign.json, so the check does not depend on one field of a format that grows.
+Exit status: 0 as expected, 1 not as expected (the reason on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _signatures(doc, key: str = "") -> set[str]:
+    """Every string under a "signature" key, or in a list/map under a "signatures" key, at any depth."""
+    found: set[str] = set()
+    if isinstance(doc, dict):
+        for k, v in doc.items():  # a map under "signatures" ({folder: signature}) counts its values
+            found |= _signatures(v, key if key == "signatures" else k)
+    elif isinstance(doc, list):
+        for v in doc:
+            found |= _signatures(v, key)
+    elif isinstance(doc, str) and key in ("signature", "signatures"):
+        found.add(doc)
+    return found
+
+
+def kept_signatures(artifacts: Path) -> tuple[list[Path], set[str]]:
+    folders = sorted(p for p in (artifacts / "findings").glob("finding-*")
+                     if p.is_dir() and (p / "finding.json").is_file())
+    sigs: set[str] = set()
+    for doc_path in [*(f / "finding.json" for f in folders), artifacts / "campaign.json"]:
+        if doc_path.is_file():
+            sigs |= _signatures(json.loads(doc_path.read_text()))
+    return folders, sigs
+
+
+def check(artifacts: Path, code: int, expect: str, prefixes: list[str]) -> str | None:
+    """None when the campaign behaved as expected, else the reason it did not."""
+    if code == 3:
+        return f"exit 3: harness error(s), kept in {artifacts / 'findings' / 'harness-errors'}"
+    if code == 2:
+        return "exit 2: bad input (the campaign did not run as configured)"
+    folders, sigs = kept_signatures(artifacts)
+    if expect == "clean":
+        if code != 0:
+            return f"exit {code} where 0 was expected: new finding(s) {sorted(sigs) or '(none kept)'}"
+        return None
+    if code != 1:
+        return f"exit {code} where 1 was expected: the release's known bug was not found"
+    if not (artifacts / "campaign.json").is_file():
+        return f"exit 1 but no {artifacts / 'campaign.json'}"
+    if not folders:
+        return f"exit 1 but no kept finding under {artifacts / 'findings'}"
+    if prefixes and not any(s.startswith(p) for s in sigs for p in prefixes):
+        return f"no kept signature starts with {' or '.join(prefixes)}; kept: {sorted(sigs)}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("artifacts", type=Path)
+    ap.add_argument("exit_code", type=int, nargs="?")
+    ap.add_argument("--expect", choices=("clean", "findings"), required=True)
+    ap.add_argument("--signature-prefix", action="append", default=[])
+    args = ap.parse_args(argv)
+    if args.exit_code is None:
+        recorded = args.artifacts / "exit-code"
+        if not recorded.is_file():
+            print(f"no exit code given and no {recorded}: the campaign did not run", file=sys.stderr)
+            return 1
+        args.exit_code = int(recorded.read_text().strip())
+    problem = check(args.artifacts, args.exit_code, args.expect, args.signature_prefix)
+    if problem:
+        print(f"campaign in {args.artifacts} not as expected ({args.expect}): {problem}", file=sys.stderr)
+        return 1
+    print(f"campaign in {args.artifacts} as expected ({args.expect}, exit {args.exit_code})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
