@@ -187,3 +187,35 @@ def test_clipped_spec_decode_padding_is_a_vllm_finding_on_old_releases():
         assert "2 token(s) with 2 spec-decode token(s)" in exc[0].actual
     else:
         assert findings == [] and trace.exception is None
+
+
+def test_diff_names_the_mirrors_missing_spec_decode_padding():
+    """Generated scenario 21 (K = 1): request a is admitted at step 8 with one prompt token left; vLLM pads it
+    to 1 + K rows with a placeholder draft (pad_spec_decode), the mirrored scheduler schedules 1 token."""
+    from harness.engine.diff import diff
+    from harness.generate import random_scenario
+
+    report = diff(random_scenario(21, checkpoints=False))
+    assert [(d.kind, d.step, d.request) for d in report.differences] == [("row", 8, "a")]
+    (d,) = report.differences
+    assert (d.mirror[0], d.mirror[1], d.mirror[2]) == ("NEW", 12, 1)
+    assert (d.engine[0], d.engine[1], d.engine[2]) == ("NEW", 12, 2)
+    assert report.mirror_findings == report.engine_findings == []
+
+
+def test_sync_admission_undercount_is_not_admitted_by_vllms_scheduler():
+    """The symbolic tier's known admission undercount, in align-mode geometry (attention block 16 = Mamba
+    block, 6 blocks): the mirror's admission raises in get_new_blocks; vLLM's own scheduler never admits the
+    request (nothing scheduled, no exception, the pool untouched)."""
+    from harness.engine.diff import diff
+    from harness.scenario import scenario_to_json
+
+    doc = scenario_to_json(load_scenario(Path(SEED).parent / "sync-external-admission-undercount.json"))
+    doc["geometry"].update(attn_block_size=16, num_blocks=6)
+    sc = parse_scenario(doc)
+    trace, findings = _engine(sc)
+    assert findings == [] and trace.exception is None and trace.rows == []
+    assert trace.pool_end["num_free"] == 5
+    report = diff(sc)
+    assert [d.kind for d in report.differences] == ["verdict", "exception"]
+    assert "Cannot get 1 free blocks" in report.differences[1].mirror
