@@ -149,7 +149,8 @@ def compare(mirror_trace, engine_trace) -> list[Difference]:
 
 def diff(scenario: Scenario, mutant: str | None = None) -> DiffReport:
     """Replay the scenario on the mirrored (symbolic) and the engine tier and report what differs.
-    BadInput from either tier propagates (a scenario one tier cannot express is not a disagreement)."""
+    BadInput from either tier propagates (a scenario one tier cannot express is not a disagreement); a
+    mutant must already be applied by the caller (as for `replay`)."""
     from harness.driver import replay
     from harness.oracles import judge
 
