@@ -55,7 +55,6 @@ def sweep(name: str, count: int) -> dict:
         docs = [json.loads(p.read_text()) for p in Path(tmp).glob("sweep-*.json")]
         return {"mutant": name, "kind": "sweep", "exit": r.returncode,
                 "new": sum(d["verdict"]["new"] for d in docs), "with_findings": len(docs),
-                "old_rule_red": any(not old_rule_known(d) for d in docs),
                 "tail": r.stdout.strip().splitlines()[-1:]}
 
 
@@ -63,8 +62,8 @@ def table(rows: list[dict], command: str, header: str) -> str:
     names = list(dict.fromkeys(r["mutant"] for r in rows))
     out = [header, "", f"Command: `{command}`", "",
            "| mutant | campaign exits (trials) | campaigns red | new signatures kept | masked under the old rule | "
-           "sweep exit | sweep scenarios with new findings | sweep red under the old rule |",
-           "|---|---|---|---|---|---|---|---|"]
+           "sweep exit | sweep scenarios with new findings |",
+           "|---|---|---|---|---|---|---|"]
     for name in names:
         camps = [r for r in rows if r["mutant"] == name and r["kind"] == "campaign"]
         sw = next((r for r in rows if r["mutant"] == name and r["kind"] == "sweep"), None)
@@ -72,7 +71,7 @@ def table(rows: list[dict], command: str, header: str) -> str:
         out.append(f"| `{name}` | {', '.join(str(c['exit']) for c in camps)} | "
                    f"{sum(c['exit'] == 1 for c in camps)}/{len(camps)} | {', '.join(f'`{s}`' for s in sigs) or '-'} | "
                    f"{sum(c['old_rule_masked'] for c in camps)} | {sw['exit'] if sw else '-'} | "
-                   f"{sw['new'] if sw else '-'} | {('yes' if sw['old_rule_red'] else 'no') if sw else '-'} |")
+                   f"{sw['new'] if sw else '-'} |")
     return "\n".join(out)
 
 
