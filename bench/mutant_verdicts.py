@@ -60,7 +60,7 @@ def sweep(name: str, count: int) -> dict:
 
 def table(rows: list[dict], command: str, header: str) -> str:
     names = list(dict.fromkeys(r["mutant"] for r in rows))
-    out = [header, "", f"Command: `{command}`", "",
+    out = [header, "",
            "| mutant | campaign exits (trials) | campaigns red | new signatures kept | masked under the old rule | "
            "sweep exit | sweep scenarios with new findings |",
            "|---|---|---|---|---|---|---|"]
