@@ -219,3 +219,17 @@ def test_sync_admission_undercount_is_not_admitted_by_vllms_scheduler():
     report = diff(sc)
     assert [d.kind for d in report.differences] == ["verdict", "exception"]
     assert "Cannot get 1 free blocks" in report.differences[1].mirror
+
+
+@pytest.mark.parametrize("abort_step", [1, 5])
+def test_abort_during_async_load_frees_once_the_load_reports(abort_step):
+    """vLLM keeps the blocks of a request aborted in WAITING_FOR_REMOTE_KVS until finished_recving reports
+    the load: the engine still reports it (at its step, or in one more step at shutdown)."""
+    sc = _scenario([{"id": "a", "prompt": {"length": 20, "seed": 1},
+                     "external": {"tokens": 13, "async": True, "load_steps": 3}, "max_tokens": 3},
+                    {"id": "b", "prompt": {"length": 9, "seed": 2}, "max_tokens": 2}],
+                   [{"step": abort_step, "kind": "abort", "request": "a"}])
+    trace, findings = _engine(sc)
+    assert findings == []
+    assert trace.pool_end["num_free"] == 31 and not trace.pool_end["live_requests"]
+    assert all(r.request == "b" for r in trace.rows) == (abort_step == 1)

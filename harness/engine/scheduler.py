@@ -470,8 +470,9 @@ class EngineDriver:
                 self._call(r.id, "_preempt_request", sched._preempt_request, r.vreq, time.monotonic())
         elif ev.kind == "abort":
             if r.arrived and not r.finished:
+                # an async load in flight still completes: vLLM frees the blocks of a request aborted in
+                # WAITING_FOR_REMOTE_KVS only when finished_recving reports it (finish_requests)
                 self._call(r.id, "finish_requests", sched.finish_requests, r.id, status.FINISHED_ABORTED)
-                self.loads.pop(r.id, None)
             r.finished = True
 
     def _shutdown(self) -> None:
@@ -480,7 +481,12 @@ class EngineDriver:
             self._call("", "finish_requests", self.sched.finish_requests, live, self.v.RequestStatus.FINISHED_ABORTED)
         for r in self.reqs.values():
             r.finished = True
-        self.loads.clear()
+        if self.loads:  # one more engine step reports the loads in flight, so vLLM frees their blocks
+            so = self._call("", "schedule", self.sched.schedule)
+            done, self.loads = set(self.loads), {}
+            out = self.ModelRunnerOutput(req_ids=[], req_id_to_index={}, sampled_token_ids=[],
+                                         kv_connector_output=self.KVConnectorOutput(finished_recving=done))
+            self._call("", "update_from_output", self.sched.update_from_output, so, out)
 
     def _check_cache(self, step: int) -> None:
         self.cache.record(step, {rid: (r.vreq.block_hashes, r.fps) for rid, r in self.reqs.items()},
