@@ -292,6 +292,41 @@ def _cmd_mutants(args: argparse.Namespace) -> int:
     return EXIT_FINDING if survived else EXIT_OK
 
 
+def _cmd_diff(args: argparse.Namespace) -> int:
+    """The mirrored tier against the engine tier: exit 0 same everywhere, 1 some difference."""
+    from harness.engine.diff import diff
+    from harness.generate import random_scenario
+    from harness.scenario import load_scenario
+    from harness.vllm_adapter import check_supported, installed_version, supports_prefill_checkpoints
+
+    check_supported(installed_version())
+    if args.scenario:
+        report = diff(load_scenario(args.scenario), args.mutant)
+        print(report.describe(limit=args.limit))
+        return EXIT_OK if report.same else EXIT_FINDING
+    if args.count is None or args.count < 1:
+        raise BadInput("give a SCENARIO or --count N")
+    checkpoints = supports_prefill_checkpoints()
+    differing, skipped = {}, 0
+    for seed in range(args.seed, args.seed + args.count):
+        try:
+            report = diff(random_scenario(seed, checkpoints=checkpoints), args.mutant)
+        except BadInput:  # a scenario vLLM's scheduler cannot express (the engine tier says why)
+            skipped += 1
+            continue
+        if not report.same:
+            differing[seed] = sorted({d.kind for d in report.differences})
+            print(f"seed {seed}: {', '.join(differing[seed])}: {report.differences[0].describe()}")
+    kinds: dict[str, int] = {}
+    for ks in differing.values():
+        for k in ks:
+            kinds[k] = kinds.get(k, 0) + 1
+    print(f"diff: {args.count} scenarios (seeds {args.seed}..{args.seed + args.count - 1}), vLLM {installed_version()}: "
+          f"{len(differing)} differ ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items())) or 'none'}), "
+          f"{skipped} not expressible on the engine tier")
+    return EXIT_FINDING if differing else EXIT_OK
+
+
 def _cmd_known(args: argparse.Namespace) -> int:
     from harness.known import KNOWN_ISSUES, ROOT, check_known, fixes_applied
 
@@ -395,6 +430,14 @@ def build_parser() -> argparse.ArgumentParser:
     mut.add_argument("--work", help="where campaigns run (default: a temporary directory)")
     mut.add_argument("--out", help="also write the Markdown table here")
     mut.set_defaults(func=_cmd_mutants)
+    dif = sub.add_parser("diff", help="mirrored tier vs engine tier (vLLM's own Scheduler) on one scenario or N "
+                         "generated ones; exit 0 same, 1 differences")
+    dif.add_argument("scenario", nargs="?")
+    dif.add_argument("--count", type=int)
+    dif.add_argument("--seed", type=int, default=0)
+    dif.add_argument("--mutant")
+    dif.add_argument("--limit", type=int, default=10, help="differences printed for one scenario")
+    dif.set_defaults(func=_cmd_diff)
     known = sub.add_parser("known", help="list the known issues, or check each repro still shows its issue on the "
                            "installed release and its fix removes it (exit 1: a known bug stopped reproducing)")
     known.add_argument("action", choices=("list", "check"))
