@@ -4,6 +4,8 @@
 # make fuzz  [VLLM=...]     the main job: a short coverage-guided campaign (atheris) with a report
 # make sweep [VLLM=...]     a seeded random sweep of generated scenarios
 # make gpu-check            the one-shot GPU kernel check (SKIPPED without CUDA; docs/gpu.md)
+# make results [PART=...]   rewrite every committed table and plot from its command (bench/make_results.sh)
+# make known [VLLM=...]     each known issue's repro still shows it here and its fix removes it
 # TIER=model                fuzz/sweep the model tier (tiny hybrid LM on real state tensors) instead
 # TORCH=, TORCH_INDEX=       the torch build (default the CPU wheel from PyTorch's CPU index); a GPU machine:
 #                            make venv TORCH=2.13.0 TORCH_INDEX=https://pypi.org/simple (PyPI's Linux wheel is CUDA)
@@ -20,10 +22,11 @@ MINUTES ?= 2
 JOBS ?= 1
 TIER ?= symbolic
 FUZZ_DIR := $(if $(filter model,$(TIER)),artifacts/fuzz-model,artifacts/fuzz)
-# the known stock-0.33.0 prefill-checkpoint issue (README) has no narrow signature: kept out by default
-FUZZ_ARGS ?= --checkpoints off
+# extra flags for fuzz/sweep; prefill checkpoints are on (vLLM's default): known issues are judged by their fix
+FUZZ_ARGS ?=
+PART ?= all
 
-.PHONY: venv test bench fuzz sweep gpu-check clean-venv
+.PHONY: venv test bench fuzz sweep gpu-check results known clean-venv
 
 venv: $(STAMP)
 
@@ -56,6 +59,12 @@ fuzz: venv
 
 sweep: venv
 	$(PY) -m harness sweep --count $(SWEEP) --seed $(SEED) --artifacts artifacts/sweep --tier $(TIER) $(FUZZ_ARGS)
+
+results: venv
+	PY=$(PY) bash bench/make_results.sh $(PART)
+
+known: venv
+	$(PY) -m harness known check
 
 gpu-check: venv
 	$(PY) bench/gpu_check.py
