@@ -72,3 +72,15 @@ def test_campaign_expectation_script(tmp_path):
     assert _expect(clean, 1, "--expect", "findings") == 1  # exit 1 but nothing kept
     assert _expect(clean, 3, "--expect", "clean") == 1
     assert _expect(tmp_path / "never-ran", "--expect", "clean") == 1  # no exit-code file
+
+
+def test_bench_values_hand_the_action_one_value_per_benchmark(tmp_path):
+    stats = {"min": 1.0, "median": 2.0, "mean": 5.0, "iqr": 0.5, "rounds": 3}
+    src = tmp_path / "bench.json"
+    src.write_text(json.dumps({"benchmarks": [{"fullname": "bench/x.py::test_a", "stats": stats}]}))
+    script = ROOT / ".github" / "scripts" / "bench_values.py"
+    for stat, want in (("min", 1.0), ("median", 2.0)):
+        subprocess.run([sys.executable, str(script), str(src), str(tmp_path / "out.json"), "--stat", stat], check=True)
+        (entry,) = json.loads((tmp_path / "out.json").read_text())
+        assert entry["name"] == "bench/x.py::test_a" and entry["unit"] == "s" and entry["value"] == want
+    assert "tool: customSmallerIsBetter" in (ROOT / ".github" / "workflows" / "bench.yml").read_text()
