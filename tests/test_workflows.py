@@ -72,6 +72,14 @@ def test_campaign_expectation_script(tmp_path):
     assert _expect(clean, 1, "--expect", "findings") == 1  # exit 1 but nothing kept
     assert _expect(clean, 3, "--expect", "clean") == 1
     assert _expect(tmp_path / "never-ran", "--expect", "clean") == 1  # no exit-code file
+    # with verdicts, only new (unexplained or revealed) signatures count: a known issue's live-column does not
+    verdicts = _campaign(tmp_path / "verdicts", code=1)
+    for name, verdict in (("finding-k", {"unexplained": [], "known": {"live-column:RUNNING": "some-issue"}}),
+                          ("finding-n", {"unexplained": ["pool-accounting"], "revealed": []})):
+        (verdicts / "findings" / name).mkdir(parents=True)
+        (verdicts / "findings" / name / "finding.json").write_text(json.dumps({"verdict": verdict}))
+    assert _expect(verdicts, "--expect", "findings", "--signature-prefix", "live-column") == 1
+    assert _expect(verdicts, "--expect", "findings", "--signature-prefix", "pool-accounting") == 0
 
 
 def test_bench_values_hand_the_action_one_value_per_benchmark(tmp_path):

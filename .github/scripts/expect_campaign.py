@@ -12,9 +12,10 @@ since make itself exits 2 whatever the recipe's status).
                    must exit 1 AND keep at least one finding folder (ARTIFACTS/findings/finding-*/finding.json);
                    with --signature-prefix, at least one kept signature must start with one of the prefixes
                    (the seed bug: live-column). A release that stops finding its bug fails the job.
-Either way exit 2 (bad input) or 3 (harness error) fails. Signatures are every string under a
-"signature" key or in a list/map under a "signatures" key, anywhere in each kept finding.json and in
-campaign.json, so the check does not depend on one field of a format that grows.
+Either way exit 2 (bad input) or 3 (harness error) fails. The signatures checked are the new ones: the
+strings under "unexplained"/"revealed" (a finding's verdict) anywhere in each kept finding.json and in
+campaign.json, so a known issue's signature does not stand in for the bug; a format without verdicts
+falls back to every "signature"/"signatures" string.
 Exit status: 0 as expected, 1 not as expected (the reason on stderr).
 """
 
@@ -26,28 +27,37 @@ import sys
 from pathlib import Path
 
 
-def _signatures(doc, key: str = "") -> set[str]:
-    """Every string under a "signature" key, or in a list/map under a "signatures" key, at any depth."""
+def _signatures(doc, keys: tuple[str, ...], key: str = "") -> set[str]:
+    """Every string under one of `keys`, alone or in a list or map there, at any depth of a JSON document."""
     found: set[str] = set()
     if isinstance(doc, dict):
-        for k, v in doc.items():  # a map under "signatures" ({folder: signature}) counts its values
-            found |= _signatures(v, key if key == "signatures" else k)
+        for k, v in doc.items():  # a map under a key ({folder: signature}) counts its values
+            found |= _signatures(v, keys, key if key in keys else k)
     elif isinstance(doc, list):
         for v in doc:
-            found |= _signatures(v, key)
-    elif isinstance(doc, str) and key in ("signature", "signatures"):
+            found |= _signatures(v, keys, key)
+    elif isinstance(doc, str) and key in keys:
         found.add(doc)
     return found
 
 
+def _has_key(doc, key: str) -> bool:
+    if isinstance(doc, dict):
+        return key in doc or any(_has_key(v, key) for v in doc.values())
+    return isinstance(doc, list) and any(_has_key(v, key) for v in doc)
+
+
 def kept_signatures(artifacts: Path) -> tuple[list[Path], set[str]]:
+    """The kept finding folders and the signatures that make them new: a verdict's "unexplained" and
+    "revealed" lists where the format has them (a known issue's signatures do not count), else every
+    "signature"/"signatures" string."""
     folders = sorted(p for p in (artifacts / "findings").glob("finding-*")
                      if p.is_dir() and (p / "finding.json").is_file())
-    sigs: set[str] = set()
-    for doc_path in [*(f / "finding.json" for f in folders), artifacts / "campaign.json"]:
-        if doc_path.is_file():
-            sigs |= _signatures(json.loads(doc_path.read_text()))
-    return folders, sigs
+    docs = [json.loads(d.read_text()) for d in [*(f / "finding.json" for f in folders), artifacts / "campaign.json"]
+            if d.is_file()]
+    has_verdicts = any(_has_key(d, "unexplained") for d in docs)
+    keys = ("unexplained", "revealed") if has_verdicts else ("signature", "signatures")
+    return folders, set().union(*(_signatures(d, keys) for d in docs))
 
 
 def check(artifacts: Path, code: int, expect: str, prefixes: list[str]) -> str | None:
