@@ -98,8 +98,8 @@ def _split_reads() -> frozenset[str]:
     Read from the bytecode, not the source: a PyInstaller bundle (ClusterFuzzLite's compile_python_fuzzer)
     ships vLLM as .pyc only, where `inspect.getsource` raises. A chain is a load of `self` (the first
     argument, a cell in nested code) followed by LOAD_ATTR / LOAD_METHOD names, ended by any other
-    instruction or by STORE_ATTR / DELETE_ATTR; nested code objects (the genexpr) are walked too. On
-    source-shipping installs this equals the old regex over the source, `self\.([A-Za-z_][A-Za-z_0-9.]*)`,
+    instruction or by STORE_ATTR / DELETE_ATTR; nested code objects (the genexpr) are walked too. Where the
+    source is installed this equals what a regex over it finds (every `self.` followed by a dotted name),
     less any match inside a comment or string (tests/test_cflite.py compares the two)."""
     import dis
 
