@@ -17,15 +17,20 @@ import sys
 
 import atheris
 
+# The tier is the target's, not the environment's: run as a script this is the symbolic target whatever
+# HH_TIER says (how bytes decode must not depend on the environment); fuzz/model_target.py imports this
+# module after fixing HH_TIER=model.
+TIER = "symbolic" if __name__ == "__main__" else os.environ.get("HH_TIER") or "symbolic"
+
 with atheris.instrument_imports(include=["harness", "models"]):
     from harness import fuzzing, genome
     from harness.vllm_adapter import instrument_allocator
 
-    if os.environ.get("HH_TIER") == "model":
+    if TIER == "model":
         import harness.model_tier  # noqa: F401 - instrumented with the rest of the harness
 
 instrument_allocator(atheris.instrument_func)
-TARGET = fuzzing.Target()
+TARGET = fuzzing.Target(tier=TIER)
 
 
 def TestOneInput(data: bytes) -> None:

@@ -27,9 +27,9 @@ from harness.artifacts import write_json_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = {"symbolic": ROOT / "fuzz" / "symbolic_target.py", "model": ROOT / "fuzz" / "model_target.py"}
-# both tiers decode the same bytes (the model tier into smaller scenarios): one seed corpus, one dictionary
-SEED_CORPORA = {t: ROOT / "fuzz" / "corpus" / "symbolic" for t in TARGETS}
-DICTIONARIES = {t: ROOT / "fuzz" / "symbolic.dict" for t in TARGETS}
+# each target's own seed corpus and dictionary (the model tier decodes the same bytes into smaller scenarios)
+SEED_CORPORA = {t: ROOT / "fuzz" / "corpus" / t for t in TARGETS}
+DICTIONARIES = {t: ROOT / "fuzz" / f"{t}.dict" for t in TARGETS}
 # libFuzzer flags every worker gets. -len_control=0: no slowly growing length cap, so the full-layout inputs
 # the custom mutator builds (7 geometry bytes + 12 per request) are not cut short early in a campaign
 # (time-to-detect of the shallow seed bug is the same either way: bench/results/time_to_detect.md).

@@ -178,12 +178,15 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
                         checkpoints=args.checkpoints == "on", progress=not args.no_progress)
     summary = campaign.run()
     new = summary["findings_new"]
-    if new and not args.no_minimize:
-        _minimize_kept([artifacts / "findings" / name for name in new], args.mutant)
+    new_bugs = [name for name in new if summary["verdicts"][name]["new"]]  # known issues have their repro already
+    if new_bugs and not args.no_minimize:
+        _minimize_kept([artifacts / "findings" / name for name in new_bugs], args.mutant)
         summary = dict(campaign.summary(), elapsed=summary["elapsed"], execs_per_s=summary["execs_per_s"])
+    n_new = sum(v["new"] for v in summary["verdicts"].values())
     print(f"fuzz: {summary['execs']} execs in {summary['elapsed']} s ({summary['execs_per_s']}/s, {args.jobs} job(s)), "
-          f"coverage {summary['cov']}, corpus {summary['corpus']}, findings {summary['findings_total']} "
-          f"({len(new)} new), harness errors {summary['harness_errors']}")
+          f"coverage {summary['cov']}, corpus {summary['corpus']}, kept inputs {summary['findings_total']} "
+          f"({len(new)} kept this run): {n_new} with new findings, {summary['findings_total'] - n_new} all known; "
+          f"harness errors {summary['harness_errors']}")
     if summary.get("outputs"):
         print(f"  outputs: {describe_outputs(summary['outputs'])}")
     unknown = 0
@@ -192,7 +195,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         extra = " (minimized)" if (folder / "minimized.json").exists() else ""
         is_new = verdict["new"]
         unknown += is_new
-        label = ("NEW" if name in new else "NEW (kept earlier)") if is_new else "KNOWN"
+        label = ("NEW" if name in new else "NEW (kept by an earlier run)") if is_new else "KNOWN"
         what = verdict["unexplained"] + [f"revealed:{s}" for s in verdict["revealed"]] if is_new else []
         known = ", ".join(f"{s} = {k}" for s, k in verdict["known"].items())
         print(f"  [{label}] {name}: {'; '.join(what) or '-'}{'; known: ' + known if known else ''}{extra}  {folder}")

@@ -367,8 +367,10 @@ def exception_site(exc: BaseException) -> tuple[bool, str]:
     path = frame.f_code.co_filename
     prefix = vllm_module_prefix()
     inside = path.startswith(prefix)
+    # a PyInstaller bundle (ClusterFuzzLite) names vLLM's frames by package-relative paths: vllm/v1/core/...
+    frozen = not os.path.isabs(path) and path.startswith("vllm" + os.sep)
     short = path[len(os.path.dirname(prefix.rstrip(os.sep))) + 1:] if inside else path
-    return inside, f"{short}:{last.tb_lineno} in {frame.f_code.co_name}"
+    return inside or frozen, f"{short}:{last.tb_lineno} in {frame.f_code.co_name}"
 
 
 def mamba_manager_class():
