@@ -49,7 +49,7 @@ def test_split_reads_from_bytecode_equal_the_source_regex_on_the_installed_vllm(
     split = vllm_adapter._vllm().Scheduler._mamba_block_aligned_split
     reads = vllm_adapter._split_reads.__wrapped__()
     assert reads == _regex_reads(split)
-    assert {"cache_config.block_size", "hash_block_size", "max_num_scheduled_tokens"} <= reads
+    assert "cache_config.block_size" in reads  # every release's chunk rule reads the block size
 
 
 def _no_source(*args, **kwargs):
@@ -264,3 +264,18 @@ def test_libfuzzer_and_pyinstaller_outputs_are_ignored():
              "symbolic_target.pkg.spec", "build/x", "dist/x"]
     proc = subprocess.run(["git", "check-ignore", "--no-index", *names], cwd=ROOT, capture_output=True, text=True)
     assert sorted(proc.stdout.split()) == sorted(names)
+
+
+def test_exception_site_counts_package_relative_vllm_frames_as_vllm():
+    """Inside a PyInstaller bundle vLLM's frames carry package-relative paths (vllm/v1/core/...): an exception
+    raised there is vLLM's (a finding, perhaps a known one), never a harness failure."""
+    namespace: dict = {}
+    exec(compile("def get_new_blocks():\n    raise ValueError('x')\n", "vllm/v1/core/block_pool.py", "exec"), namespace)
+    try:
+        namespace["get_new_blocks"]()
+    except ValueError as exc:
+        assert vllm_adapter.exception_site(exc) == (True, "vllm/v1/core/block_pool.py:2 in get_new_blocks")
+    try:
+        raise ValueError("harness")
+    except ValueError as exc:
+        assert vllm_adapter.exception_site(exc)[0] is False

@@ -109,6 +109,13 @@ def test_preemption_under_pool_pressure_comes_from_the_scheduler():
     assert trace.pool_end["num_free"] == 11 and not trace.pool_end["live_requests"]
 
 
+# 0.26.0: its chunk rule and connector lookup differ from the mirror's model of them (README, engine tier:
+# open differences); the agreement tests are checked on 0.27.1 and later
+MIRROR_MODELS_THIS_RELEASE = pytest.mark.skipif(
+    VERSION < (0, 27, 0), reason="vLLM 0.26.0: mirror/engine differences are open (README, engine tier)")
+
+
+@MIRROR_MODELS_THIS_RELEASE
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 5, 8])
 def test_rows_agree_with_the_mirrored_tier(seed):
     from harness.engine.diff import diff
@@ -145,6 +152,7 @@ def test_eagle_block_drop_runs_with_vllms_eagle_lookahead_and_block_drop():
     assert judge(engine.run()) == []
 
 
+@MIRROR_MODELS_THIS_RELEASE
 @pytest.mark.parametrize("seed", [4, 36, 45])
 def test_eagle_scenarios_agree_with_the_mirrored_tier(seed):
     from harness.engine.diff import diff
@@ -178,8 +186,8 @@ def test_clipped_spec_decode_padding_is_a_vllm_finding_on_old_releases():
     in that case (scheduler.py:1359-1370). Generated scenario 37 reaches it at step 5."""
     from harness.generate import random_scenario
 
-    if (0, 28, 0) <= VERSION < (0, 33, 0):
-        pytest.skip("checked on 0.27.1 (finding) and 0.33.0 (fixed) only; where 0.28-0.32 stand is not known")
+    if not ((0, 27, 0) <= VERSION < (0, 28, 0) or VERSION >= (0, 33, 0)):
+        pytest.skip("checked on 0.27.1 (finding) and 0.33.0 (fixed) only; where 0.26 and 0.28-0.32 stand is not known")
     trace, findings = _engine(random_scenario(37, checkpoints=False))
     exc = [f for f in findings if f.oracle == "vllm-exception"]
     if VERSION < (0, 28, 0):

@@ -10,14 +10,18 @@ import sys
 
 import pytest
 
-from harness.known import KNOWN_ISSUES, Verdict, classify, fixes_applied, judge_scenario
+from harness.known import KNOWN_ISSUES, Verdict, classify, fixes_applied, judge_scenario, known_issue_by_id
 from harness.scenario import load_scenario
-from testlib import ROOT, run, version_tuple
+from testlib import ROOT, run, seed_bug_release, version_tuple
 
 LEAK = "mamba-free-leaks-block"  # a pool leak, on every release 0.26-0.33
 # bytes that decode (on any release) to a 3-request K>0 scenario showing the known V1 accepted-count reset
 SHARED_INPUT = ROOT / "tests" / "data" / "accepted-reset-input.bin"
 TARGET = ROOT / "fuzz" / "symbolic_target.py"
+# the tests that share an input with the known V1 accepted-count reset need a release whose scheduler reaches it
+needs_accepted_reset = pytest.mark.skipif(
+    not known_issue_by_id("v1-readd-resets-num-accepted").repro_expected(),
+    reason="this release's chunk rule never reaches the accepted-count reset (known.py repro_from)")
 
 
 def _sigs(findings) -> set[str]:
@@ -44,6 +48,7 @@ def test_fixes_are_undone():
     assert not issue.fix.is_applied()
 
 
+@needs_accepted_reset
 def test_a_new_finding_sharing_an_input_with_a_known_one_is_new():
     """The known accepted reset and a pool leak in one input: the leak stays unexplained."""
     scenario = "spec-unscheduled-accepted-reset.json"
@@ -82,6 +87,7 @@ def _replay_crash_file(tmp_path, mutant_name: str | None) -> subprocess.Complete
                           timeout=300)
 
 
+@needs_accepted_reset
 def test_crash_file_with_new_and_known_findings_fails_every_time(tmp_path):
     results = [_replay_crash_file(tmp_path, LEAK) for _ in range(3)]
     assert [r.returncode != 0 for r in results] == [True, True, True], results[-1].stderr[-2000:]
@@ -91,6 +97,7 @@ def test_crash_file_with_new_and_known_findings_fails_every_time(tmp_path):
     assert verdict["unexplained"] == ["pool-accounting"] and verdict["known"]
 
 
+@needs_accepted_reset
 def test_crash_file_with_known_findings_only_passes(tmp_path):
     r = _replay_crash_file(tmp_path, None)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -107,6 +114,7 @@ def _campaign(tmp_path, *extra) -> subprocess.CompletedProcess:
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+@needs_accepted_reset
 def test_campaign_exits_1_when_a_new_finding_shares_an_input_with_a_known_one(tmp_path):
     r = _campaign(tmp_path, "--mutant", LEAK)
     assert r.returncode == 1, r.stdout + r.stderr[-2000:]
@@ -115,12 +123,14 @@ def test_campaign_exits_1_when_a_new_finding_shares_an_input_with_a_known_one(tm
     assert "pool-accounting" in summary["findings_new_signatures"]
 
 
+@needs_accepted_reset
 def test_campaign_with_known_findings_only_exits_0(tmp_path):
     r = _campaign(tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr[-2000:]
     assert "[KNOWN]" in r.stdout and "v1-readd-resets-num-accepted" in r.stdout
 
 
+@pytest.mark.skipif(seed_bug_release, reason="this release carries the seed bug: its sweep has new findings")
 def test_sweep_classifies_every_finding(tmp_path, capsys):
     """A sweep over seeds that hit known issues on stock exits 0 and lists them as KNOWN."""
     from harness.cli import main
@@ -140,6 +150,7 @@ def test_pool_is_judged_after_an_exception():
     assert {"pool-accounting", next(f.signature for f in findings if f.oracle == "vllm-exception")} <= _sigs(findings)
 
 
+@needs_accepted_reset
 def test_minimizing_a_new_finding_keeps_it_new():
     from harness.driver import replay
     from harness.minimize import minimize
