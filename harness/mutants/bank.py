@@ -156,5 +156,6 @@ BANK = (
     mamba_mutant("hit-one-hash-block-long", "off-by-one hash block: a sub-block hit claims one hash block more than "
            "its state covers", "find_longest_cache_hit", _hit_one_hash_block_long),
     mamba_mutant("spec-block-not-relocated", "wrong branch: speculative scratch blocks left below the running column "
-           "instead of relocated", "_relocate_speculative_block", _spec_block_not_relocated),
+           "instead of relocated", "_relocate_speculative_block", _spec_block_not_relocated,
+           releases="0.30.0-0.33.x"),  # the relocation exists in 0.30.0 and 0.33.0, not in 0.28.0
 )
