@@ -282,6 +282,9 @@ class Driver:
                                 "num_external_computed_tokens": ext, "delay_cache_blocks": load_async,
                                 "num_lookahead_tokens": lookahead})
         if new is None:
+            # not admitted: the connector offers its hit again at the next attempt, as a real connector's
+            # get_num_new_matched_tokens does (the engine tier's diff showed the mirror dropping it)
+            r.external_used = False
             return None
         if ext:
             self._connector_deliver(r, total - ext, total)

@@ -10,8 +10,10 @@ from testlib import SCENARIOS
 
 def _engine_available() -> str | None:
     try:
-        from harness.engine.diff import diff  # noqa: F401
-        from harness.engine.scheduler import EngineDriver  # noqa: F401
+        from harness.engine.scheduler import EngineDriver
+        from harness.scenario import load_scenario
+
+        EngineDriver(load_scenario(SCENARIOS / "seed-external-hit-same-block.json"))  # builds vLLM's Scheduler
     except Exception as exc:  # noqa: BLE001 - the reason is the skip message
         return repr(exc)
     return None

@@ -60,6 +60,7 @@ class _ModelConfigStandIn:
     error naming the attribute, so a release that reads more fails loudly instead of guessing."""
 
     uses_mrope = False
+    uses_xdrope = False  # read by 0.29.x (XD-RoPE positions); a hybrid test model has none
     is_encoder_decoder = False
     runner_type = "generate"
     is_diffusion = False

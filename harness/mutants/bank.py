@@ -157,5 +157,5 @@ BANK = (
            "its state covers", "find_longest_cache_hit", _hit_one_hash_block_long),
     mamba_mutant("spec-block-not-relocated", "wrong branch: speculative scratch blocks left below the running column "
            "instead of relocated", "_relocate_speculative_block", _spec_block_not_relocated,
-           releases="0.30.0-0.33.x"),  # the relocation exists in 0.30.0 and 0.33.0, not in 0.28.0
+           releases="0.29.0-0.33.x"),  # the relocation exists from 0.29.0 (checked 0.29-0.33), not in 0.28.0
 )
