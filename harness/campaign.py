@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.artifacts import write_json_atomic
+from harness.known import new_signatures
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = {"symbolic": ROOT / "fuzz" / "symbolic_target.py", "model": ROOT / "fuzz" / "model_target.py"}
@@ -202,7 +203,7 @@ class Campaign:
                    findings_total=len(found), findings_new=[p.name for p in new],
                    verdicts={p.name: finding_verdict(p) for p in found}, outputs=self.outputs())
         out["findings_new_signatures"] = sorted({s for v in out["verdicts"].values() if v["new"]
-                                                 for s in v["unexplained"] + [f"revealed:{r}" for r in v["revealed"]]})
+                                                 for s in new_signatures(v)})
         write_json_atomic(self.artifacts / "campaign.json", out)
         from harness.report import render
 

@@ -162,6 +162,7 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
 
 def _cmd_fuzz(args: argparse.Namespace) -> int:
     from harness.campaign import Campaign
+    from harness.known import new_signatures
     from harness.mutants import get_mutant
     from harness.oracles import describe_outputs
 
@@ -196,7 +197,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         is_new = verdict["new"]
         unknown += is_new
         label = ("NEW" if name in new else "NEW (kept by an earlier run)") if is_new else "KNOWN"
-        what = verdict["unexplained"] + [f"revealed:{s}" for s in verdict["revealed"]] if is_new else []
+        what = new_signatures(verdict) if is_new else []
         known = ", ".join(f"{s} = {k}" for s, k in verdict["known"].items())
         print(f"  [{label}] {name}: {'; '.join(what) or '-'}{'; known: ' + known if known else ''}{extra}  {folder}")
     if summary["harness_errors"]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from harness.errors import BadInput, HarnessError
 from harness.scenario import VOCAB_SIZE, RequestSpec, Scenario
 from harness.states import SymbolicStates, chain
-from harness.trace import CacheCheck, Call, Trace, VllmException
+from harness.trace import CacheRecorder, Call, Trace, VllmException, VllmRaised, run_steps
 from harness.vllm_adapter import MAMBA_GROUP, Allocator, exception_site, installed_version
 from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow
 
@@ -36,16 +36,10 @@ class _Req:
     drafts: list[int] = field(default_factory=list)
     external_used: bool = False
     load_done_step: int = -1
-    hashes_named: int = 0
     id: str = ""
 
     def __post_init__(self) -> None:
         self.id = self.spec.id
-
-
-class _VllmRaised(Exception):
-    def __init__(self, record: VllmException):
-        self.record = record
 
 
 class _WithDrafts:
@@ -84,8 +78,7 @@ class Driver:
             r = _Req(spec, vreq, chain([0], prompts[spec.id]))
             self.reqs[spec.id] = r
             self.trace.prefixes[spec.id] = r.fps  # names states lazily, only when a finding is printed
-        self.hash_owner: dict[bytes, tuple[str, int]] = {}
-        self.cache_checked: dict[tuple[bytes, int], int] = {}
+        self.cache = CacheRecorder(self.trace, self.states, g.hash_block_size)
         self.waiting: list[_Req] = []
         self.running: list[_Req] = []
         self.finished_since_last: set[str] = set()
@@ -105,7 +98,7 @@ class Driver:
             inside, site = exception_site(exc)
             if not inside:
                 raise HarnessError(f"harness error in {name} for {r.id}: {exc!r} at {site}") from exc
-            raise _VllmRaised(VllmException(self.step_idx, r.id, name, repr(exc), site)) from exc
+            raise VllmRaised(VllmException(self.step_idx, r.id, name, repr(exc), site)) from exc
         if name in ("allocate_slots", "get_computed_blocks", "cache_blocks"):
             core = self.alloc.block_ids(r.id) if self.alloc.holds_blocks(r.id) else None
             shown = out if name != "get_computed_blocks" else out[1]
@@ -114,30 +107,7 @@ class Driver:
 
     # -- public ------------------------------------------------------------------------------------
     def run(self) -> Trace:
-        try:
-            for step in range(self.sc.max_steps):
-                self.step_idx = step
-                if self._all_done() or self._stuck(step):
-                    break
-                self._step(step)
-                self.trace.steps_run = step + 1
-            self._shutdown()
-            self.trace.pool_end = self.alloc.pool_snapshot()
-        except _VllmRaised as raised:
-            self.trace.exception = raised.record
-            self._pool_after_exception()
-        return self.trace
-
-    def _pool_after_exception(self) -> None:
-        """vLLM raised mid-step: free what every request still holds, as an engine shutting the batch down
-        would, and judge the pool anyway; if freeing raises too, say the pool could not be judged."""
-        try:
-            self._shutdown()
-        except _VllmRaised as again:
-            self.trace.unjudged["pool-accounting"] = (f"freeing after the exception raised too: {again.record.error} "
-                                                      f"at {again.record.site}")
-            return
-        self.trace.pool_end = self.alloc.pool_snapshot()
+        return run_steps(self)
 
     def _stuck(self, step: int) -> bool:
         """Nothing ran last step and nothing can change: no load in flight, no arrival or event to come.
@@ -463,29 +433,9 @@ class Driver:
 
     # -- cache integrity snapshot ----------------------------------------------------------------------------
     def _check_cache(self, step: int) -> None:
-        """Record every (Mamba cache key, block) pair that is new or whose page was written since last
-        recorded: a mismatch persists until one of the two changes, so the first step it shows is kept."""
-        hb = self.g.hash_block_size
-        for r in self.reqs.values():
-            hashes = r.vreq.block_hashes
-            if r.hashes_named < len(hashes):
-                for k in range(r.hashes_named, len(hashes)):
-                    self.hash_owner.setdefault(bytes(hashes[k]), (r.id, (k + 1) * hb))
-                r.hashes_named = len(hashes)
-        version, checked = self.states.version, self.cache_checked
-        for key in self.alloc.cached_mamba_entries():
-            h, block = key
-            v = version.get(block, 0)
-            if checked.get(key) == v:
-                continue
-            checked[key] = v
-            owner = self.hash_owner.get(h)
-            if owner is None:
-                raise HarnessError(f"step {step}: a Mamba cache key names no prefix the driver hashed")
-            rid, n = owner
-            conv, ssm = self.states.page(block)
-            self.trace.cache.append(CacheCheck(step, block, n, rid, (n, self.reqs[rid].fps[n]), conv[0], ssm))
-
+        """Record the cache-integrity inputs after a step (trace.CacheRecorder, shared with the engine tier)."""
+        self.cache.record(step, {r.id: (r.vreq.block_hashes, r.fps) for r in self.reqs.values()},
+                          self.alloc.cached_mamba_entries())
 
 TIERS = ("symbolic", "model", "engine")
 

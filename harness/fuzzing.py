@@ -43,10 +43,6 @@ class HarnessFailure(Exception):
     """The harness itself failed on this input; not a vLLM finding."""
 
 
-def signature_id(signature: str) -> str:
-    return hashlib.sha1(signature.encode()).hexdigest()[:12]
-
-
 class Target:
     def __init__(self, artifacts: str | os.PathLike | None = None, mutant: str | None = None,
                  tier: str | None = None) -> None:

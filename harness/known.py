@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.mutants.base import Mutant, method_wrapped, wrap_method
+from harness.mutants.base import Mutant, bound_arguments, method_wrapped, wrap_method
 
 
 ROOT = Path(__file__).resolve().parent.parent  # repro paths are relative to the checkout
@@ -51,17 +50,11 @@ class KnownIssue:
         return self.applicable() and _parse_version(installed_version()) >= self.repro_from
 
 
-def _bound(original, *args, **kwargs) -> dict:
-    bound = inspect.signature(original).bind(*args, **kwargs)
-    bound.apply_defaults()
-    return bound.arguments
-
-
 # -- fix: count the external block at admission (single_type_kv_cache_manager.py:1692-1795 in 0.33.0) ------
 def _count_external_block(original):
     def get_num_blocks_to_allocate(self, *args, **kwargs):
         n = original(self, *args, **kwargs)
-        b = _bound(original, self, *args, **kwargs)
+        b = bound_arguments(original, self, *args, **kwargs).arguments
         external = b["total_computed_tokens"] - b["num_local_computed_tokens"]
         # the physical-block cap (:1785-1790) leaves out the block allocate_external_computed_blocks takes
         if (self.mamba_cache_mode == "align" and external > 0 and n <= self.block_pool.num_gpu_blocks
@@ -203,7 +196,7 @@ class Verdict:
     @property
     def new(self) -> list[str]:
         """What makes the input new: unexplained and revealed signatures."""
-        return sorted(set(self.unexplained) | {f"revealed:{s}" for s in self.revealed})
+        return new_signatures(self.to_json())
 
     @property
     def is_new(self) -> bool:
@@ -212,7 +205,7 @@ class Verdict:
     @property
     def key(self) -> str:
         """Dedup key: the set of new signatures, or for an all-known input the set of known ones."""
-        text = "|".join(self.new) if self.is_new else "known|" + "|".join(sorted(self.signatures))
+        text = "|".join(sorted(self.new)) if self.is_new else "known|" + "|".join(sorted(self.signatures))
         return hashlib.sha1(text.encode()).hexdigest()[:12]
 
     @property
@@ -227,6 +220,11 @@ class Verdict:
         if signature in self.known:
             return f"KNOWN {self.known[signature]}"
         return "NEW"
+
+
+def new_signatures(verdict: dict) -> list[str]:
+    """A verdict's (Verdict.to_json) new signatures: the unexplained ones, then the revealed ones so marked."""
+    return list(verdict.get("unexplained", [])) + [f"revealed:{s}" for s in verdict.get("revealed", [])]
 
 
 def classify(signatures, replay_signatures) -> Verdict:

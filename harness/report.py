@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.known import new_signatures
 from harness.oracles import describe_outputs
 
 
@@ -72,8 +73,7 @@ def render(directory: str | Path) -> tuple[Path, Path]:
             continue
         doc = json.loads((folder / "finding.json").read_text())
         verdict = doc.get("verdict") or {"new": True, "known": {}}  # no verdict: nothing shown to be known
-        sig = ", ".join(verdict.get("unexplained", []) + [f"revealed:{r}" for r in verdict.get("revealed", [])]) \
-            if verdict["new"] else ""
+        sig = ", ".join(new_signatures(verdict)) if verdict["new"] else ""
         known = ", ".join(f"{s} = {k}" for s, k in verdict["known"].items())
         first = doc["findings"][0]
         findings.append({"name": folder.name, "signature": sig or doc.get("signature", ""), "known": known,

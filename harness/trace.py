@@ -155,3 +155,36 @@ class CacheRecorder:
             rid, n = owner
             conv, ssm = self.states.page(block)
             self.trace.cache.append(CacheCheck(step, block, n, rid, (n, requests[rid][1][n]), conv[0], ssm))
+
+
+class VllmRaised(Exception):
+    """vLLM raised during a replay (any tier): the replay ends and the exception becomes a finding."""
+
+    def __init__(self, record: VllmException):
+        self.record = record
+
+
+def run_steps(tier) -> Trace:
+    """The step loop every tier shares. `tier` has sc, step_idx, trace, alloc and _all_done(), _stuck(step),
+    _step(step), _shutdown(). After the last step, or after vLLM raised, every request still holding blocks
+    is freed and the pool is snapshotted for pool accounting; if freeing after an exception raises too, the
+    trace says the pool could not be judged."""
+    trace = tier.trace
+    try:
+        for step in range(tier.sc.max_steps):
+            tier.step_idx = step
+            if tier._all_done() or tier._stuck(step):
+                break
+            tier._step(step)
+            trace.steps_run = step + 1
+        tier._shutdown()
+    except VllmRaised as raised:
+        trace.exception = raised.record
+        try:
+            tier._shutdown()
+        except VllmRaised as again:
+            trace.unjudged["pool-accounting"] = (f"freeing after the exception raised too: {again.record.error} "
+                                                 f"at {again.record.site}")
+            return trace
+    trace.pool_end = tier.alloc.pool_snapshot()
+    return trace

@@ -15,17 +15,10 @@ from harness.mutants import REGISTRY
 from harness.oracles import judge
 from harness.regression import emit_regression
 from harness.scenario import parse_scenario
-from testlib import ROOT, mutant
+from testlib import ROOT, mutant, run_emitted
 
 REPROS = ROOT / "scenarios" / "mutants"
 STORED = sorted(p.stem for p in REPROS.glob("*.json"))
-
-
-def _run_emitted(source: str) -> None:
-    namespace: dict = {}
-    exec(compile(source, "test_regression.py", "exec"), namespace)
-    (test,) = [v for k, v in namespace.items() if k.startswith("test_")]
-    test()
 
 
 def test_every_behaviour_changing_mutant_has_a_stored_repro():
@@ -50,8 +43,8 @@ def test_emitted_regression_fails_with_the_mutant_and_passes_on_stock(name):
     assert "from harness" not in source and "import harness" not in source
     with mutant(name):
         with pytest.raises(Exception) as failed:  # an assertion of the oracle's kind, or vLLM's own exception
-            _run_emitted(source)
+            run_emitted(source)
     oracle = doc["signature"].split(":")[0]
     if oracle != "vllm-exception":
         assert isinstance(failed.value, AssertionError), repr(failed.value)
-    _run_emitted(source)  # stock vLLM passes
+    run_emitted(source)  # stock vLLM passes

@@ -8,7 +8,7 @@ from harness.oracles import judge
 from harness.regression import emit_regression
 from harness.scenario import load_scenario
 
-from testlib import SCENARIOS, mutant, seed_bug_release
+from testlib import SCENARIOS, mutant, run_emitted, seed_bug_release
 
 SEED = SCENARIOS / "seed-external-hit-same-block.json"
 MUTANT = None if seed_bug_release else "seed-unmarked-early-return"
@@ -30,23 +30,16 @@ def test_minimized_seed_keeps_its_signature_and_shrinks():
     assert len(small.requests) <= 2 and trace.steps_run <= 4
 
 
-def _run_emitted(source: str) -> None:
-    namespace: dict = {}
-    exec(compile(source, "test_regression.py", "exec"), namespace)
-    (test,) = [v for k, v in namespace.items() if k.startswith("test_")]
-    test()
-
-
 def test_emitted_regression_fails_with_the_bug_and_passes_without():
     sig, small, _, _ = _minimized()
     source = emit_regression(small, sig, MUTANT)  # recorded without the mutant
     assert "from harness" not in source and "import harness" not in source
     with mutant(MUTANT):
         try:
-            _run_emitted(source)
+            run_emitted(source)
         except AssertionError as exc:
             assert "worker row" in str(exc)
         else:
             raise AssertionError("the emitted test passed on the buggy allocator")
     if not seed_bug_release:
-        _run_emitted(source)  # the fixed allocator passes
+        run_emitted(source)  # the fixed allocator passes

@@ -56,3 +56,11 @@ def by_oracle(findings, oracle):
 needs_checkpoints = pytest.mark.skipif(
     not supports_prefill_checkpoints(), reason="this vLLM release has no Mamba prefill checkpoint blocks")
 seed_bug_release = (0, 26, 0) <= version_tuple() < (0, 28, 0)
+
+
+def run_emitted(source: str) -> None:
+    """Execute an emitted regression test file's source and call its one test function."""
+    namespace: dict = {}
+    exec(compile(source, "test_regression.py", "exec"), namespace)
+    (test,) = [v for k, v in namespace.items() if k.startswith("test_")]
+    test()

@@ -41,7 +41,7 @@ from harness.driver import true_token  # noqa: E402  (the shared token rule, not
 from harness.errors import BadInput, HarnessError  # noqa: E402
 from harness.scenario import VOCAB_SIZE, RequestSpec, Scenario  # noqa: E402
 from harness.states import SymbolicStates, chain  # noqa: E402
-from harness.trace import CacheRecorder, Trace, VllmException  # noqa: E402
+from harness.trace import CacheRecorder, Trace, VllmException, VllmRaised, run_steps  # noqa: E402
 from harness.vllm_adapter import (  # noqa: E402
     MAMBA_GROUP,
     adopt_manager,
@@ -91,11 +91,6 @@ class _Req:
 
     def __post_init__(self) -> None:
         self.id = self.spec.id
-
-
-class _VllmRaised(Exception):
-    def __init__(self, record: VllmException):
-        self.record = record
 
 
 @dataclass(frozen=True)
@@ -275,7 +270,7 @@ class EngineDriver:
             inside, site = exception_site(exc)
             if not inside:
                 raise HarnessError(f"harness error in {name} at step {self.step_idx}: {exc!r} at {site}") from exc
-            raise _VllmRaised(VllmException(self.step_idx, request, name, repr(exc), site)) from exc
+            raise VllmRaised(VllmException(self.step_idx, request, name, repr(exc), site)) from exc
 
     # -- connector callbacks ---------------------------------------------------------------------------
     def connector_allocated(self, rid: str, total: int, is_async: bool, load_steps: int) -> None:
@@ -291,25 +286,7 @@ class EngineDriver:
 
     # -- the loop -----------------------------------------------------------------------------------------
     def run(self) -> Trace:
-        try:
-            for step in range(self.sc.max_steps):
-                self.step_idx = step
-                if self._all_done() or self._stuck(step):
-                    break
-                self._step(step)
-                self.trace.steps_run = step + 1
-            self._shutdown()
-            self.trace.pool_end = self.alloc.pool_snapshot()
-        except _VllmRaised as raised:
-            self.trace.exception = raised.record
-            try:
-                self._shutdown()
-            except _VllmRaised as again:
-                self.trace.unjudged["pool-accounting"] = (f"freeing after the exception raised too: "
-                                                          f"{again.record.error} at {again.record.site}")
-            else:
-                self.trace.pool_end = self.alloc.pool_snapshot()
-        return self.trace
+        return run_steps(self)
 
     def _all_done(self) -> bool:
         return all(r.finished for r in self.reqs.values())
@@ -386,7 +363,7 @@ class EngineDriver:
         for rid, ns in so.num_scheduled_tokens.items():
             nd = len(so.scheduled_spec_decode_tokens.get(rid, ()))
             if nd and nd >= ns:
-                raise _VllmRaised(VllmException(
+                raise VllmRaised(VllmException(
                     self.step_idx, rid, "schedule",
                     f"SchedulerOutput schedules {ns} token(s) with {nd} spec-decode token(s) for request {rid}: "
                     "no row for the sampled token", "vllm/v1/core/sched/scheduler.py in schedule (spec-decode rows)"))

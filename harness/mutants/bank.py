@@ -10,22 +10,14 @@ self-check can see it is in place.
 
 from __future__ import annotations
 
-import inspect
-
-from harness.mutants.base import Mutant, mamba_mutant, method_wrapped, wrap_method
-
-
-def _bound(original, *args, **kwargs) -> inspect.BoundArguments:
-    bound = inspect.signature(original).bind(*args, **kwargs)
-    bound.apply_defaults()
-    return bound
+from harness.mutants.base import Mutant, bound_arguments, mamba_mutant, method_wrapped, wrap_method
 
 
 # -- #43090: attention hit kept while the Mamba group missed ------------------------------------------
 def _hit_without_state(original):
     def find_longest_cache_hit(cls, *args, **kwargs):
         blocks, hit = original(cls, *args, **kwargs)
-        b = _bound(original, cls, *args, **kwargs).arguments
+        b = bound_arguments(original, cls, *args, **kwargs).arguments
         size = b["kv_cache_spec"].block_size
         if hit == 0 and b["max_length"] >= size:
             n = b["max_length"] // size
@@ -38,7 +30,7 @@ def _hit_without_state(original):
 # -- #48375 / #57128: the Mamba lookup ignores the EAGLE drop and may overrun the verified hit ----------
 def _eagle_drop_ignored(original):
     def find_longest_cache_hit(cls, *args, **kwargs):
-        b = _bound(original, cls, *args, **kwargs)
+        b = bound_arguments(original, cls, *args, **kwargs)
         if b.arguments.get("drop_eagle_block"):
             b.arguments["max_length"] += b.arguments["kv_cache_spec"].block_size
             b.arguments["drop_eagle_block"] = False
@@ -111,7 +103,7 @@ def _last_state_off_by_one(original):
 def _hit_one_hash_block_long(original):
     def find_longest_cache_hit(cls, *args, **kwargs):
         blocks, hit = original(cls, *args, **kwargs)
-        b = _bound(original, cls, *args, **kwargs).arguments
+        b = bound_arguments(original, cls, *args, **kwargs).arguments
         if hit and hit % b["kv_cache_spec"].block_size and hit + b["alignment_tokens"] <= b["max_length"]:
             return blocks, hit + b["alignment_tokens"]  # claims one hash block more than the state holds
         return blocks, hit

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -73,3 +74,10 @@ def mamba_mutant(name: str, bug_class: str, method: str, make, *, origin: str = 
     return Mutant(name=name, bug_class=bug_class, releases=releases, origin=origin,
                   patch=lambda: wrap_mamba_method(method, make),
                   is_applied=lambda: mamba_method_wrapped(method))
+
+
+def bound_arguments(original, *args, **kwargs) -> inspect.BoundArguments:
+    """A wrapped vLLM method's arguments by name, defaults applied (signatures differ across releases)."""
+    bound = inspect.signature(original).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound
