@@ -27,7 +27,8 @@ def _signatures(doc: dict, mutant: str | None, tier: str, new_only: bool = False
         return set(), 0
     findings = judge(trace)
     if new_only and findings:
-        return set(judge_scenario(scenario, findings, mutant, tier).unexplained), trace.steps_run
+        verdict = judge_scenario(scenario, findings, mutant, tier)
+        return set(verdict.unexplained) | set(verdict.revealed), trace.steps_run  # both are new
     return {f.signature for f in findings}, trace.steps_run
 
 
