@@ -34,6 +34,7 @@ def finding_artifact(scenario: Scenario, findings: list[Finding], vllm_version: 
         "mutant": mutant,
         "tier": tier,
         "model": (os.environ.get("HH_MODEL") or "random") if tier == "model" else None,
+        "engine": _engine_options() if tier == "engine" else None,
         "scenario": scenario_to_json(scenario),
         "findings": [f.to_json() for f in findings],
         "signature": verdict.headline_signature if verdict else findings[0].signature,
@@ -41,6 +42,12 @@ def finding_artifact(scenario: Scenario, findings: list[Finding], vllm_version: 
     if verdict is not None:
         artifact["verdict"] = verdict.to_json()
     return artifact
+
+
+def _engine_options() -> dict:
+    from harness.engine.options import current
+
+    return current().as_json()
 
 
 def write_finding(directory: Path, stem: str, artifact: dict) -> Path:

@@ -23,6 +23,15 @@ def _use_model(name: str | None) -> None:
         os.environ["HH_MODEL"] = name
 
 
+def _use_engine(args: argparse.Namespace, recorded: dict | None = None) -> None:
+    """The engine tier's options for this process and the workers it starts (harness.engine.options): the
+    flags given, else what a finding artifact recorded."""
+    from harness.engine import options
+
+    options.use_recorded(recorded)
+    options.use(getattr(args, "runner", None), getattr(args, "async_scheduling", None), getattr(args, "kernels", None))
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.artifacts import finding_artifact, write_finding
     from harness.driver import replay
@@ -37,6 +46,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     check_supported(version)
     tier = args.tier or _artifact_field(args.scenario, "tier")
     _use_model(args.model or _artifact_field(args.scenario, "model"))
+    _use_engine(args, _artifact_field(args.scenario, "engine"))
     with mutant_applied(args.mutant):
         trace = replay(scenario, args.mutant, tier)
         findings = judge(trace)
@@ -99,6 +109,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from harness.vllm_adapter import check_supported, installed_version
 
     _use_model(args.model)
+    _use_engine(args)
     version = installed_version()
     check_supported(version)
     with mutant_applied(args.mutant):
@@ -169,6 +180,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     if args.mutant:
         get_mutant(args.mutant)  # bad name: exit 2 before any worker starts
     _use_model(args.model)  # the workers inherit it
+    _use_engine(args)
     if args.jobs < 1:
         raise BadInput("--jobs must be at least 1")
     seconds = args.minutes * 60 if args.minutes is not None else (None if args.runs else 120.0)
@@ -241,6 +253,7 @@ def _cmd_minimize(args: argparse.Namespace) -> int:
     artifact = read_finding(args.finding)
     mutant = args.mutant if args.mutant is not None else artifact.get("mutant")
     _use_model(artifact.get("model"))  # the model tier's model it was found with
+    _use_engine(args, artifact.get("engine"))
     with mutant_applied(mutant):
         small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], mutant, seconds=args.seconds,
                          tier=artifact.get("tier", "symbolic"), new_only=bool((artifact.get("verdict") or {}).get("new")))
@@ -304,6 +317,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     from harness.vllm_adapter import check_supported, installed_version, supports_prefill_checkpoints
 
     check_supported(installed_version())
+    _use_engine(args)
     if args.scenario:
         report = diff(load_scenario(args.scenario), args.mutant)
         print(report.describe(limit=args.limit))
@@ -373,6 +387,17 @@ def _cmd_version(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _engine_flags(parser: argparse.ArgumentParser) -> None:
+    from harness.engine.options import ASYNC_MODES, KERNELS, RUNNERS
+
+    parser.add_argument("--runner", choices=RUNNERS, help="engine tier: the worker that runs vLLM's scheduler output "
+                        "(auto = the model runner vLLM picks; mirror = the harness's V1 worker shadow)")
+    parser.add_argument("--async-scheduling", dest="async_scheduling", choices=ASYNC_MODES,
+                        help="engine tier: async scheduling (auto = vLLM's default for the config)")
+    parser.add_argument("--kernels", choices=KERNELS, help="engine tier: torch replacements of vLLM's Triton kernels "
+                        "(default) or the Triton kernels themselves (interpreter on CPU)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hybrid-harness", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -384,6 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tier", choices=TIERS, help="symbolic (default; a finding artifact's own tier) or model: a "
                      "tiny hybrid LM on real state tensors, judged against an uncached reference")
     run.add_argument("--model", choices=MODELS, help=MODEL_HELP)
+    _engine_flags(run)
     run.set_defaults(func=_cmd_run)
     sweep = sub.add_parser("sweep", help="replay COUNT generated scenarios; exit 0 none with findings, 1 some")
     sweep.add_argument("--count", type=int, default=300)
@@ -394,6 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="generate geometries with Mamba prefill checkpoint blocks (default on where supported)")
     sweep.add_argument("--tier", choices=TIERS, default="symbolic")
     sweep.add_argument("--model", choices=MODELS, help=MODEL_HELP)
+    _engine_flags(sweep)
     sweep.set_defaults(func=_cmd_sweep)
     fuzz = sub.add_parser("fuzz", help="coverage-guided atheris campaign; exit 0 no finding, 1 finding(s)")
     fuzz.add_argument("--minutes", type=float)
@@ -411,12 +438,14 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--checkpoints", choices=("on", "off"), default="on")
     fuzz.add_argument("--no-minimize", action="store_true", help="do not minimize new findings at the end")
     fuzz.add_argument("--no-progress", action="store_true")
+    _engine_flags(fuzz)
     fuzz.set_defaults(func=_cmd_fuzz)
     mini = sub.add_parser("minimize", help="shrink a finding while its signature still fires")
     mini.add_argument("finding", help="finding folder or its finding.json (or a `run` artifact)")
     mini.add_argument("-o", "--output", required=True)
     mini.add_argument("--mutant", help="override the mutant recorded in the finding")
     mini.add_argument("--seconds", type=float, default=120.0)
+    _engine_flags(mini)
     mini.set_defaults(func=_cmd_minimize)
     reg = sub.add_parser("regression", help="write a finding as a standalone pytest file in vLLM's test style")
     reg.add_argument("finding")
@@ -441,6 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     dif.add_argument("--seed", type=int, default=0)
     dif.add_argument("--mutant")
     dif.add_argument("--limit", type=int, default=10, help="differences printed for one scenario")
+    _engine_flags(dif)
     dif.set_defaults(func=_cmd_diff)
     known = sub.add_parser("known", help="list the known issues, or check each repro still shows its issue on the "
                            "installed release and its fix removes it (exit 1: a known bug stopped reproducing)")

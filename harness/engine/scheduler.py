@@ -40,7 +40,7 @@ from dataclasses import dataclass, field  # noqa: E402
 from harness.driver import true_token  # noqa: E402  (the shared token rule, not the symbolic tier's Driver)
 from harness.errors import BadInput, HarnessError  # noqa: E402
 from harness.scenario import VOCAB_SIZE, RequestSpec, Scenario  # noqa: E402
-from harness.states import SymbolicStates, chain  # noqa: E402
+from harness.states import chain  # noqa: E402
 from harness.trace import CacheRecorder, Trace, VllmException, VllmRaised, run_steps  # noqa: E402
 from harness.vllm_adapter import (  # noqa: E402
     MAMBA_GROUP,
@@ -50,7 +50,9 @@ from harness.vllm_adapter import (  # noqa: E402
     supports_prefill_checkpoints,
     vllm_namespace,
 )
-from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow  # noqa: E402
+from harness.engine.options import EngineOptions  # noqa: E402
+from harness.engine.options import current as current_options  # noqa: E402
+from harness.engine.workers import make_worker  # noqa: E402
 
 CONNECTOR_MODULE = "harness.engine.connector"
 
@@ -218,7 +220,7 @@ def _speculative_config(cls, K: int):
 
 
 class EngineDriver:
-    def __init__(self, scenario: Scenario, mutant: str | None = None) -> None:
+    def __init__(self, scenario: Scenario, mutant: str | None = None, options: EngineOptions | None = None) -> None:
         self.sc = scenario
         self.eg = eg = derive_geometry(scenario)
         self.K = eg.num_speculative_tokens
@@ -230,10 +232,9 @@ class EngineDriver:
 
         self.DraftTokenIds, self.KVConnectorOutput, self.ModelRunnerOutput = DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
         self.trace = Trace(vllm_version=installed_version(), mutant=mutant)
-        self.states = SymbolicStates(self.K)
-        ckpt = (self.alloc.checkpoint_position, self.alloc.checkpoint_valid) if self.geometry.prefill_checkpoint else None
-        self.worker = WorkerShadow(block_size=eg.block_size, num_spec=self.K, mamba_groups=(MAMBA_GROUP,),
-                                   states=self.states, trace=self.trace, checkpoint=ckpt)
+        self.options = options or current_options()
+        self.worker = make_worker(self, self.options.runner)
+        self.states = self.worker.states  # what the oracles read: the worker's state pages
         connector = self.sched.connector
         if connector is None or not hasattr(connector, "plan"):
             raise HarnessError("vLLM did not load the harness KV connector")
@@ -280,7 +281,7 @@ class EngineDriver:
         table = self.alloc.block_ids(rid)[MAMBA_GROUP]
         col = (total - 1) // self.eg.block_size
         if col < len(table):
-            self.states.deliver(table[col], (total, r.fps[total]))
+            self.worker.deliver(table[col], (total, r.fps[total]))
         if is_async:
             self.loads[rid] = self.step_idx + load_steps - 1
 
@@ -308,52 +309,29 @@ class EngineDriver:
                 self._call(r.id, "add_request", sched.add_request, r.vreq)
         so = self._call("", "schedule", sched.schedule)
         self._check_output(so)
-        sso = self._convert(so, step)
         self._check_chunks(so)
         core_tables = {rid: self.alloc.block_ids(rid) for rid in so.num_scheduled_tokens}
         seq_fps = {}
         for rid in so.num_scheduled_tokens:
             r = self.reqs[rid]
-            drafts = sso.spec_tokens.get(rid, [])
+            drafts = list(so.scheduled_spec_decode_tokens.get(rid, ()))
             seq_fps[rid] = r.fps + chain([r.fps[-1]], drafts)[1:] if drafts else r.fps
         self.last_scheduled = len(so.num_scheduled_tokens)
-        kinds = self.worker.update_states(sso)
-        self.worker.execute(sso, kinds, seq_fps, core_tables)
+        self.trace.copies.extend((step, c.src_block_id, c.dst_block_id)
+                                 for c in (getattr(so, "kv_cache_block_copies", None) or ()))
+        self.worker.execute(so, step, seq_fps, core_tables)
         sampled, accepted = self._sample(so)
-        self.worker.postprocess(sso, accepted, seq_fps)
+        ids, sampled_ids = self.worker.sample(so, step, sampled, accepted, seq_fps)
         done = {rid for rid, s in self.loads.items() if s <= step}
         for rid in done:
             del self.loads[rid]
         self.reported_loads = bool(done)  # vLLM takes them out of WAITING_FOR_REMOTE_KVS next step
-        ids = list(so.num_scheduled_tokens)
         out = self.ModelRunnerOutput(
-            req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
-            sampled_token_ids=[sampled[rid] for rid in ids],
+            req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)}, sampled_token_ids=sampled_ids,
             kv_connector_output=self.KVConnectorOutput(finished_recving=done) if done else None)
         self._call("", "update_from_output", sched.update_from_output, so, out)
         self._after_output(ids)
         self._check_cache(step)
-
-    def _convert(self, so, step: int) -> SchedulerOutput:
-        """vLLM's SchedulerOutput as the worker shadow's dataclass (the fields the V1 runner reads)."""
-        sso = SchedulerOutput(step=step, finished=set(so.finished_req_ids),
-                              preempted=set(so.preempted_req_ids or ()))
-        for nr in so.scheduled_new_reqs:
-            sso.new_reqs.append(NewReq(nr.req_id, tuple(list(b) for b in nr.block_ids), nr.num_computed_tokens,
-                                       len(nr.prompt_token_ids)))
-        cr = so.scheduled_cached_reqs
-        resumed = _resumed_ids(cr)
-        for i, rid in enumerate(cr.req_ids):
-            nb = cr.new_block_ids[i]
-            sso.cached_reqs.append(CachedReq(rid, None if nb is None else tuple(list(b) for b in nb),
-                                             cr.num_computed_tokens[i], resumed=rid in resumed))
-        sso.num_scheduled = dict(so.num_scheduled_tokens)
-        sso.spec_tokens = {rid: list(t) for rid, t in so.scheduled_spec_decode_tokens.items() if t}
-        copies = [(c.src_block_id, c.dst_block_id) for c in (getattr(so, "kv_cache_block_copies", None) or ())]
-        sso.copies = copies
-        self.trace.copies.extend((step, s, d) for s, d in copies)
-        sso.zero_ids = list(so.new_block_ids_to_zero or ())
-        return sso
 
     def _check_output(self, so) -> None:
         """A SchedulerOutput no runner can execute is vLLM's fault: a request with as many spec-decode rows as
@@ -471,14 +449,6 @@ class EngineDriver:
                           self.alloc.cached_mamba_entries())
 
 
-def _resumed_ids(cr) -> set[str]:
-    ids = getattr(cr, "resumed_req_ids", None)
-    if ids is not None:
-        return set(ids)
-    flags = getattr(cr, "resumed_from_preemption", None) or ()
-    return {rid for rid, f in zip(cr.req_ids, flags) if f}
-
-
 def _true_next(fps: list[int], k: int) -> int:
     """The true token k positions after the prefix fps[-1] (the symbolic tier's rule)."""
     last = fps[-1]
@@ -487,5 +457,5 @@ def _true_next(fps: list[int], k: int) -> int:
     return true_token(last)
 
 
-def replay(scenario: Scenario, mutant: str | None = None) -> Trace:
-    return EngineDriver(scenario, mutant).run()
+def replay(scenario: Scenario, mutant: str | None = None, options: EngineOptions | None = None) -> Trace:
+    return EngineDriver(scenario, mutant, options).run()

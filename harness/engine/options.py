@@ -1,0 +1,63 @@
+"""The engine tier's run options: which worker runs vLLM's scheduler output, async scheduling, kernels.
+
+Process-wide, from the environment (as the model tier's HH_MODEL), so that fuzz workers, verdict replays
+with fixes applied and minimization all replay an input the way it was found; the CLI's `--runner`,
+`--async-scheduling` and `--kernels` set them, and a finding artifact records them.
+
+- runner: `auto` = the model runner vLLM itself picks for this config (`VllmConfig.use_v2_model_runner`,
+  config/vllm.py:748-767 in 0.33.0); `v1` / `v2` force one; `mirror` = the harness's V1 worker shadow
+  (harness/worker.py) on the real scheduler's output, the mirrored worker checked by `hybrid-harness diff`.
+- async_scheduling: `auto` = vLLM's default for the config (config/vllm.py:1719), `on` / `off` force it.
+- kernels: `torch` = CPU replacements of vLLM's Triton kernels (registered through vLLM's own
+  `vllm.triton_utils.dispatcher.register_kernels`), `triton` = the real kernels (interpreter on CPU).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+from harness.errors import BadInput
+
+RUNNERS = ("auto", "v1", "v2", "mirror")
+ASYNC_MODES = ("auto", "on", "off")
+KERNELS = ("torch", "triton")
+_ENV = {"runner": "HH_ENGINE_RUNNER", "async_scheduling": "HH_ENGINE_ASYNC", "kernels": "HH_ENGINE_KERNELS"}
+_CHOICES = {"runner": RUNNERS, "async_scheduling": ASYNC_MODES, "kernels": KERNELS}
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    runner: str = "auto"
+    async_scheduling: str = "auto"
+    kernels: str = "torch"
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+
+def current() -> EngineOptions:
+    """The options in force in this process (BadInput naming the variable for a value not allowed)."""
+    values = {}
+    for name, var in _ENV.items():
+        value = os.environ.get(var, getattr(EngineOptions, name))
+        if value not in _CHOICES[name]:
+            raise BadInput(f"{var}={value!r}: choose one of {', '.join(_CHOICES[name])}")
+        values[name] = value
+    return EngineOptions(**values)
+
+
+def use(runner: str | None = None, async_scheduling: str | None = None, kernels: str | None = None) -> None:
+    """Set options for this process and the processes it starts (None leaves one as it is)."""
+    for name, value in (("runner", runner), ("async_scheduling", async_scheduling), ("kernels", kernels)):
+        if value is None:
+            continue
+        if value not in _CHOICES[name]:
+            raise BadInput(f"engine option {name}={value!r}: choose one of {', '.join(_CHOICES[name])}")
+        os.environ[_ENV[name]] = value
+
+
+def use_recorded(recorded: dict | None) -> None:
+    """Replay with the options a finding artifact recorded (its `engine` field)."""
+    if recorded:
+        use(**{k: recorded.get(k) for k in _CHOICES})

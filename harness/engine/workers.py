@@ -1,0 +1,81 @@
+"""The worker side of the engine tier: what runs vLLM's real SchedulerOutput each step.
+
+Every worker offers the same four things to `harness.engine.scheduler.EngineDriver`:
+- `states`: the state pages the oracles read (`page(block)`, `version`), as `harness.states.SymbolicStates`;
+- `execute(so, step, seq_fps, core_tables)`: take the step's SchedulerOutput (table updates, CoW copies,
+  Mamba pre-copies) and run the forward, recording a `RowView` per request and group and a `Read` for each
+  state consumed (`harness.trace`);
+- `sample(so, step, sampled, accepted, seq_fps)`: hand the sampler's result (the harness's token rule) to
+  the runner's bookkeeping (accepted counts, post-copies) and return `(req_ids, sampled_token_ids)` as the
+  runner's `ModelRunnerOutput` reports them;
+- `deliver(block, state)`: a connector load writes a boundary state into a block.
+
+`mirror` is the harness's V1 worker shadow (harness/worker.py) fed a conversion of the SchedulerOutput.
+"""
+
+from __future__ import annotations
+
+from harness.errors import BadInput
+from harness.states import SymbolicStates
+from harness.vllm_adapter import MAMBA_GROUP
+from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow
+
+
+def make_worker(driver, runner: str):
+    """The worker for `runner` (harness.engine.options.RUNNERS)."""
+    if runner in ("mirror", "auto"):
+        return MirrorWorker(driver)
+    raise BadInput(f"engine runner {runner!r} is not available yet on this build of the harness")
+
+
+class MirrorWorker:
+    """The V1 worker shadow on the real scheduler's output."""
+
+    def __init__(self, driver) -> None:
+        eg, alloc = driver.eg, driver.alloc
+        self.states = SymbolicStates(eg.num_speculative_tokens)
+        ckpt = (alloc.checkpoint_position, alloc.checkpoint_valid) if driver.geometry.prefill_checkpoint else None
+        self.shadow = WorkerShadow(block_size=eg.block_size, num_spec=eg.num_speculative_tokens,
+                                   mamba_groups=(MAMBA_GROUP,), states=self.states, trace=driver.trace, checkpoint=ckpt)
+        self._sso: SchedulerOutput | None = None
+
+    def execute(self, so, step: int, seq_fps: dict[str, list[int]], core_tables) -> None:
+        self._sso = sso = convert(so, step)
+        kinds = self.shadow.update_states(sso)
+        self.shadow.execute(sso, kinds, seq_fps, core_tables)
+
+    def sample(self, so, step: int, sampled: dict[str, list[int]], accepted: dict[str, int], seq_fps):
+        self.shadow.postprocess(self._sso, accepted, seq_fps)
+        ids = list(so.num_scheduled_tokens)
+        return ids, [sampled[rid] for rid in ids]
+
+    def deliver(self, block: int, state) -> None:
+        self.states.deliver(block, state)
+
+
+def convert(so, step: int) -> SchedulerOutput:
+    """vLLM's SchedulerOutput as the worker shadow's dataclass (the fields the V1 runner reads)."""
+    sso = SchedulerOutput(step=step, finished=set(so.finished_req_ids), preempted=set(so.preempted_req_ids or ()))
+    for nr in so.scheduled_new_reqs:
+        sso.new_reqs.append(NewReq(nr.req_id, tuple(list(b) for b in nr.block_ids), nr.num_computed_tokens,
+                                   len(nr.prompt_token_ids)))
+    cr = so.scheduled_cached_reqs
+    resumed = resumed_ids(cr)
+    for i, rid in enumerate(cr.req_ids):
+        nb = cr.new_block_ids[i]
+        sso.cached_reqs.append(CachedReq(rid, None if nb is None else tuple(list(b) for b in nb),
+                                         cr.num_computed_tokens[i], resumed=rid in resumed))
+    sso.num_scheduled = dict(so.num_scheduled_tokens)
+    sso.spec_tokens = {rid: list(t) for rid, t in so.scheduled_spec_decode_tokens.items() if t}
+    sso.copies = [(c.src_block_id, c.dst_block_id) for c in (getattr(so, "kv_cache_block_copies", None) or ())]
+    sso.zero_ids = list(so.new_block_ids_to_zero or ())
+    return sso
+
+
+def resumed_ids(cr) -> set[str]:
+    """Requests resumed from preemption this step (0.33.0 lists them; older releases flag each row)."""
+    ids = getattr(cr, "resumed_req_ids", None)
+    if ids is not None:
+        return set(ids)
+    flags = getattr(cr, "resumed_from_preemption", None) or ()
+    return {rid for rid, f in zip(cr.req_ids, flags) if f}
