@@ -37,7 +37,7 @@ os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")  # the worker shadow mirr
 
 from dataclasses import dataclass, field  # noqa: E402
 
-from harness.driver import true_token  # noqa: E402  (the shared token rule, not the symbolic tier's Driver)
+from harness.tokens import true_token  # noqa: E402  (the shared token rule)
 from harness.errors import BadInput, HarnessError  # noqa: E402
 from harness.scenario import VOCAB_SIZE, RequestSpec, Scenario  # noqa: E402
 from harness.states import chain  # noqa: E402
