@@ -14,8 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from harness.driver import replay
 from harness.oracles import judge
+from harness.replay import replay
 from harness.scenario import parse_scenario
 
 

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
-    from harness.driver import replay
+    from harness.replay import replay
     from harness.engine.diff import diff
     from harness.generate import random_scenario
     from harness.oracles import judge

@@ -132,15 +132,15 @@ def check_pooled_decode(be, device: str, g) -> dict:
 
 def check_model(be, device: str) -> dict:
     """The model-tier seed scenario twice on the float32 model with the GPU backend."""
-    from harness.model_tier import replay_model
+    from harness.replay import replay
     from harness.oracles import output_summary
     from harness.scenario import load_scenario
     from models.hybrid import HybridLM, ModelConfig
     runs = []
     for _ in range(2):
         t0 = time.monotonic()
-        trace = replay_model(load_scenario(SCENARIO),
-                             model=HybridLM(ModelConfig(device=device, dtype="float32"), backend=be))
+        trace = replay(load_scenario(SCENARIO), tier="model",
+                       model=HybridLM(ModelConfig(device=device, dtype="float32"), backend=be))
         runs.append({"summary": output_summary(trace), "exception": None if trace.exception is None
                      else str(trace.exception), "seconds": round(time.monotonic() - t0, 2)})
     # stock vLLM: the outputs must match the float32 reference (oracles.LOGIT_TOLERANCES["float32"])

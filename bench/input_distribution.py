@@ -26,7 +26,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "docs" / "input-distribution.md"))
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from harness.driver import replay
+    from harness.replay import replay
     from harness.errors import HarnessError
     from harness.generate import random_scenario
     from harness.genome import decode, random_bytes, release_budget

@@ -13,10 +13,10 @@ import argparse
 import time
 from pathlib import Path
 
-from harness.driver import replay
 from harness.generate import random_scenario
 from harness.mutants import REGISTRY, mutant_applied
 from harness.oracles import judge, merge_output_summaries, output_summary
+from harness.replay import replay
 from harness.stamp import stamp
 from harness.vllm_adapter import installed_version, load_vllm, supports_prefill_checkpoints
 

@@ -29,7 +29,7 @@ def main() -> int:
     from harness.generate import random_scenario
     from harness.mutants import REGISTRY, mutant_applied
     from harness.mutation import describe_scenario, kills, minimized_kill
-    from harness.driver import replay
+    from harness.replay import replay
     from harness.oracles import judge
     from harness.scenario import scenario_to_json
     from harness.vllm_adapter import supports_prefill_checkpoints

@@ -20,9 +20,9 @@ import pstats
 import time
 from pathlib import Path
 
-from harness.driver import replay as replay_tier
 from harness.generate import random_scenario
 from harness.oracles import judge
+from harness.replay import replay as replay_tier
 from harness.vllm_adapter import Allocator, installed_version, supports_prefill_checkpoints
 
 # Adapter methods that are vLLM's own work as the engine does it (KVCacheManager construction and calls,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from harness.driver import replay
 from harness.generate import random_scenario
 from harness.oracles import judge
+from harness.replay import replay
 
 SCENARIOS = [random_scenario(s, checkpoints=False) for s in range(50)]
 

@@ -40,7 +40,7 @@ def detects(doc: dict, mutant: str | None) -> bool:
     from harness.known import judge_scenario
     from harness.mutation import kills
     from harness.oracles import judge
-    from harness.driver import replay
+    from harness.replay import replay
     from harness.scenario import parse_scenario
 
     if mutant:
@@ -77,7 +77,7 @@ def fuzz_trial(trial: int, budget: float, mutant: str | None = None) -> tuple[fl
 
 
 def random_trials(trials: int, budget: float, mutant: str | None = None) -> tuple[float, list[tuple[float | None, int]]]:
-    from harness.driver import replay
+    from harness.replay import replay
     from harness.genome import decode, random_bytes, release_budget
     from harness.mutants import mutant_applied
     from harness.oracles import judge

@@ -17,9 +17,9 @@ import re
 import sys
 from pathlib import Path
 
-from harness.model_tier import ModelDriver
 from harness.mutants import mutant_applied
 from harness.oracles import output_symptom, reference_output
+from harness.replay import replay
 from harness.scenario import parse_scenario
 from harness.stamp import stamp
 from harness.vllm_adapter import installed_version, load_vllm
@@ -52,7 +52,7 @@ def main() -> None:
         for ta, tb in itertools.product(TEXTS, repeat=2):
             a = tok.encode(ta, bos=False)[:15]
             b = a[:14] + tok.encode(" " + tb, bos=False)[:6]
-            trace = ModelDriver(scenario(a, b), mutant, model=model).run()
+            trace = replay(scenario(a, b), mutant, "model", model=model)
             rec = next(r for r in trace.outputs if r.request == "b")
             symptom = output_symptom(rec) or "match"
             counts[symptom] = counts.get(symptom, 0) + 1

@@ -8,8 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from harness.driver import TIERS
 from harness.errors import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_HARNESS_ERROR, EXIT_OK, BadInput, HarnessError
+from harness.replay import TIERS
 
 FUZZ_TIERS = ("symbolic", "model")  # tiers with an atheris target (harness.campaign.TARGETS)
 MODELS = ("random", "trained")  # harness.model_tier.MODELS, without importing torch to build the parser
@@ -34,7 +34,7 @@ def _use_engine(args: argparse.Namespace, recorded: dict | None = None) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.artifacts import finding_artifact, write_finding
-    from harness.driver import replay
+    from harness.replay import replay
     from harness.known import judge_scenario
     from harness.mutants import mutant_applied
     from harness.oracles import describe_outputs, judge, output_summary
@@ -120,7 +120,7 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
     import time
 
     from harness.artifacts import finding_artifact, write_finding, write_json_atomic
-    from harness.driver import replay
+    from harness.replay import replay
     from harness.generate import random_scenario
     from harness.known import judge_scenario
     from harness.oracles import describe_outputs, judge, merge_output_summaries, output_summary
@@ -353,7 +353,7 @@ def _cmd_known(args: argparse.Namespace) -> int:
             print(f"{k.id}\n  {k.summary}\n  repro: {k.repro}  ({k.releases})\n  reached by: {k.reached_by}\n"
                   f"  fix: {k.fix.bug_class.removeprefix('fix: ')}")
         return EXIT_OK
-    from harness.driver import replay
+    from harness.replay import replay
     from harness.oracles import judge
     from harness.scenario import load_scenario
     from harness.vllm_adapter import installed_version

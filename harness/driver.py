@@ -18,10 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.errors import BadInput, HarnessError
-from harness.scenario import VOCAB_SIZE, RequestSpec, Scenario
+from harness.scenario import RequestSpec, Scenario
 from harness.states import SymbolicStates, chain
+from harness.tokens import planned_drafts, true_next
 from harness.trace import CacheRecorder, Call, Trace, VllmException, VllmRaised, run_steps
-from harness.vllm_adapter import MAMBA_GROUP, Allocator, exception_site, installed_version
+from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, Allocator, exception_site, installed_version
 from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow
 
 
@@ -54,13 +55,12 @@ class _WithDrafts:
         return self.base[n] if n <= self.cut else self.extra[n - self.cut]
 
 
-def true_token(fp: int) -> int:
-    """The deterministic 'model': the next token is a function of the exact prefix."""
-    return (fp >> 7) % (VOCAB_SIZE - 1) + 1
-
-
 class Driver:
-    def __init__(self, scenario: Scenario, mutant: str | None = None) -> None:
+    """The mirrored scheduler loop. `backend`: a forward backend (harness.model_tier.ModelBackend) that runs a
+    model on the worker's page moves and decides tokens, drafts and connector loads; None = the symbolic
+    token rule (harness.tokens) alone."""
+
+    def __init__(self, scenario: Scenario, mutant: str | None = None, backend=None) -> None:
         self.sc = scenario
         self.g = g = scenario.geometry
         self.alloc = Allocator(g)
@@ -69,8 +69,11 @@ class Driver:
         self.trace = Trace(vllm_version=installed_version(), mutant=mutant)
         self.states = SymbolicStates(self.K)
         ckpt = (self.alloc.checkpoint_position, self.alloc.checkpoint_valid) if g.prefill_checkpoint else None
+        self.backend = backend
+        if backend is not None:
+            backend.step_tokens = self._step_tokens
         self.worker = WorkerShadow(block_size=g.mamba_block_size, num_spec=self.K, mamba_groups=(MAMBA_GROUP,),
-                                   states=self.states, trace=self.trace, checkpoint=ckpt)
+                                   states=self.states, trace=self.trace, checkpoint=ckpt, kernels=backend)
         prompts = scenario.prompt_tokens()
         self.reqs: dict[str, _Req] = {}
         for spec in scenario.requests:
@@ -107,7 +110,19 @@ class Driver:
 
     # -- public ------------------------------------------------------------------------------------
     def run(self) -> Trace:
-        return run_steps(self)
+        if self.backend is None:
+            return run_steps(self)
+        with self.backend.session():
+            trace = run_steps(self)
+            if trace.exception is None:
+                trace.outputs = self.backend.outputs(
+                    (r.id, list(r.vreq.all_token_ids), r.vreq.num_prompt_tokens) for r in self.reqs.values())
+        return trace
+
+    def _step_tokens(self, rid: str) -> list[int]:
+        """A request's tokens followed by this step's drafts (what a backend's forward consumes)."""
+        r = self.reqs[rid]
+        return list(r.vreq.all_token_ids) + r.drafts
 
     def _stuck(self, step: int) -> bool:
         """Nothing ran last step and nothing can change: no load in flight, no arrival or event to come.
@@ -308,6 +323,9 @@ class Driver:
         col = (total - 1) // self.g.mamba_block_size
         if col < len(table):
             self.states.deliver(table[col], (total, r.fps[total]))
+        if self.backend is not None:
+            self.backend.deliver(r.id, list(r.vreq.all_token_ids)[:total], table[col] if col < len(table) else None,
+                                 self.alloc.block_ids(r.id)[ATTN_GROUP], start)
 
     def _finish_load(self, r: _Req) -> None:
         """`_update_waiting_for_remote_kv` (scheduler.py:3467-3517)."""
@@ -348,21 +366,17 @@ class Driver:
         return accepted
 
     def _verify(self, r: _Req, drafts: list[int]) -> list[int]:
-        """Rejection sampling against the deterministic 'model': the accepted drafts plus one token."""
+        """Rejection sampling against the deterministic 'model' (or the backend's): the accepted drafts
+        plus one token."""
+        if self.backend is not None:
+            return self.backend.verify(r.id, self.step_idx, r.vreq.num_tokens, drafts)
+        last = r.fps[-1]
         good = 0
         for d in drafts:  # drafts were planned right or wrong; verification counts the right prefix
-            if d != self._true_next(r, good):
+            if d != true_next(last, good):
                 break
             good += 1
-        return [self._true_next(r, k) for k in range(good + 1)]
-
-    def _true_next(self, r: _Req, k: int) -> int:
-        """The true token k positions after the request's current end (extends a scratch chain)."""
-        fps = r.fps
-        last = fps[-1]
-        for _ in range(k):
-            last = hash((last, true_token(last)))
-        return true_token(last)
+        return [true_next(last, k) for k in range(good + 1)]
 
     def _plan_drafts(self, r: _Req) -> None:
         nd = min(self.K, r.spec.max_tokens - r.vreq.num_output_tokens - 1)
@@ -371,15 +385,14 @@ class Driver:
             r.vreq.spec_token_ids = list(r.drafts)
 
     def _propose(self, r: _Req, nd: int) -> list[int]:
-        """Propose nd drafts; the scenario's acceptance pattern decides how many are right."""
+        """Propose nd drafts: the backend's drafter, or right and wrong as the scenario's acceptance
+        pattern says."""
+        if self.backend is not None:
+            return self.backend.propose(r.id, list(r.vreq.all_token_ids), nd)
         pattern = r.spec.acceptance or [self.K]
         good = min(pattern[r.accept_idx % len(pattern)], nd)
         r.accept_idx += 1
-        drafts = []
-        for k in range(nd):
-            t = self._true_next(r, k)
-            drafts.append(t if k < good else t % (VOCAB_SIZE - 1) + 1)
-        return drafts
+        return planned_drafts(r.fps[-1], nd, good)
 
     # -- lifetimes -----------------------------------------------------------------------------------------
     def _finish(self, r: _Req) -> None:
@@ -437,22 +450,5 @@ class Driver:
         self.cache.record(step, {r.id: (r.vreq.block_hashes, r.fps) for r in self.reqs.values()},
                           self.alloc.cached_mamba_entries())
 
-TIERS = ("symbolic", "model", "engine")
 
-
-def replay(scenario: Scenario, mutant: str | None = None, tier: str = "symbolic") -> Trace:
-    """Build a driver for the tier and run the scenario. Mutants must already be applied by the caller."""
-    if tier == "model":
-        from harness.model_tier import ModelDriver  # torch model code only when asked for
-
-        return ModelDriver(scenario, mutant).run()
-    if tier == "engine":
-        from harness.engine import replay as engine_replay  # vLLM's real Scheduler only when asked for
-
-        return engine_replay(scenario, mutant)
-    if tier != "symbolic":
-        raise BadInput(f"unknown tier {tier!r}: choose one of {', '.join(TIERS)}")
-    return Driver(scenario, mutant).run()
-
-
-__all__ = ["TIERS", "Driver", "replay"]
+__all__ = ["Driver"]

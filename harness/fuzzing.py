@@ -27,11 +27,11 @@ from pathlib import Path
 import psutil
 
 from harness.artifacts import finding_artifact, write_json_atomic
-from harness.driver import replay
 from harness.errors import BadInput, HarnessError
 from harness.genome import decode, release_budget
 from harness.known import Verdict, judge_scenario
 from harness.oracles import judge, merge_output_summaries, output_summary
+from harness.replay import replay
 from harness.scenario import scenario_to_json
 
 

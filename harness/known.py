@@ -260,7 +260,7 @@ def classify(signatures, replay_signatures) -> Verdict:
 
 def judge_scenario(scenario, findings, mutant: str | None, tier: str) -> Verdict:
     """Classify a replayed scenario's findings (the caller has the mutant applied already)."""
-    from harness.driver import replay
+    from harness.replay import replay
     from harness.oracles import judge
 
     def replay_signatures(issues):

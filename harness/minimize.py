@@ -11,10 +11,10 @@ import copy
 import time
 from collections.abc import Iterator
 
-from harness.driver import replay
 from harness.errors import BadInput
 from harness.known import judge_scenario
 from harness.oracles import judge
+from harness.replay import replay
 from harness.scenario import Scenario, parse_scenario, scenario_to_json
 
 

@@ -1,8 +1,9 @@
 """Model tier: the same replay, with a tiny hybrid LM running on real state tensors paged by vLLM's blocks.
 
-The symbolic worker shadow still decides every read, write and copy (and the symbolic oracles still
-judge them); `ModelKernels` performs the same page moves on a `TensorPool` and runs the model's forward
-for each scheduled request on the state the runner would read. Tokens are the cached run's own greedy
+A forward backend, not a tier of its own: `harness.replay.replay(..., tier="model")` plugs `ModelBackend`
+into the symbolic driver (it imports no tier). The worker shadow still decides every read, write and copy
+(and the symbolic oracles still judge them); `ModelBackend` performs the same page moves on a `TensorPool`
+and runs the model's forward for each scheduled request on the state the runner would read. Tokens are the cached run's own greedy
 choices; speculative drafts come from a real drafter (layer-skip self-speculation, models/drafter.py) and
 are accepted by verification against the cached run's logits. After the replay every generated token is scored against the uncached reference
 (`models/reference.py`); the output oracle (`harness/oracles.py: outputs`) judges those records.
@@ -16,11 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.driver import Driver, _Req
 from harness.errors import BadInput
 from harness.oracles import LOGIT_TOLERANCES, first_token_divergence
-from harness.scenario import Scenario
-from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP
 from harness.worker import Forward
 from models.drafter import LayerSkipDrafter, ngram_propose
 from models.hybrid import HybridLM, ModelConfig
@@ -73,17 +71,30 @@ def _model(kind: str) -> HybridLM:
     raise BadInput(f"unknown model {kind!r}: choose one of {', '.join(MODELS)}")
 
 
-class ModelKernels:
-    """The tensor backend the worker shadow drives (`WorkerShadow.kernels`)."""
+class ModelBackend:
+    """The model tier as a forward backend: a tiny hybrid LM on real state tensors, paged by vLLM's blocks.
 
-    def __init__(self, driver: ModelDriver) -> None:
-        self.driver = driver
-        self.model = driver.model
-        g = driver.g
-        self.pool = TensorPool(driver.model, g.num_blocks, g.num_speculative_tokens, g.attn_block_size)
+    Plugged into a tier that owns the scheduling (the symbolic `harness.driver.Driver`, through
+    `backend=`; any worker built on `harness.worker.WorkerShadow`, through `kernels=`): it imports neither.
+
+    Kernels (what `WorkerShadow.kernels` calls): `zero`, `copy_page`, `shift_copy`, `forward(Forward)`.
+    Driver hooks: `verify` (greedy verification of the step's drafts against the cached run's logits),
+    `propose` (the drafter), `deliver` (a connector's load of the exact prefix state and keys/values),
+    `session` (the context the replay runs in) and `outputs` (every generation scored against the
+    uncached reference). `step_tokens(request)` must be set by the tier: the request's tokens followed
+    by this step's drafts (what the forward consumes)."""
+
+    def __init__(self, geometry, model: HybridLM | None = None, drafter: str = "layer-skip") -> None:
+        self.model = model or default_model()
+        self.drafter = LayerSkipDrafter(self.model) if drafter == "layer-skip" else None
+        self.pool = TensorPool(self.model, geometry.num_blocks, geometry.num_speculative_tokens,
+                               geometry.attn_block_size)
         self.logits: dict[str, torch.Tensor] = {}
         self.pending_kv: dict[str, tuple[list[int], int, int, dict]] = {}
+        self.cached_logits: dict[str, dict[int, tuple[int, torch.Tensor]]] = {}
+        self.step_tokens = None  # set by the tier: request -> tokens + this step's drafts
 
+    # -- kernels ----------------------------------------------------------------------------------------
     def zero(self, blocks: list[int]) -> None:
         self.pool.zero_kv(blocks)
 
@@ -96,7 +107,7 @@ class ModelKernels:
     def forward(self, f: Forward) -> None:
         pool, nc, ns = self.pool, f.num_computed, f.num_scheduled
         self._load_pending_kv(f.request)
-        tokens = self.driver.step_tokens(f.request)[nc:nc + ns]
+        tokens = self.step_tokens(f.request)[nc:nc + ns]
         states = pool.read(*f.init) if f.init else self.model.zero_states()
         if f.decode:
             state_at = list(range(ns))
@@ -122,58 +133,42 @@ class ModelKernels:
         for layer, (k, v) in store.items():
             self.pool.write_kv(layer, row, start, k[start:total], v[start:total])
 
-
-class ModelDriver(Driver):
-    def __init__(self, scenario: Scenario, mutant: str | None = None, model: HybridLM | None = None,
-                 drafter: str = "layer-skip") -> None:
-        super().__init__(scenario, mutant)
-        self.model = model or default_model()
-        self.drafter = LayerSkipDrafter(self.model) if drafter == "layer-skip" else None
-        self.kernels = ModelKernels(self)
-        self.worker.kernels = self.kernels
-        self.cached_logits: dict[str, dict[int, tuple[int, torch.Tensor]]] = {rid: {} for rid in self.reqs}
-
-    def step_tokens(self, rid: str) -> list[int]:
-        r = self.reqs[rid]
-        return list(r.vreq.all_token_ids) + r.drafts
-
-    def _verify(self, r: _Req, drafts: list[int]) -> list[int]:
-        """Greedy verification against the cached run's own logits (rejection sampling at temperature 0)."""
-        logits = self.kernels.logits.pop(r.id)
+    # -- driver hooks -------------------------------------------------------------------------------------
+    def verify(self, request: str, step: int, first: int, drafts: list[int]) -> list[int]:
+        """Greedy verification against the cached run's own logits (rejection sampling at temperature 0):
+        the accepted drafts and one more token; `first` is the index of the first token sampled."""
+        logits = self.logits.pop(request)
         targets = logits.argmax(-1).tolist()
         good = 0
         while good < len(drafts) and drafts[good] == targets[good]:
             good += 1
-        first = r.vreq.num_tokens
+        got = self.cached_logits.setdefault(request, {})
         for i in range(good + 1):
-            self.cached_logits[r.id][first + i] = (self.step_idx, logits[i])
+            got[first + i] = (step, logits[i])
         return targets[:good + 1]
 
-    def _propose(self, r: _Req, nd: int) -> list[int]:
-        tokens = list(r.vreq.all_token_ids)
-        return self.drafter.propose(r.id, tokens, nd) if self.drafter else ngram_propose(tokens, nd)
+    def propose(self, request: str, tokens: list[int], nd: int) -> list[int]:
+        return self.drafter.propose(request, tokens, nd) if self.drafter else ngram_propose(tokens, nd)
 
-    def _connector_deliver(self, r: _Req, start: int, total: int) -> None:
-        super()._connector_deliver(r, start, total)
-        states, store = prefix_state(self.model, list(r.vreq.all_token_ids)[:total])
-        table = self.alloc.block_ids(r.id)
-        col = (total - 1) // self.g.mamba_block_size
-        if col < len(table[MAMBA_GROUP]):
-            self.kernels.pool.deliver_state(table[MAMBA_GROUP][col], states)
-        self.kernels.pending_kv[r.id] = (list(table[ATTN_GROUP]), start, total, store)
+    def deliver(self, request: str, tokens: list[int], mamba_block: int | None, attn_row: list[int],
+                start: int) -> None:
+        """A connector load of `tokens` (tokens start.. are the external ones): the exact Mamba state after
+        them into `mamba_block` (None: no block holds it), their keys/values into `attn_row` before the
+        request's first forward."""
+        states, store = prefix_state(self.model, tokens)
+        if mamba_block is not None:
+            self.pool.deliver_state(mamba_block, states)
+        self.pending_kv[request] = (list(attn_row), start, len(tokens), store)
 
-    def run(self):
-        with torch.inference_mode():
-            trace = super().run()
-            if trace.exception is None:
-                trace.outputs = [self._score(rid) for rid, got in self.cached_logits.items() if got]
-        return trace
+    def session(self):
+        return torch.inference_mode()
 
-    def _score(self, rid: str) -> OutputRecord:
+    def outputs(self, requests) -> list[OutputRecord]:
+        """`requests`: (request, all token ids, prompt length) of each request; one record per generation."""
+        return [self._score(rid, tokens, plen) for rid, tokens, plen in requests if self.cached_logits.get(rid)]
+
+    def _score(self, rid: str, tokens: list[int], plen: int) -> OutputRecord:
         """Teacher-forced reference along the cached run's tokens; its own greedy run past a divergence."""
-        r = self.reqs[rid]
-        tokens = list(r.vreq.all_token_ids)
-        plen = r.vreq.num_prompt_tokens
         ref = teacher_forced_logits(self.model, tokens[:-1])
         got = self.cached_logits[rid]
         steps = [got[j][0] for j in range(plen, len(tokens))]
@@ -190,6 +185,4 @@ class ModelDriver(Driver):
         return rec
 
 
-def replay_model(scenario: Scenario, mutant: str | None = None, model: HybridLM | None = None):
-    """Replay a scenario in the model tier. Mutants must already be applied by the caller."""
-    return ModelDriver(scenario, mutant, model).run()
+__all__ = ["MODELS", "ModelBackend", "OutputRecord", "default_model"]

@@ -19,13 +19,13 @@ from pathlib import Path
 
 from harness.artifacts import write_json_atomic
 from harness.campaign import Campaign
-from harness.driver import replay
 from harness.errors import BadInput, HarnessError
 from harness.genome import decode, release_budget
 from harness.known import judge_scenario
 from harness.minimize import minimize
 from harness.mutants import get_mutant, mutant_applied
 from harness.oracles import judge
+from harness.replay import replay
 from harness.scenario import parse_scenario, scenario_to_json
 
 

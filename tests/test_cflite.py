@@ -63,7 +63,7 @@ def test_split_reads_and_the_allocator_work_without_source(monkeypatch):
     vllm_adapter._split_reads.cache_clear()
     try:
         assert vllm_adapter._split_reads() == expected
-        trace = __import__("harness.driver", fromlist=["replay"]).replay(
+        trace = __import__("harness.replay", fromlist=["replay"]).replay(
             load_scenario(ROOT / "scenarios" / "seed-external-hit-same-block.json"))
         assert trace.steps_run > 0  # Allocator._split_shim checked every chain against its shim
     finally:

@@ -3,8 +3,8 @@ get_num_new_matched_tokens does), not dropped; the engine tier's diff found the 
 
 from __future__ import annotations
 
-from harness.driver import replay
 from harness.oracles import judge
+from harness.replay import replay
 from harness.scenario import parse_scenario
 
 

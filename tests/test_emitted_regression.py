@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from harness.driver import replay
 from harness.errors import BadInput
 from harness.mutants import REGISTRY
 from harness.oracles import judge
 from harness.regression import emit_regression
+from harness.replay import replay
 from harness.scenario import parse_scenario
 from testlib import ROOT, mutant, run_emitted
 

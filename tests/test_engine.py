@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.driver import TIERS, replay
 from harness.errors import BadInput
 from harness.mutants import mutant_applied
 from harness.oracles import judge
+from harness.replay import TIERS, replay
 from harness.scenario import load_scenario, parse_scenario
 from harness.vllm_adapter import installed_version
 

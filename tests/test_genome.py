@@ -8,9 +8,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.driver import replay
 from harness.genome import MAX_REQUESTS, decode, mutate, random_bytes
 from harness.oracles import judge
+from harness.replay import replay
 
 from testlib import ROOT
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from harness.driver import replay
 from harness.minimize import minimize
 from harness.oracles import judge
 from harness.regression import emit_regression
+from harness.replay import replay
 from harness.scenario import load_scenario
 
 from testlib import SCENARIOS, mutant, run_emitted, seed_bug_release

@@ -11,9 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.cli import main
+from harness.driver import Driver
 from harness.generate import random_scenario
-from harness.model_tier import OutputRecord, replay_model
+from harness.model_tier import ModelBackend, OutputRecord
 from harness.oracles import LOGIT_TOLERANCE, judge, output_summary, output_symptom
+from harness.replay import replay
 from harness.scenario import load_scenario, parse_scenario
 from models import kernels
 from models.drafter import ngram_propose
@@ -69,7 +71,7 @@ def test_ngram_drafter_proposes_what_followed():
 @pytest.mark.skipif(seed_bug_release, reason="vLLM 0.26.0-0.27.1 carry the seed bug: b resumes from a wrong "
                     "state (test_seed_bug_diverges_the_second_request)")
 def test_seed_scenario_matches_reference_on_stock():
-    trace = replay_model(load_scenario(SCENARIOS / "seed-external-hit-same-block.json"))
+    trace = replay(load_scenario(SCENARIOS / "seed-external-hit-same-block.json"), tier="model")
     assert judge(trace) == []
     s = output_summary(trace)
     assert s["generations"] == 2 and s["diverged"] == 0 and s["max_logit_diff"] < LOGIT_TOLERANCE
@@ -79,7 +81,7 @@ def test_seed_bug_diverges_the_second_request():
     """The seed bug (stock 0.26.0-0.27.1, a mutant of later releases): b resumes from a[:15] for a[:14]."""
     name = None if seed_bug_release else "seed-unmarked-early-return"
     with mutant(name):
-        trace = replay_model(load_scenario(SCENARIOS / "seed-external-hit-same-block.json"), name)
+        trace = replay(load_scenario(SCENARIOS / "seed-external-hit-same-block.json"), name, "model")
     out = by_oracle(judge(trace), "output")
     assert [f.request for f in out] == ["b"]
     rec = {r.request: r for r in trace.outputs}
@@ -90,46 +92,44 @@ def test_seed_bug_diverges_the_second_request():
 @needs_checkpoints
 def test_checkpoint_midblock_start_changes_tokens():
     """The stock 0.33.0 prefill-checkpoint issue is visible to users: request c's token differs."""
-    trace = replay_model(load_scenario(SCENARIOS / "checkpoint-midblock-start.json"))
+    trace = replay(load_scenario(SCENARIOS / "checkpoint-midblock-start.json"), tier="model")
     out = by_oracle(judge(trace), "output")
     assert [f.request for f in out] == ["c"] and "cached tokens" in out[0].actual
 
 
 def test_corrupted_pool_is_caught():
     """The oracle can fail: zero one Mamba page the second request will resume from."""
-    from harness.model_tier import ModelDriver
-
-    driver = ModelDriver(load_scenario(SCENARIOS / "seed-external-hit-same-block.json"))
-    real = driver.kernels.forward
+    sc = load_scenario(SCENARIOS / "seed-external-hit-same-block.json")
+    backend = ModelBackend(sc.geometry)
+    real = backend.forward
 
     def forward(f):
         if f.request == "b" and f.init is not None:
-            driver.kernels.pool.ssm[:, f.init[2]] = 0
+            backend.pool.ssm[:, f.init[2]] = 0
         real(f)
 
-    driver.kernels.forward = forward
-    trace = driver.run()
+    backend.forward = forward
+    trace = Driver(sc, backend=backend).run()
     assert by_oracle(judge(trace), "output")
 
 
 def test_speculative_decoding_accepts_by_verification():
     """The layer-skip drafter's drafts are verified against the cached run: some kept, some rejected."""
-    from harness.model_tier import ModelDriver
-
     doc = {"version": 1, "geometry": {"hash_block_size": 2, "attn_block_size": 4, "mamba_block_size": 8,
                                       "num_blocks": 64, "max_model_len": 128, "num_speculative_tokens": 2},
            "requests": [{"id": "a", "prompt": {"length": 16, "seed": 4}, "max_tokens": 24}]}
-    driver = ModelDriver(parse_scenario(doc))
+    sc = parse_scenario(doc)
+    backend = ModelBackend(sc.geometry)
     verified = []
-    real = driver._verify
+    real = backend.verify
 
-    def verify(r, drafts):
-        tokens = real(r, drafts)
+    def verify(request, step, first, drafts):
+        tokens = real(request, step, first, drafts)
         verified.append((len(drafts), len(tokens) - 1))
         return tokens
 
-    driver._verify = verify
-    trace = driver.run()
+    backend.verify = verify
+    trace = Driver(sc, backend=backend).run()
     assert judge(trace) == []
     assert any(n for n, _ in verified), "no drafts proposed"
     accepted = [a for n, a in verified if n]
@@ -141,7 +141,7 @@ def test_speculative_decoding_accepts_by_verification():
 def test_sweep_of_geometries_has_no_false_alarm():
     worst = 0.0
     for seed in range(12):
-        trace = replay_model(random_scenario(seed, checkpoints=False, small=True))
+        trace = replay(random_scenario(seed, checkpoints=False, small=True), tier="model")
         assert judge(trace) == [], seed
         worst = max(worst, output_summary(trace)["max_logit_diff"])
     assert worst < LOGIT_TOLERANCE
@@ -262,5 +262,5 @@ def test_local_training_lowers_the_loss_and_caches(tmp_path, monkeypatch):
     again = train.trained_model(steps=3)  # loaded, not retrained
     assert torch.equal(first.lm_head, again.lm_head) and not torch.equal(first.lm_head, MODEL.lm_head)
     # a trained model on stock vLLM still matches its uncached reference
-    trace = replay_model(load_scenario(SCENARIOS / "workload-chat.json"), model=again)
+    trace = replay(load_scenario(SCENARIOS / "workload-chat.json"), tier="model", model=again)
     assert judge(trace) == [] and output_summary(trace)["generations"] == 12

@@ -152,7 +152,7 @@ def test_pool_is_judged_after_an_exception():
 
 @needs_accepted_reset
 def test_minimizing_a_new_finding_keeps_it_new():
-    from harness.driver import replay
+    from harness.replay import replay
     from harness.minimize import minimize
     from harness.oracles import judge
     from testlib import mutant

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.driver import replay
 from harness.mutants import mutant_applied
 from harness.oracles import judge
+from harness.replay import replay
 from harness.scenario import load_scenario, parse_scenario
 from harness.vllm_adapter import installed_version, supports_prefill_checkpoints
 

@@ -151,7 +151,7 @@ def diff(scenario: Scenario, mutant: str | None = None) -> DiffReport:
     """Replay the scenario on the mirrored (symbolic) and the engine tier and report what differs.
     BadInput from either tier propagates (a scenario one tier cannot express is not a disagreement); a
     mutant must already be applied by the caller (as for `replay`)."""
-    from harness.driver import replay
+    from harness.replay import replay
     from harness.oracles import judge
 
     sc, notes = aligned(scenario)

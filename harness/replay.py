@@ -1,0 +1,38 @@
+"""One `replay(scenario, mutant, tier)` above the tiers; the tiers do not import each other.
+
+- `symbolic`: the mirrored scheduler loop (harness/driver.py) on vLLM's real KVCacheManager, with the V1
+  worker shadow and symbolic states;
+- `model`: the same loop with the tiny hybrid LM as the worker's forward backend
+  (harness/model_tier.py: `ModelBackend`), scored against the uncached reference;
+- `engine`: vLLM's real Scheduler with a pluggable worker (harness/engine/).
+
+Each tier's code is imported only when asked for (torch for the model, vLLM's Scheduler for the engine).
+"""
+
+from __future__ import annotations
+
+from harness.errors import BadInput
+
+TIERS = ("symbolic", "model", "engine")
+
+
+def replay(scenario, mutant: str | None = None, tier: str = "symbolic", model=None):
+    """Run the scenario on the tier and return its trace. Mutants must already be applied by the caller.
+    `model`: the model tier's HybridLM (default: HH_MODEL's)."""
+    if tier == "symbolic":
+        from harness.driver import Driver
+
+        return Driver(scenario, mutant).run()
+    if tier == "model":
+        from harness.driver import Driver
+        from harness.model_tier import ModelBackend  # torch model code only when asked for
+
+        return Driver(scenario, mutant, backend=ModelBackend(scenario.geometry, model)).run()
+    if tier == "engine":
+        from harness.engine import replay as engine_replay  # vLLM's real Scheduler only when asked for
+
+        return engine_replay(scenario, mutant)
+    raise BadInput(f"unknown tier {tier!r}: choose one of {', '.join(TIERS)}")
+
+
+__all__ = ["TIERS", "replay"]
