@@ -4,7 +4,8 @@
     python fuzz/symbolic_target.py [libFuzzer flags] [CORPUS_DIR ...]   # fuzz
     python fuzz/symbolic_target.py CRASH_FILE                          # replay one input
 Environment: HH_ARTIFACTS (kept findings, default artifacts/fuzz), HH_MUTANT (mutant to apply),
-HH_NO_CHECKPOINTS (mutator only), HH_KEEP_GOING, HH_TIER (see harness/fuzzing.py; fuzz/model_target.py sets HH_TIER=model).
+HH_NO_CHECKPOINTS (mutator only), HH_KEEP_GOING, HH_TIER (see harness/fuzzing.py; fuzz/model_target.py sets
+HH_TIER=model, fuzz/engine_target.py HH_TIER=engine).
 
 Coverage: the harness is instrumented as it is imported; vLLM's allocator package (vllm.v1.core) is
 instrumented function by function after import. (atheris.instrument_imports widens "vllm.v1.core" to the
@@ -28,8 +29,11 @@ with atheris.instrument_imports(include=["harness", "models"]):
 
     if TIER == "model":
         import harness.model_tier  # noqa: F401 - instrumented with the rest of the harness
+    if TIER == "engine":
+        import harness.engine.scheduler  # noqa: F401 - instrumented with the rest of the harness
 
-instrument_allocator(atheris.instrument_func)
+# vllm.v1.core.* (allocator and Scheduler); the engine tier also runs vLLM's worker code
+instrument_allocator(atheris.instrument_func, worker=TIER == "engine")
 TARGET = fuzzing.Target(tier=TIER)
 
 

@@ -27,7 +27,7 @@ from harness.artifacts import write_json_atomic
 from harness.known import new_signatures
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGETS = {"symbolic": ROOT / "fuzz" / "symbolic_target.py", "model": ROOT / "fuzz" / "model_target.py"}
+TARGETS = {t: ROOT / "fuzz" / f"{t}_target.py" for t in ("symbolic", "model", "engine")}
 # each target's own seed corpus and dictionary (the model tier decodes the same bytes into smaller scenarios)
 SEED_CORPORA = {t: ROOT / "fuzz" / "corpus" / t for t in TARGETS}
 DICTIONARIES = {t: ROOT / "fuzz" / f"{t}.dict" for t in TARGETS}

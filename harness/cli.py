@@ -11,7 +11,7 @@ from pathlib import Path
 from harness.errors import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_HARNESS_ERROR, EXIT_OK, BadInput, HarnessError
 from harness.replay import TIERS
 
-FUZZ_TIERS = ("symbolic", "model")  # tiers with an atheris target (harness.campaign.TARGETS)
+FUZZ_TIERS = ("symbolic", "model", "engine")  # tiers with an atheris target (harness.campaign.TARGETS)
 MODELS = ("random", "trained")  # harness.model_tier.MODELS, without importing torch to build the parser
 MODEL_HELP = ("model tier: random (seeded random weights, default) or trained (trained locally on the synthetic "
               "chat corpus, cached under artifacts/models/)")
@@ -431,8 +431,8 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--seed", type=int, default=0)
     fuzz.add_argument("--mutant", help="apply a named run-time patch of vLLM in every worker")
     fuzz.add_argument("--tier", "--target", dest="target", choices=FUZZ_TIERS, default="symbolic",
-                      help="fuzz target: symbolic (default) or model (smaller scenarios, real tensors); the engine "
-                           "tier has no atheris target yet (use sweep --tier engine)")
+                      help="fuzz target: symbolic (default), model (smaller scenarios, real tensors) or engine "
+                           "(vLLM's own Scheduler, connector and the --runner worker; align-mode geometries)")
     fuzz.add_argument("--model", choices=MODELS, help=MODEL_HELP)
     fuzz.add_argument("--seed-corpus", action="store_true", help="also read the checked-in seed corpus")
     fuzz.add_argument("--checkpoints", choices=("on", "off"), default="on")

@@ -10,7 +10,7 @@ signatures (all-known inputs by their set of known ones), so a known finding nev
 
 How bytes decode depends on the bytes and the installed release only (libFuzzer: a crash file alone
 reproduces). Configuration from the environment, so `python fuzz/TARGET.py FILE` replays like any libFuzzer
-target: HH_ARTIFACTS (where findings go), HH_MUTANT (a mutant to apply first), HH_TIER (symbolic | model),
+target: HH_ARTIFACTS (where findings go), HH_MUTANT (a mutant to apply first), HH_TIER (symbolic | model | engine; fuzz/model_target.py and fuzz/engine_target.py fix it),
 HH_KEEP_GOING (campaign workers), HH_NO_CHECKPOINTS (the mutator clears the prefill-checkpoint bit; the
 decoder ignores it).
 """
@@ -55,7 +55,7 @@ class Target:
         if self.mutant:
             apply_mutant(self.mutant)
         self.tier = tier or os.environ.get("HH_TIER") or "symbolic"
-        self.budget = release_budget(small=self.tier == "model")
+        self.budget = release_budget(small=self.tier == "model", tier=self.tier)
         self.no_checkpoints = bool(os.environ.get("HH_NO_CHECKPOINTS"))  # read by the mutator only
         self.dir = Path(artifacts or os.environ.get("HH_ARTIFACTS") or "artifacts/fuzz")
         self.dir.mkdir(parents=True, exist_ok=True)

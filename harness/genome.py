@@ -53,12 +53,21 @@ class Budget:
 
     checkpoints: bool = False
     small: bool = False  # the model tier: shorter prompts, at least two outputs (repeats can show)
+    # the engine tier: only geometries vLLM itself builds in align mode (attention block = Mamba block,
+    # platforms/interface.py:1114-1115 in 0.33.0; a hash unit finer than the block only where CacheConfig has
+    # prefix_match_unit), so every input is one a user's config reaches
+    align: bool = False
+    sub_block_hash: bool = True
 
 
 def geometry_from(r: _Reader, budget: Budget) -> dict:
     mamba = r.pick(MAMBA_SIZES)
     attn = r.pick([d for d in _divisors(mamba) if d >= 2])
     hash_bs = r.pick(_divisors(attn))
+    if budget.align:  # the same bytes consumed, so a symbolic-tier input decodes to its aligned form
+        attn = mamba
+        if not budget.sub_block_hash:
+            hash_bs = mamba
     k = r.range(0, 2)
     blocks = r.pick(POOL_SIZES)
     budget_tokens = r.pick((mamba, 2 * mamba, 3 * mamba + 1, mamba // 2 + 1, 64, 2048))
@@ -185,8 +194,11 @@ def without_checkpoints(data: bytes) -> bytes:
     return bytes(buf)
 
 
-def release_budget(small: bool = False) -> Budget:
-    """What the installed release can run (the only input besides the bytes that decoding depends on)."""
-    from harness.vllm_adapter import supports_prefill_checkpoints
+def release_budget(small: bool = False, tier: str = "symbolic") -> Budget:
+    """What the installed release can run for a tier (with the bytes, all that decoding depends on)."""
+    from harness.vllm_adapter import supports_prefill_checkpoints, supports_prefix_match_unit
 
+    if tier == "engine":
+        return Budget(checkpoints=supports_prefill_checkpoints(), small=small, align=True,
+                      sub_block_hash=supports_prefix_match_unit())
     return Budget(checkpoints=supports_prefill_checkpoints(), small=small)

@@ -201,7 +201,8 @@ class Allocator:
         self._mamba_key_suffix = bytes(probe[32:])
         if v.kcu.get_group_id(probe) != MAMBA_GROUP or bytes(v.kcu.get_block_hash(probe)) != b"\x01" * 32:
             raise BadInput(f"vLLM {v.version}: prefix-cache keys are not hash + group id; not supported")
-        missing = _ALLOCATE_KWARGS - _parameters(v.KVCacheManager.allocate_slots)
+        self._allocate_params = _parameters(v.KVCacheManager.allocate_slots)
+        missing = _ALLOCATE_KWARGS - self._allocate_params
         if missing:
             raise BadInput(f"vLLM {v.version}: allocate_slots lacks {sorted(missing)}; not supported")
 
@@ -269,14 +270,32 @@ class Allocator:
         return self.manager.truncate_computed_blocks(blocks, num_tokens)
 
     def allocate(self, request, num_new_tokens: int, *, num_local: int = 0, blocks=None, lookahead: int = 0,
-                 num_external: int = 0, delay_cache: bool = False, has_scheduled_reqs: bool = True):
-        """`allocate_slots` as the Scheduler calls it (scheduler.py:914-918 running, :1435-1452 waiting)."""
+                 num_external: int = 0, delay_cache: bool = False, has_scheduled_reqs: bool = True,
+                 admission: dict | None = None):
+        """`allocate_slots` as the Scheduler calls it (scheduler.py:914-918 running, :1435-1452 waiting);
+        `admission`: the waiting path's admission gates (`full_sequence_must_fit`, `reserved_blocks`), passed
+        where the release's allocate_slots has them."""
+        extra = {k: v for k, v in admission.items() if k in self._allocate_params} if admission else {}
         new = self.manager.allocate_slots(
             request, num_new_tokens, num_new_computed_tokens=num_local, new_computed_blocks=blocks,
             num_lookahead_tokens=lookahead, num_external_computed_tokens=num_external,
-            delay_cache_blocks=delay_cache, has_scheduled_reqs=has_scheduled_reqs)
+            delay_cache_blocks=delay_cache, has_scheduled_reqs=has_scheduled_reqs, **extra)
         # None: it did not fit. Otherwise one (possibly empty) id list per group.
         return None if new is None else new.get_block_ids()
+
+    def remaining_blocks(self, request, num_spec_tokens: int, lookahead: int) -> int:
+        """Blocks a request still needs to hold its full sequence: the Scheduler's
+        `_request_remaining_blocks` (scheduler.py:3404-3420 in 0.33.0), which sizes an async load's
+        `reserved_blocks` (:1419-1430) from the in-flight prefills."""
+        full = min(request.num_tokens, self.geometry.max_model_len)
+        num_tokens = full + (1 + num_spec_tokens + lookahead if num_spec_tokens else 0)
+        coord = self.coordinator
+        return coord.get_num_blocks_to_allocate(**_supported_kwargs(
+            type(coord).get_num_blocks_to_allocate, request_id=request.request_id, num_tokens=num_tokens,
+            new_computed_blocks=self.manager.empty_kv_cache_blocks.blocks, num_encoder_tokens=0,
+            total_computed_tokens=request.num_computed_tokens, num_local_computed_tokens=request.num_computed_tokens,
+            num_tokens_main_model=full, apply_admission_cap=True,
+            prefill_end=max(request.num_prompt_tokens, request.num_tokens - 1)))
 
     def cache_blocks(self, request, num_tokens: int) -> None:
         self.manager.cache_blocks(request, num_tokens)
@@ -378,6 +397,13 @@ def mamba_manager_class():
     return _vllm().MambaManager
 
 
+def supports_prefix_match_unit() -> bool:
+    """CacheConfig.prefix_match_unit: prefix hashes finer than the block (the partial-tail keys)."""
+    from vllm.config import CacheConfig
+
+    return "prefix_match_unit" in CacheConfig.__dataclass_fields__
+
+
 def supports_prefill_checkpoints() -> bool:
     """Prefill checkpoint blocks, the worker-side helpers the shadow calls, and a runner whose checkpoint
     export the shadow mirrors: the shadow follows vLLM 0.33.0's (protocol doc §6.7), so 0.33.x only."""
@@ -390,15 +416,32 @@ def supports_prefill_checkpoints() -> bool:
             and hasattr(kci, "is_mamba_prefill_checkpoint_valid"))
 
 
-def instrument_allocator(instrument_func) -> int:
+# vLLM's worker-side code for Mamba states the engine tier runs (V1 and V2 runners), imported before
+# instrumenting so that coverage sees it; a module a release lacks is skipped
+WORKER_MODULES = ("vllm.v1.worker.mamba_utils", "vllm.v1.worker.gpu_input_batch", "vllm.v1.worker.block_table",
+                  "vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_states.mamba_hybrid",
+                  "vllm.v1.worker.gpu.states", "vllm.v1.worker.gpu.block_table")
+
+
+def instrument_allocator(instrument_func, worker: bool = False) -> int:
     """Apply a coverage instrumenter (atheris.instrument_func) to every function and method defined in
-    vLLM's allocator package, vllm.v1.core.*; returns how many were instrumented."""
+    vLLM's allocator and scheduler package, vllm.v1.core.* (with `worker`, also vllm.v1.worker.*, after
+    importing WORKER_MODULES); returns how many were instrumented."""
+    import importlib
     import types
 
     _vllm()
+    prefixes = ("vllm.v1.core",)
+    if worker:
+        prefixes += ("vllm.v1.worker",)
+        for mod in WORKER_MODULES:
+            try:
+                importlib.import_module(mod)
+            except Exception:  # noqa: BLE001 - absent or not importable on this release / machine
+                pass
     count = 0
     for name, module in list(sys.modules.items()):
-        if not (name == "vllm.v1.core" or name.startswith("vllm.v1.core.")) or module is None:
+        if module is None or not any(name == p or name.startswith(p + ".") for p in prefixes):
             continue
         for obj in list(vars(module).values()):
             members = vars(obj).values() if isinstance(obj, type) and obj.__module__ == name else [obj]

@@ -56,3 +56,19 @@ def test_model_target_replays_in_the_model_tier(tmp_path):
     assert "output" in {f["oracle"] for f in doc["findings"]}  # the wrong state reaches the tokens' logits
     outputs = json.loads(next((tmp_path / "outputs").glob("*.json")).read_text())
     assert outputs["generations"] >= 2 and outputs["diverged"] >= 1
+
+
+def test_engine_target_replays_on_vllms_scheduler_and_records_the_worker(tmp_path):
+    """The engine target decodes the seed input to its align-mode form and replays it on vLLM's Scheduler:
+    the mutant's finding is kept with the engine options it was found with."""
+    env = dict(os.environ, HH_ARTIFACTS=str(tmp_path / "art"), HH_MUTANT=MUTANT, PYTHONPATH=str(ROOT),
+               HH_ENGINE_RUNNER="mirror")
+    bad = subprocess.run([sys.executable, str(ROOT / "fuzz" / "engine_target.py"), str(SEED_INPUT)],
+                         env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert bad.returncode != 0, bad.stderr[-2000:]
+    (folder,) = (tmp_path / "art").glob("finding-*")
+    doc = json.loads((folder / "finding.json").read_text())
+    assert doc["tier"] == "engine" and doc["engine"]["runner"] == "mirror"
+    g = doc["scenario"]["geometry"]
+    assert g["attn_block_size"] == g["mamba_block_size"]  # only geometries vLLM builds in align mode
+    assert {f["oracle"] for f in doc["findings"]} & {"live-column", "provenance"}
