@@ -290,7 +290,8 @@ def _cmd_mutants(args: argparse.Namespace) -> int:
 
     if args.action == "list":
         for m in REGISTRY.values():
-            print(f"{m.name:28s} {m.releases:22s} {m.origin or 'synthetic':28s} {m.bug_class}")
+            where = f"{m.runner} worker" if m.runner else "core"
+            print(f"{m.name:28s} {m.releases:22s} {where:9s} {m.origin or 'synthetic':28s} {m.bug_class}")
         return EXIT_OK
     from harness.mutation import check, mutant_names, table
 

@@ -78,12 +78,14 @@ def _kill(findings_dir: Path, mutant: str) -> tuple[float | None, str, dict | No
     return best
 
 
-def minimized_kill(doc: dict, signature: str, mutant: str, out: Path, seconds: float = 30.0) -> dict:
+def minimized_kill(doc: dict, signature: str, mutant: str, out: Path, seconds: float = 30.0,
+                   tier: str = "symbolic") -> dict:
     """Minimize a killing scenario while the mutant still fires `signature`; keep the result only if it still
     kills (fires with the patch, not on stock). Written to `out`; returns the scenario document kept."""
     with mutant_applied(mutant):
-        small = scenario_to_json(minimize(parse_scenario(doc), signature, mutant, seconds=seconds, new_only=True))
-    kept = small if kills(small, mutant) else doc
+        small = scenario_to_json(minimize(parse_scenario(doc), signature, mutant, seconds=seconds, tier=tier,
+                                          new_only=True))
+    kept = small if kills(small, mutant, tier) else doc
     write_json_atomic(out, {"mutant": mutant, "signature": signature, "minimized": kept is small, "scenario": kept})
     return kept
 
@@ -94,16 +96,18 @@ def describe_scenario(doc: dict) -> str:
             f"{[r['max_tokens'] for r in doc['requests']]}, K={doc['geometry']['num_speculative_tokens']}")
 
 
-def _changes_behaviour(corpus: Path, mutant: str, limit: int = 300) -> tuple[bool, int]:
-    """Replay corpus inputs with and without the patch; compare every allocator call's result."""
+def _changes_behaviour(corpus: Path, mutant: str, tier: str = "symbolic", limit: int = 300) -> tuple[bool, int]:
+    """Replay corpus inputs with and without the patch; compare every allocator call's result (and, on the
+    engine tier, the worker's rows and the states it read)."""
     def calls(scenario, name):
-        return [(c.step, c.request, c.name, repr(c.returned), repr(c.core_after))
-                for c in replay(scenario, name).calls]
+        trace = replay(scenario, name, tier)
+        return ([(c.step, c.request, c.name, repr(c.returned), repr(c.core_after)) for c in trace.calls],
+                [repr(r) for r in trace.rows], [repr(r) for r in trace.reads])
 
     inputs = sorted(corpus.iterdir())[:limit]
     compared = 0
     for path in inputs:
-        scenario = decode(path.read_bytes(), release_budget())
+        scenario = decode(path.read_bytes(), release_budget(tier=tier))
         stock = calls(scenario, None)
         try:
             with mutant_applied(mutant):
@@ -120,26 +124,30 @@ def check(names: list[str], *, budget_s: float, jobs: int, trials: int, work: Pa
     results = []
     root = Path(work or tempfile.mkdtemp(prefix="hh-mutants-"))
     for name in names:
-        get_mutant(name)
+        mutant = get_mutant(name)
+        if mutant.runner:  # worker code: the engine tier with that runner (the workers inherit the option)
+            from harness.engine import options
+
+            options.use(runner=mutant.runner)
         res = MutantResult(name)
         corpus = None
         for trial in range(trials):
             art = root / name / f"trial-{trial}"
-            camp = Campaign(target="symbolic", corpus=art / "corpus", artifacts=art, jobs=jobs, seconds=budget_s,
+            camp = Campaign(target=mutant.tier, corpus=art / "corpus", artifacts=art, jobs=jobs, seconds=budget_s,
                             runs=None, seed=trial, mutant=name, seed_corpus=False, checkpoints=True, progress=False)
             camp.run()
             t, sig, doc = _kill(art / "findings", name)
             res.kill_times.append(t if sig else None)
             if sig and not res.signature:
                 res.signature = sig
-                small = minimized_kill(doc["scenario"], sig, name, root / name / "minimized.json")
+                small = minimized_kill(doc["scenario"], sig, name, root / name / "minimized.json", tier=mutant.tier)
                 res.minimized = ("minimized: " if small is not doc["scenario"] else "not minimized: ") + \
                     describe_scenario(small)
             corpus = art / "corpus"
         if any(t is not None for t in res.kill_times) or res.signature:
             res.verdict = "killed"
         else:
-            changed, compared = _changes_behaviour(corpus, name) if corpus else (True, 0)
+            changed, compared = _changes_behaviour(corpus, name, mutant.tier) if corpus else (True, 0)
             res.verdict = "survived" if changed else "not shown to change behaviour"
             res.evidence = ("allocator results differ on the corpus" if changed else
                             f"identical allocator results on all {compared} corpus inputs")

@@ -15,6 +15,13 @@ class Mutant:
     origin: str  # public issue/PR, or "" for a synthetic mutant
     patch: Callable[[], Callable[[], None]]  # applies the patch, returns undo
     is_applied: Callable[[], bool]
+    # a worker-side mutant patches a model runner's code ("v1" or "v2"): only the engine tier with that
+    # runner runs it, so `mutants check` fuzzes it there (None: allocator/scheduler code, every tier runs it)
+    runner: str | None = None
+
+    @property
+    def tier(self) -> str:
+        return "engine" if self.runner else "symbolic"
 
     def apply(self) -> Callable[[], None]:
         undo = self.patch()
