@@ -73,9 +73,44 @@ class _ModelConfigStandIn:
     multimodal_config = None
     return_sampling_mask = False
     enable_return_routed_experts = False
+    # read by the V1 model runner (--runner v1, harness/engine/runner_v1.py; gpu_model_runner.py __init__,
+    # parallel_state.py:2327 in 0.33.0): a float32 model without MoE, M-RoPE, prompt embeds or sliding window
+    is_moe = False
+    logits_processors = None
+    logprobs_mode = "raw_logprobs"
+    enable_prompt_embeds = False
+    is_multimodal_raw_input_only_model = False
+    is_mm_prefix_lm = False
+    is_attention_free = False
+    use_fp64_gumbel = False
+    mrope_num_dims = None
+    model = "hybrid-harness/stand-in"
+    hf_config = None
+    hf_text_config = None
+    uses_xdrope_dim = 0  # read by 0.27.x's V1 runner (XD-RoPE dims: none)
+    disable_cascade_attn = True  # read by 0.27.x's V1 runner
+    uses_alibi = False  # read by 0.27.x's V1 runner
+
+    def get_vocab_size(self) -> int:  # the scenario's token ids (harness.scenario.VOCAB_SIZE)
+        return VOCAB_SIZE
+
+    def get_sliding_window(self):
+        return None
+
+    def get_inputs_embeds_size(self) -> int:
+        return 2
+
+    def get_hidden_size(self) -> int:
+        return 2
+
+    def get_num_attention_heads(self, parallel_config=None) -> int:  # read by 0.27.x's runner
+        return 1
 
     def __init__(self, max_model_len: int) -> None:
+        import torch  # already imported with vLLM
+
         self.max_model_len = max_model_len
+        self.dtype = torch.float32  # the V1 runner's buffer dtype (gpu_model_runner.py:501)
 
     def __getattr__(self, name: str):
         raise AttributeError(f"the engine tier's stand-in model config has no {name!r} (vLLM reads it)")

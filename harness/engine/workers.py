@@ -25,6 +25,10 @@ def make_worker(driver, runner: str):
     """The worker for `runner` (harness.engine.options.RUNNERS)."""
     if runner in ("mirror", "auto"):
         return MirrorWorker(driver)
+    if runner == "v1":  # vLLM's own V1 model runner, only the forward simulated (harness/engine/runner_v1.py)
+        from harness.engine.runner_v1 import V1Worker
+
+        return V1Worker(driver)
     raise BadInput(f"engine runner {runner!r} is not available yet on this build of the harness")
 
 

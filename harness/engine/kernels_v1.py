@@ -1,0 +1,222 @@
+"""CPU replacements of the Triton kernels vLLM's V1 model runner launches on the engine tier's path.
+
+The runner's own Python decides every copy; these kernels only move bytes (`batch_memcpy_kernel`) or, for
+the fused align kernels, take the per-request decision the Triton code takes on device and then move bytes.
+Each replacement is a plain function with the kernel's parameters in the kernel's order, registered
+through vLLM's own `vllm.triton_utils.dispatcher.register_kernels` (0.31+), which rebinds every holder
+of the kernel; byte moves are `ctypes.memmove` on the addresses vLLM computed (the CPU runner's "device"
+tensors are host tensors), so a copy lands exactly where the GPU kernel would put it.
+
+Kernels (vLLM 0.33.0, v1/worker/mamba_utils.py):
+- `batch_memcpy_kernel` (:634-654): one memmove per (src, dst, size) entry; non-fused align pre-copy (K=0).
+- `postprocess_mamba_fused_kernel` (:369-500): spec-decode postprocess (K>0): decision + state copy.
+- `precopy_mamba_align_fused_kernel` (:549-631): fused align pre-copy (K>0).
+The shared copy body `_copy_mamba_state_block` (:191-366) is `_copy_state` below (SD and DS conv layouts,
+temporal states). The temporal tile split (TEMPORAL_TILES) is a GPU occupancy device: tile 0 copies all.
+
+`OBSERVER` (set by harness.engine.runner_v1) is told about each fused copy before its bytes move, so the
+harness can record the state the copy consumes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+OBSERVER = None  # callable(kind, req_idx, src_col, dst_col, token_bias) or None
+
+_KERNELS = {
+    "vllm.v1.worker.mamba_utils.batch_memcpy_kernel": "batch_memcpy_kernel",
+    "vllm.v1.worker.mamba_utils.postprocess_mamba_fused_kernel": "postprocess_mamba_fused_kernel",
+    "vllm.v1.worker.mamba_utils.precopy_mamba_align_fused_kernel": "precopy_mamba_align_fused_kernel",
+}
+_registered = ""
+
+
+def _i(t, k: int) -> int:
+    return int(t[k])
+
+
+def batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, BLOCK_SIZE=1024):
+    for k in range(src_ptrs.shape[0]):
+        ctypes.memmove(_i(dst_ptrs, k) & (2**64 - 1), _i(src_ptrs, k) & (2**64 - 1), _i(sizes, k))
+
+
+def _bt_entry(block_table_ptrs_ptr, group_idx: int, row: int, stride: int, col: int) -> int:
+    base = _i(block_table_ptrs_ptr, group_idx) & (2**64 - 1)
+    return ctypes.c_int32.from_address(base + 4 * (row * int(stride) + int(col))).value
+
+
+def _copy_state(state_idx, req_idx, src_col, dst_col, token_bias, block_table_ptrs_ptr, block_table_stride_req,
+                state_base_addrs_ptr, state_block_strides_ptr, state_elem_sizes_ptr, state_inner_sizes_ptr,
+                state_conv_widths_ptr, state_group_indices_ptr, state_dim_row_count_ptr, state_dim_row_stride_ptr,
+                conv_dim_first: bool) -> None:
+    """`_copy_mamba_state_block` (mamba_utils.py:191-366): conv states shift by token_bias, temporal states
+    take column src_col + token_bias."""
+    base = _i(state_base_addrs_ptr, state_idx) & (2**64 - 1)
+    stride = _i(state_block_strides_ptr, state_idx)
+    elem = _i(state_elem_sizes_ptr, state_idx)
+    inner = _i(state_inner_sizes_ptr, state_idx)
+    width = _i(state_conv_widths_ptr, state_idx)
+    group = _i(state_group_indices_ptr, state_idx)
+    dst_block = _bt_entry(block_table_ptrs_ptr, group, req_idx, block_table_stride_req, dst_col)
+    dst = base + dst_block * stride
+    if width > 0:
+        src_block = _bt_entry(block_table_ptrs_ptr, group, req_idx, block_table_stride_req, src_col)
+        src = base + src_block * stride
+        n = width - token_bias
+        if conv_dim_first:  # DS: per dim row, tokens low to high (memmove-safe left shift)
+            rows, row_stride = _i(state_dim_row_count_ptr, state_idx), _i(state_dim_row_stride_ptr, state_idx)
+            for r in range(rows):
+                for t in range(n):
+                    ctypes.memmove(dst + r * row_stride + t * elem, src + r * row_stride + (t + token_bias) * elem, elem)
+            return
+        token_bytes = inner * elem
+        for t in range(n):  # low to high: same-block left shifts stay correct
+            ctypes.memmove(dst + t * token_bytes, src + (t + token_bias) * token_bytes, token_bytes)
+        return
+    src_block = _bt_entry(block_table_ptrs_ptr, group, req_idx, block_table_stride_req, src_col + token_bias)
+    ctypes.memmove(dst, base + src_block * stride, inner * elem)
+
+
+def _copy_states(req_idx, src, dst, bias, *meta) -> None:
+    """Every state of the request (the kernels' grid axis 1): meta is the kernels' state metadata, in order."""
+    *ptrs, dim_first = meta
+    for state_idx in range(ptrs[2].shape[0]):
+        _copy_state(state_idx, req_idx, src, dst, bias, *ptrs, bool(dim_first))
+
+
+def postprocess_mamba_fused_kernel(
+        num_accepted_tokens_ptr, mamba_state_idx_ptr, num_scheduled_tokens_ptr, num_computed_tokens_ptr,
+        num_draft_tokens_ptr, block_table_ptrs_ptr, block_table_stride_req, state_base_addrs_ptr,
+        state_block_strides_ptr, state_elem_sizes_ptr, state_inner_sizes_ptr, state_conv_widths_ptr,
+        state_group_indices_ptr, state_dim_row_count_ptr, state_dim_row_stride_ptr, num_accepted_tokens_out_ptr,
+        idx_mapping_ptr, num_reqs, block_size, COPY_BLOCK_SIZE=1024, CONV_STATE_DIM_FIRST=False,
+        HAS_IDX_MAPPING=False, PRECOMPUTED_NEW_COMPUTED=False, TEMPORAL_TILES=1):
+    """Per request: the decision of mamba_utils.py:440-470, then every state's copy (grid axis 1)."""
+    for batch_idx in range(int(num_reqs)):
+        req_idx = _i(idx_mapping_ptr, batch_idx) if HAS_IDX_MAPPING else batch_idx
+        if req_idx < 0:
+            continue
+        num_accepted = _i(num_accepted_tokens_ptr, req_idx)
+        src = _i(mamba_state_idx_ptr, req_idx)
+        if PRECOMPUTED_NEW_COMPUTED:
+            new_computed = _i(num_computed_tokens_ptr, req_idx)
+            running = new_computed - num_accepted + 1
+        else:
+            running = (_i(num_computed_tokens_ptr, req_idx) + _i(num_scheduled_tokens_ptr, req_idx)
+                       - _i(num_draft_tokens_ptr, req_idx))
+            new_computed = running + num_accepted - 1
+        aligned = new_computed // block_size * block_size
+        if aligned < running:
+            continue
+        bias, dest = aligned - running, aligned // block_size - 1
+        if src == dest:
+            num_accepted_tokens_out_ptr[req_idx] = 1
+            if bias == 0:
+                continue
+        if OBSERVER is not None:
+            OBSERVER("postcopy", req_idx, src, dest, bias)
+        _copy_states(req_idx, src, dest, bias, block_table_ptrs_ptr, block_table_stride_req, state_base_addrs_ptr,
+                     state_block_strides_ptr, state_elem_sizes_ptr, state_inner_sizes_ptr, state_conv_widths_ptr,
+                     state_group_indices_ptr, state_dim_row_count_ptr, state_dim_row_stride_ptr, CONV_STATE_DIM_FIRST)
+
+
+def precopy_mamba_align_fused_kernel(
+        mamba_state_idx_ptr, src_col_ptr, token_bias_ptr, block_table_ptrs_ptr, block_table_stride_req,
+        state_base_addrs_ptr, state_block_strides_ptr, state_elem_sizes_ptr, state_inner_sizes_ptr,
+        state_conv_widths_ptr, state_group_indices_ptr, state_dim_row_count_ptr, state_dim_row_stride_ptr,
+        idx_mapping_ptr, num_reqs, COPY_BLOCK_SIZE=1024, CONV_STATE_DIM_FIRST=False, HAS_IDX_MAPPING=True,
+        TEMPORAL_TILES=1):
+    """Per request: copy from src_col (shifted by token_bias) to the new running column (:596-631)."""
+    for batch_idx in range(int(num_reqs)):
+        req_idx = _i(idx_mapping_ptr, batch_idx) if HAS_IDX_MAPPING else batch_idx
+        if req_idx < 0:
+            continue
+        src, dst = _i(src_col_ptr, req_idx), _i(mamba_state_idx_ptr, req_idx)
+        if src < 0 or src == dst:
+            continue
+        bias = _i(token_bias_ptr, req_idx)
+        if OBSERVER is not None:
+            OBSERVER("precopy", req_idx, src, dst, bias)
+        _copy_states(req_idx, src, dst, bias, block_table_ptrs_ptr, block_table_stride_req, state_base_addrs_ptr,
+                     state_block_strides_ptr, state_elem_sizes_ptr, state_inner_sizes_ptr, state_conv_widths_ptr,
+                     state_group_indices_ptr, state_dim_row_count_ptr, state_dim_row_stride_ptr, CONV_STATE_DIM_FIRST)
+
+
+def compute_slot_mapping_kernel(num_tokens, max_num_tokens, query_start_loc_ptr, positions_ptr, block_table_ptr,
+                                block_table_stride, block_size, slot_mapping_ptr, KV_CACHE_BLOCK_SIZE=None,
+                                BLOCKS_PER_KV_BLOCK=1, TOTAL_CP_WORLD_SIZE=1, TOTAL_CP_RANK=0,
+                                CP_KV_CACHE_INTERLEAVE_SIZE=1, PAD_ID=-1, BLOCK_SIZE=1024):
+    """`_compute_slot_mapping_kernel` (v1/worker/block_table.py:379-440 in 0.27.1; without context
+    parallelism): slot = block_table[req, block index of pos] * block_size + offset, PAD_ID past num_tokens.
+    The CPU runner of releases < 0.28 binds it to a C++ op of vLLM's CPU build (utils/cpu_triton_utils.py),
+    absent from the CUDA wheel."""
+    assert TOTAL_CP_WORLD_SIZE == 1, "context parallelism is not simulated"
+    kv_block = KV_CACHE_BLOCK_SIZE or block_size
+    flat = block_table_ptr.reshape(-1)
+    qsl = query_start_loc_ptr.tolist()
+    for req in range(len(qsl) - 1):
+        start, end = qsl[req], qsl[req + 1]
+        if end <= start:
+            continue
+        pos = positions_ptr[start:end].to(torch.int64)
+        vblock = pos // kv_block
+        off = pos - vblock * kv_block
+        blocks = flat[req * int(block_table_stride) + vblock * BLOCKS_PER_KV_BLOCK + off // block_size].to(torch.int64)
+        slot_mapping_ptr[start:end] = blocks * block_size + off % block_size
+    slot_mapping_ptr[int(num_tokens):int(max_num_tokens)] = PAD_ID
+
+
+def bind_slot_mapping() -> bool:
+    """Releases < 0.28 launch the slot-mapping kernel from block_table's module global, which their CPU
+    runner rebinds to a C++ op (cpu_model_runner.py); bind the torch version there instead. False when the
+    release has no such global (0.33.0 launches it only from execute_model's slot mappings)."""
+    import vllm.v1.worker.block_table as bt
+
+    if not hasattr(bt, "_compute_slot_mapping_kernel"):
+        return False
+    bt._compute_slot_mapping_kernel = _Launch(compute_slot_mapping_kernel)
+    return True
+
+
+class _Launch:
+    """`kernel[grid](*args)` for a release without vLLM's dispatcher: the replacement takes the launch."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+
+    def __getitem__(self, grid):
+        return self.fn
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
+def register() -> str:
+    """Install the replacements once per process: through vLLM's kernel dispatcher (0.31+, which rebinds every
+    holder), else by rebinding the kernel in its defining module (vLLM < 0.31: mamba_utils launches them
+    by module-global name, v1/worker/mamba_utils.py). Returns how."""
+    global _registered
+    if _registered:
+        return _registered
+    try:
+        from vllm.triton_utils.dispatcher import register_kernels
+    except ImportError:
+        import importlib
+
+        for name, fn in _KERNELS.items():
+            module, attr = name.rsplit(".", 1)
+            mod = importlib.import_module(module)
+            if hasattr(mod, attr):
+                setattr(mod, attr, _Launch(globals()[fn]))
+        _registered = "module"
+        return _registered
+    import warnings
+
+    with warnings.catch_warnings():  # its scan of sys.modules touches deprecated torch attributes
+        warnings.simplefilter("ignore", FutureWarning)
+        register_kernels({name: globals()[fn] for name, fn in _KERNELS.items()})
+    _registered = "dispatcher"
+    return _registered

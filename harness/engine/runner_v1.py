@@ -1,0 +1,401 @@
+"""The engine tier's worker side as vLLM's own V1 model runner (`--runner v1`), only the forward simulated.
+
+`V1Worker` builds vLLM's `CPUModelRunner` (v1/worker/cpu_model_runner.py: a GPUModelRunner whose device
+buffers are host buffers) for the scenario's VllmConfig and runs, per step, the runner's own code:
+- `_update_states(so)` (gpu_model_runner.py:1176 in 0.33.0): finished/unscheduled rows, attention-page
+  zeroing, CoW copies (`copy_kv_cache_blocks_inplace` on the real state tensors), new/resumed/running rows,
+  the persistent batch (add_request resets num_accepted_tokens, gpu_input_batch.py:479);
+- `_prepare_inputs(so, num_scheduled)` (:1924): block-table commit, seq lens, accepted-count sync;
+- `mamba_utils.preprocess_mamba(...)` with the arguments execute_model gives it (:4050-4091): running
+  column per request and the align pre-copies (non-fused `collect_mamba_copy_meta` + `batch_memcpy` when
+  K = 0; the fused pre-copy kernel when K > 0), then the accepted counts re-synced as execute_model does;
+- the SIMULATED forward: each request's initial state is read where the Mamba2 kernels read it — the state
+  indices vLLM's `mamba_get_block_table_tensor` gives for the runner's block table and seq lens
+  (attention/backends/utils.py:1283), the conv window at offset num_accepted - 1 and the SSM state at
+  column num_accepted - 1 for decode rows (ops/mamba_ssm.py; num_accepted from the runner's
+  `num_accepted_tokens` buffer) — and writes state tags (harness.engine.tagged) where the kernels write;
+- the sampler's result into `_update_states_after_model_execute` (:1548: accepted counts and the fused
+  spec post-copy, K > 0) and `_bookkeeping_sync` (:3434), whose valid sampled ids and request order are
+  what the worker reports to the scheduler.
+
+Kernels: vLLM launches Triton kernels here (mamba_utils.batch_memcpy_kernel and the fused align
+kernels); on this CPU-only machine they run as harness.engine.kernels_v1's replacements, registered with
+vLLM's kernel dispatcher. State reads consumed by copies are recorded just before the bytes move: from
+`collect_mamba_copy_meta` (non-fused; every copy it lists runs after the loop) and from the fused kernels.
+
+Recorded, as the mirror worker records it (harness/worker.py), so the oracles keep their meaning: one
+RowView per request and Mamba group per step (the worker row is the runner's `input_batch.block_table`
+row; prev/curr from the runner's `mamba_state_idx`), a Read per state consumed ("initial", "precopy",
+"postcopy").
+
+Not supported yet (BadInput): prefill checkpoint blocks (the Mamba2 checkpoint export is read from the
+attention metadata builder, not simulated here), releases whose runner lacks the pieces used here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import socket
+
+import numpy as np
+
+from harness.errors import BadInput
+from harness.trace import Read, RowView
+from harness.vllm_adapter import MAMBA_GROUP, installed_version
+
+_PROCESS: dict = {}  # once per process: distributed init, kernel registration, the collect wrapper
+
+
+def supported() -> str | None:
+    """None when the installed release has what V1Worker drives, else why not."""
+    try:
+        import vllm.v1.worker.cpu_model_runner  # noqa: F401
+        from vllm.v1.worker import mamba_utils
+        from vllm.v1.attention.backends.utils import mamba_get_block_table_tensor  # noqa: F401
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    except ImportError as exc:
+        return f"cannot import the V1 CPU model runner pieces ({exc})"
+    missing = [n for n in ("preprocess_mamba", "collect_mamba_copy_meta", "MambaBuffers",
+                           "stage_postprocess_inputs_to_gpu", "postprocess_mamba_align_gpu")
+               if not hasattr(mamba_utils, n)]
+    missing += [n for n in ("_update_states", "_prepare_inputs", "_get_mamba_bufs", "_bookkeeping_sync",
+                            "_update_states_after_model_execute") if not hasattr(GPUModelRunner, n)]
+    if missing:
+        return f"its V1 runner has no {', '.join(missing)}"
+    return None
+
+
+def _init_process(vc) -> None:
+    if _PROCESS:
+        return
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.distributed.parallel_state import model_parallel_is_initialized
+    from vllm.v1.worker import mamba_utils
+
+    from harness.engine import kernels_v1
+
+    if not model_parallel_is_initialized():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with set_current_vllm_config(vc):
+            init_distributed_environment(world_size=1, rank=0, local_rank=0,
+                                         distributed_init_method=f"tcp://127.0.0.1:{port}", backend="gloo")
+            initialize_model_parallel(1, 1)
+    kernels_v1.register()
+    _host_memory_only()
+    original = mamba_utils.collect_mamba_copy_meta
+
+    def collect_mamba_copy_meta(copy_bufs, kv_cache_config, funcs, group_ids, src_block_idx, dest_block_idx,
+                                accept_token_bias, req_state, forward_context):
+        # the non-fused pre-copy: every copy listed here runs in do_mamba_copy_block after the loop
+        # (mamba_utils.py:1345-1396), so the source pages read now are what the copy consumes
+        if not (src_block_idx == dest_block_idx and accept_token_bias == 0) and _PROCESS.get("observer"):
+            _PROCESS["observer"]("precopy", req_state.req_id, src_block_idx, dest_block_idx, accept_token_bias)
+        return original(copy_bufs, kv_cache_config, funcs, group_ids, src_block_idx, dest_block_idx,
+                        accept_token_bias, req_state, forward_context)
+
+    collect_mamba_copy_meta.__wrapped__ = original
+    mamba_utils.collect_mamba_copy_meta = collect_mamba_copy_meta
+    _PROCESS["init"] = True
+
+
+def _host_memory_only() -> None:
+    """Releases before 0.28 resolve no CPU platform on a CPU-only machine (platforms/__init__.py
+    cpu_platform_plugin: a "cpu" build or macOS only) and report pinned memory available, which torch
+    cannot allocate without an accelerator; the runner's buffers are then plain host memory."""
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu() or not current_platform.is_pin_memory_available():
+        return
+    import sys
+
+    import vllm.v1.worker.cpu_model_runner  # noqa: F401  (imports every module holding PIN_MEMORY)
+
+    current_platform.is_pin_memory_available = lambda: False  # this process's platform object only
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("vllm"):
+            continue
+        if getattr(mod, "PIN_MEMORY", None) is True:
+            mod.PIN_MEMORY = False  # the module constant `PIN_MEMORY = is_pin_memory_available()`, as imported
+        fn = getattr(mod, "is_pin_memory_available", None)
+        if hasattr(fn, "cache_clear"):
+            fn.cache_clear()
+    from vllm.v1.utils import CpuGpuBuffer
+
+    kw = CpuGpuBuffer.__init__.__kwdefaults__ or {}
+    if kw.get("pin_memory") is True:  # the default captured from PIN_MEMORY at import (v1/utils.py)
+        kw["pin_memory"] = False
+
+
+class ScenarioDrafter:
+    """The drafter the runner builds for K > 0: the drafts come from the scenario (the engine driver sends
+    them through update_draft_token_ids), so nothing is proposed here. vLLM's n-gram proposer imports
+    numba, which this environment lacks; the runner loads this class through vLLM's own custom-proposer
+    hook (spec_decode/custom_class_proposer.py)."""
+
+    def __init__(self, vllm_config) -> None:
+        self.vllm_config = vllm_config
+
+    def propose(self, *args, **kwargs):
+        raise NotImplementedError("the engine tier's drafts come from the scenario")
+
+    def load_model(self, *args, **kwargs) -> None:
+        return None
+
+
+class _scenario_drafter:
+    """While the runner is built, the n-gram config reads as `custom_class` naming ScenarioDrafter; restored
+    after (the Scheduler and the runner's later steps see method="ngram", as built)."""
+
+    def __init__(self, spec) -> None:
+        self.spec = spec
+
+    def __enter__(self):
+        if self.spec is not None and self.spec.method == "ngram":
+            self.saved = (self.spec.method, self.spec.model)
+            object.__setattr__(self.spec, "method", "custom_class")
+            object.__setattr__(self.spec, "model", f"{__name__}.ScenarioDrafter")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if getattr(self, "saved", None):
+            object.__setattr__(self.spec, "method", self.saved[0])
+            object.__setattr__(self.spec, "model", self.saved[1])
+
+
+class _StateLayer:
+    """The forward-context entry of one layer: vLLM reads `kv_cache` (its state tensors) from it."""
+
+    def __init__(self, kv_cache) -> None:
+        self.kv_cache = kv_cache
+
+
+class _SimModel:
+    """The model object the runner asks for its Mamba state copy functions (vLLM's own, for Mamba2)."""
+
+    def get_mamba_state_copy_funcs(self, mamba_types):
+        from vllm.model_executor.layers.mamba.mamba_utils import MambaStateCopyFuncCalculator
+
+        return {t: MambaStateCopyFuncCalculator.mamba2_state_copy_func() for t in mamba_types}
+
+    def get_mamba_state_copy_func(self):  # releases < 0.33: one Mamba type per model
+        from vllm.model_executor.layers.mamba.mamba_utils import MambaStateCopyFuncCalculator
+
+        return MambaStateCopyFuncCalculator.mamba2_state_copy_func()
+
+
+class V1Worker:
+    def __init__(self, driver) -> None:
+        why = supported()
+        if why:
+            raise BadInput(f"--runner v1: vLLM {installed_version()} is not supported by the V1 worker: {why}")
+        if driver.geometry.prefill_checkpoint:
+            raise BadInput("--runner v1 does not simulate Mamba prefill checkpoint blocks yet "
+                           "(geometry.prefill_checkpoint / sweep --checkpoints off)")
+        import torch
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.layers.mamba.mamba_utils import (
+            MambaStateShapeCalculator,
+            is_conv_state_dim_first,
+        )
+        from vllm.v1.attention.backends.utils import mamba_get_block_table_tensor
+        from vllm.v1.outputs import SamplerOutput
+        from vllm.v1.worker import mamba_utils
+        from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+        from harness.engine import kernels_v1
+        from harness.engine.tagged import TaggedStates
+
+        self.torch, self.mamba_utils, self.SamplerOutput = torch, mamba_utils, SamplerOutput
+        self.get_state_indices = mamba_get_block_table_tensor
+        self.set_config = set_current_vllm_config
+        self.kernels_v1 = kernels_v1
+        self.driver, self.trace = driver, driver.trace
+        self.vc = vc = driver.vc
+        self.K = K = driver.eg.num_speculative_tokens
+        self.bs = driver.eg.block_size
+        _init_process(vc)
+        sched_kvc = driver.sched.kv_cache_config
+        num_blocks = sched_kvc.num_blocks
+        self.states = TaggedStates(num_blocks, K, is_conv_state_dim_first())
+        # Tiny Mamba2 dimensions through vLLM's own shape rule: conv kernel 2, so the conv window holds 1 + K
+        # token offsets; conv dim 2 and SSM (1 head, head dim 2, state 1): one (num_tokens, fingerprint) tag.
+        conv_shape, ssm_shape = MambaStateShapeCalculator.mamba2_state_shape(
+            tp_world_size=1, intermediate_size=0, n_groups=1, num_heads=1, head_dim=2, state_size=1,
+            conv_kernel=2, num_spec=K)
+        assert tuple(self.states.conv.shape[1:]) == tuple(conv_shape), (conv_shape, self.states.conv.shape)
+        assert tuple(self.states.ssm.shape[1:]) == tuple(ssm_shape), (ssm_shape, self.states.ssm.shape)
+        self.attn = torch.zeros((num_blocks, 1), dtype=torch.float32)
+        groups = list(sched_kvc.kv_cache_groups)
+        mamba_spec = groups[MAMBA_GROUP].kv_cache_spec
+        # the worker's copy of the scheduler's groups with the real state shapes and dtypes (the scheduler's
+        # config keeps its own spec: page sizes play no part in its block counts, num_blocks is given)
+        spec = _replace(mamba_spec, shapes=(tuple(conv_shape), tuple(ssm_shape)), dtypes=(torch.int64, torch.int64))
+        groups[MAMBA_GROUP] = _replace(groups[MAMBA_GROUP], kv_cache_spec=spec)
+        self.mamba_spec = spec
+        kvc = _replace(sched_kvc, kv_cache_groups=groups)  # tensors: registered below, not allocated by vLLM
+        ctx = vc.compilation_config.static_forward_context
+        for name in groups[0].layer_names:
+            ctx[name] = _StateLayer(self.attn)
+        for name in groups[MAMBA_GROUP].layer_names:
+            ctx[name] = _StateLayer(self.states.tensors())
+        self.fwd_ctx = ctx
+        with set_current_vllm_config(vc), _scenario_drafter(vc.speculative_config):
+            runner = CPUModelRunner(vc, torch.device("cpu"))
+            kernels_v1.bind_slot_mapping()  # after the CPU runner bound its own (releases < 0.28)
+            # the part of initialize_kv_cache (gpu_model_runner.py:6990-7060) this worker needs: the config,
+            # the persistent batch for its groups, the state tensors (no attention backends: no real forward)
+            runner.kv_cache_config = kvc
+            runner.model = _SimModel()
+            if "kernel_block_sizes" in inspect.signature(runner.may_reinitialize_input_batch).parameters:
+                # older releases take the kernel block sizes: no backend splits a block here
+                runner.may_reinitialize_input_batch(kvc, [g.kv_cache_spec.block_size for g in groups])
+            else:
+                runner.may_reinitialize_input_batch(kvc)
+            runner.kv_caches = [self.attn, *self.states.tensors()]
+        self.runner = runner
+        self.mamba_layers = list(groups[MAMBA_GROUP].layer_names)
+        self._step = 0
+        self._seq_fps: dict[str, list[int]] = {}
+        self._precopied: dict[str, int] = {}
+
+    # -- observers: a state consumed by a copy vLLM is about to make ------------------------------------------
+    def _observe(self, kind: str, who, src_col: int, dst_col: int, bias: int) -> None:
+        r = self.runner
+        row_idx = who if isinstance(who, int) else r.input_batch.req_id_to_index[who]
+        rid = r.input_batch.req_ids[row_idx]
+        row = self._row(row_idx)
+        conv_src, ssm_src = _col(row, src_col), _col(row, src_col + bias)
+        conv, _ = self.states.read(conv_src, bias, conv_src)
+        _, ssm = self.states.read(ssm_src, 0, ssm_src)
+        fps = self._seq_fps[rid]
+        if kind == "precopy":
+            nc = r.requests[rid].num_computed_tokens
+            want = (nc, fps[nc])
+            self._precopied[rid] = src_col
+        else:
+            A = (dst_col + 1) * self.bs
+            want = (A, fps[A])
+        self.trace.reads.append(Read(self._step, rid, kind, MAMBA_GROUP, src_col, conv_src, conv, ssm, want))
+
+    def _row(self, i: int) -> list[int]:
+        bt = self.runner.input_batch.block_table[MAMBA_GROUP]
+        return bt.block_table.np[i, :bt.num_blocks_per_row[i]].tolist()
+
+    # -- one step ---------------------------------------------------------------------------------------------
+    def execute(self, so, step: int, seq_fps: dict[str, list[int]], core_tables) -> None:
+        r, mu = self.runner, self.mamba_utils
+        self._step, self._seq_fps, self._precopied = step, seq_fps, {}
+        _PROCESS["observer"] = self._observe
+        self.kernels_v1.OBSERVER = self._observe
+        with self.set_config(self.vc):
+            deferred = r._update_states(so)
+            if deferred:
+                deferred()
+            n = r.input_batch.num_reqs
+            if not so.total_num_scheduled_tokens or n == 0:
+                return
+            req_ids = list(r.input_batch.req_ids)
+            ns_np = np.array([so.num_scheduled_tokens[rid] for rid in req_ids], dtype=np.int32)
+            r._prepare_inputs(so, ns_np)
+            kinds = self._kinds(so)
+            # prev column as preprocess_mamba computes it (after its cleanup of finished/preempted/resumed,
+            # mamba_utils.py:1398-1415; the fallback for new/resumed rows, :1493-1495)
+            prev_idx = dict(r.mamba_state_idx)
+            mu.cleanup_mamba_state_idx(so, prev_idx)
+            bufs = r._get_mamba_bufs()
+            funcs = (r._get_mamba_state_copy_funcs() if hasattr(r, "_get_mamba_state_copy_funcs")
+                     else r.model.get_mamba_state_copy_func())  # < 0.29: the model's one tuple
+            extra = ({"align_ctx": bufs.postprocess_align}
+                     if "align_ctx" in inspect.signature(mu.preprocess_mamba).parameters else {})
+            mu.preprocess_mamba(so, r.kv_cache_config, r.cache_config, r.mamba_state_idx, r.input_batch, r.requests,
+                                self.fwd_ctx, funcs, bufs.preprocess, **extra)
+            # execute_model re-syncs the accepted counts preprocess_mamba reset (gpu_model_runner.py:4069-4076)
+            r.num_accepted_tokens.np[:n] = r.input_batch.num_accepted_tokens_cpu[:n]
+            r.num_accepted_tokens.copy_to_gpu(n)
+            if getattr(bufs, "postprocess_align", None) is not None:
+                mu.stage_postprocess_inputs_to_gpu(bufs.postprocess_align, so, r.input_batch.req_ids, n, r.requests,
+                                                   r.mamba_state_idx)
+            self._forward(so, req_ids, ns_np, kinds, prev_idx, seq_fps, core_tables)
+
+    def _kinds(self, so) -> dict[str, str]:
+        from harness.engine.workers import resumed_ids
+
+        kinds = {nr.req_id: "NEW" for nr in so.scheduled_new_reqs}
+        for rid in resumed_ids(so.scheduled_cached_reqs):
+            kinds[rid] = "RESUMED"
+        return kinds
+
+    def _forward(self, so, req_ids, ns_np, kinds, prev_idx, seq_fps, core_tables) -> None:
+        torch, r, st, tr = self.torch, self.runner, self.states, self.trace
+        n = len(req_ids)
+        nc_np = r.input_batch.num_computed_tokens_cpu[:n].astype(np.int64)
+        bt = r.input_batch.block_table[MAMBA_GROUP]
+        seq_lens = torch.from_numpy(nc_np + ns_np).to(torch.int32)
+        # the state indices the Mamba2 metadata builder hands the kernels (mamba_attn.py:469-483)
+        indices = self.get_state_indices(bt.get_device_tensor(n), seq_lens, self.mamba_spec, "align").tolist()
+        accepted = r.num_accepted_tokens.gpu[:n].tolist()  # what the kernels get (gpu_model_runner.py:2440)
+        for i, rid in enumerate(req_ids):
+            nc, ns = int(nc_np[i]), int(ns_np[i])
+            nd = len(so.scheduled_spec_decode_tokens.get(rid, ()))
+            fps = seq_fps[rid]
+            want = (nc, fps[nc])
+            na = int(accepted[i])
+            curr = r.mamba_state_idx[rid]
+            prev = prev_idx.get(rid, (nc - 1) // self.bs)
+            idx = [int(b) for b in indices[i]]
+            # decode rows: a spec step, or a 1-token step with prior state (mamba_attn.py:400-460)
+            decode_row = nc > 0 and ns == nd + 1 and (nd > 0 or ns == 1)
+            precopy = rid in self._precopied
+            live = [prev] if precopy else []
+            if decode_row:  # conv window at offset na-1 of idx[0], SSM state of idx[na-1] (ops/mamba_ssm.py)
+                conv, _ = st.read(idx[0], na - 1, idx[0])
+                _, ssm = st.read(idx[na - 1], 0, idx[na - 1])
+                tr.reads.append(Read(self._step, rid, "initial", MAMBA_GROUP, curr, idx[0], conv, ssm, want))
+                st.write_tokens(idx[0], idx[:ns], [(nc + k + 1, fps[nc + k + 1]) for k in range(ns)])
+                live.extend(range(curr, curr + ns))
+            else:  # prefill kernels: initial state from idx[0] when nc > 0, final state to idx[0]
+                if nc > 0:
+                    conv, ssm = st.read(idx[0], 0, idx[0])
+                    tr.reads.append(Read(self._step, rid, "initial", MAMBA_GROUP, curr, idx[0], conv, ssm, want))
+                st.write_final(idx[0], (nc + ns, fps[nc + ns]))
+                live.append(curr)
+            tr.rows.append(RowView(self._step, rid, MAMBA_GROUP, kinds.get(rid, "RUNNING"), nc, ns, prev, curr,
+                                   sorted(set(live)), self._row(i), list(core_tables[rid][MAMBA_GROUP])))
+
+    def sample(self, so, step: int, sampled: dict[str, list[int]], accepted: dict[str, int], seq_fps):
+        """The sampler's output (the harness's token rule; a non-final prefill chunk samples a token vLLM then
+        discards) through the runner's accepted-count update / spec post-copy and its bookkeeping."""
+        torch, r = self.torch, self.runner
+        n = r.input_batch.num_reqs
+        if not so.total_num_scheduled_tokens or n == 0:
+            return [], []
+        self._step, self._seq_fps = step, seq_fps
+        out = torch.full((n, 1 + self.K), -1, dtype=torch.int32)
+        for i, rid in enumerate(r.input_batch.req_ids):
+            toks = sampled[rid] or [0]  # the discarded token of a partial prefill (discard_request_mask)
+            out[i, :len(toks)] = torch.tensor(toks, dtype=torch.int32)
+        if self.K == 0:
+            out = out[:, :1]
+        with self.set_config(self.vc):
+            r._update_states_after_model_execute(out, so)
+            result = r._bookkeeping_sync(so, self.SamplerOutput(sampled_token_ids=out, logprobs_tensors=None), None,
+                                         torch.empty((so.total_num_scheduled_tokens, 1)),
+                                         so.total_num_scheduled_tokens)
+        valid, ids = result[3], result[5]
+        return list(ids), [list(v) for v in valid]
+
+    def deliver(self, block: int, state) -> None:
+        self.states.deliver(block, state)
+
+
+def _replace(obj, **changes):
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)
+
+
+def _col(row: list[int], column: int) -> int:
+    return row[column] if 0 <= column < len(row) else 0

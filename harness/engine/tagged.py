@@ -1,0 +1,94 @@
+"""Tagged states: the symbolic states of harness/states.py held in real vLLM Mamba state tensors.
+
+A state `(num_tokens, fingerprint)` is stored as two int64 elements `[num_tokens, fingerprint]`
+(fingerprints are Python hashes: signed 64-bit). The tensors have the shapes vLLM's own
+`MambaStateShapeCalculator.mamba2_state_shape` gives for tiny dimensions (harness.engine.runner_v1):
+- conv state: `(num_blocks, K+1, 2)` in the SD layout (`(num_blocks, 2, K+1)` in DS): conv window offset j
+  holds the tag of the state after query token j (conv kernel 2, so the window has 1 + K token slots);
+- SSM (temporal) state: `(num_blocks, 1, 2, 1)`: one tag.
+Bytes no forward ever wrote are `[-1, -1]` (read back as None, "garbage"); the null block 0 always reads
+as the zero state, as in SymbolicStates. vLLM's own code moves these bytes (CoW copies, align pre-copies,
+spec post-copies); the harness writes only what the simulated forward writes and what a connector loads.
+
+`version` is computed lazily: pages are compared with the snapshot taken at the last look, and every block
+whose bytes changed gets a new version number (what CacheRecorder needs to skip unchanged pages).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.states import NULL_BLOCK, ZERO_STATE, State
+
+GARBAGE = -1
+
+
+class TaggedStates:
+    def __init__(self, num_blocks: int, num_speculative_tokens: int, conv_dim_first: bool) -> None:
+        self.width = num_speculative_tokens + 1
+        self.num_blocks = num_blocks
+        self.dim_first = conv_dim_first
+        shape = (num_blocks, 2, self.width) if conv_dim_first else (num_blocks, self.width, 2)
+        self.conv = torch.full(shape, GARBAGE, dtype=torch.int64)
+        self.ssm = torch.full((num_blocks, 1, 2, 1), GARBAGE, dtype=torch.int64)
+        self.conv[NULL_BLOCK] = 0
+        self.ssm[NULL_BLOCK] = 0
+        self._conv_tags = self.conv.transpose(1, 2) if conv_dim_first else self.conv  # (blocks, width, 2) view
+        self._ssm_tags = self.ssm.view(num_blocks, 2)
+        self._snap = self._flat().clone()
+        self._version: dict[int, int] = {}
+        self._writes = 0
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.conv, self.ssm]
+
+    # -- reads ------------------------------------------------------------------------------------------
+    @staticmethod
+    def _state(pair) -> State | None:
+        n, fp = pair
+        return None if n == GARBAGE else (n, fp)
+
+    def page(self, block: int) -> tuple[tuple, State | None]:
+        if block == NULL_BLOCK:
+            return (ZERO_STATE,) * self.width, ZERO_STATE
+        conv = tuple(self._state(p) for p in self._conv_tags[block].tolist())
+        return conv, self._state(self._ssm_tags[block].tolist())
+
+    def read(self, conv_block: int, conv_offset: int, ssm_block: int) -> tuple[State | None, State | None]:
+        return self.page(conv_block)[0][conv_offset], self.page(ssm_block)[1]
+
+    @property
+    def version(self) -> dict[int, int]:
+        cur = self._flat()
+        changed = (cur != self._snap).any(dim=1).nonzero().flatten().tolist()
+        for block in changed:
+            self._writes += 1
+            self._version[block] = self._writes
+        if changed:
+            self._snap = cur.clone()
+        return self._version
+
+    def _flat(self) -> torch.Tensor:
+        return torch.cat([self._conv_tags.reshape(self.num_blocks, -1), self._ssm_tags], dim=1)
+
+    # -- writes by the simulated forward and the connector -------------------------------------------
+    def write_final(self, block: int, state: State) -> None:
+        """Prefill kernels store the final state at window offset 0 and in the SSM state."""
+        if block != NULL_BLOCK:
+            self._conv_tags[block, 0] = torch.tensor(state)
+            self._ssm_tags[block] = torch.tensor(state)
+
+    def write_tokens(self, conv_block: int, ssm_blocks: list[int], states: list[State]) -> None:
+        """Decode kernels: the state after query token i -> SSM of ssm_blocks[i], conv offset i of conv_block."""
+        for block, state in zip(ssm_blocks, states):
+            if block != NULL_BLOCK:
+                self._ssm_tags[block] = torch.tensor(state)
+        if conv_block != NULL_BLOCK:
+            n = min(len(states), self.width)
+            self._conv_tags[conv_block, :n] = torch.tensor(states[:n])
+
+    def deliver(self, block: int, state: State) -> None:
+        """A connector load writes a boundary state into a block."""
+        if block != NULL_BLOCK:
+            self._conv_tags[block] = torch.tensor(state)
+            self._ssm_tags[block] = torch.tensor(state)
