@@ -58,6 +58,7 @@ class Budget:
     # prefix_match_unit), so every input is one a user's config reaches
     align: bool = False
     sub_block_hash: bool = True
+    load_failures: bool = False  # engine tier: async loads that fail (KVConnectorOutput.failed_recving)
 
 
 def geometry_from(r: _Reader, budget: Budget) -> dict:
@@ -78,6 +79,7 @@ def geometry_from(r: _Reader, budget: Budget) -> dict:
         "prefill_checkpoint": budget.checkpoints and bool(flags & 1),
         "eagle_block_drop": k > 0 and bool(flags & 2),
         "token_budget": budget_tokens,
+        "kv_load_failure_policy": "recompute" if budget.load_failures and flags & 4 else "fail",
     }
 
 
@@ -107,7 +109,8 @@ def decode(data: bytes, budget: Budget = Budget()) -> Scenario:
         req: dict = {"id": rid, "prompt": prompt, "arrival_step": arrival, "max_tokens": max_tokens}
         if ext and length > 1:
             req["external"] = {"tokens": 1 + (ext - 1) % (length - 1), "async": not ext_mode & 1,
-                               "load_steps": 1 + (ext_mode >> 1) % 2}
+                               "load_steps": 1 + (ext_mode >> 1) % 2,
+                               "load_fails": budget.load_failures and not ext_mode & 1 and ext_mode & 12 == 12}
         if k:
             req["acceptance"] = accept
         requests.append(req)
@@ -196,9 +199,9 @@ def without_checkpoints(data: bytes) -> bytes:
 
 def release_budget(small: bool = False, tier: str = "symbolic") -> Budget:
     """What the installed release can run for a tier (with the bytes, all that decoding depends on)."""
-    from harness.vllm_adapter import supports_prefill_checkpoints, supports_prefix_match_unit
+    from harness.vllm_adapter import supports_failed_recving, supports_prefill_checkpoints, supports_prefix_match_unit
 
     if tier == "engine":
         return Budget(checkpoints=supports_prefill_checkpoints(), small=small, align=True,
-                      sub_block_hash=supports_prefix_match_unit())
+                      sub_block_hash=supports_prefix_match_unit(), load_failures=supports_failed_recving())
     return Budget(checkpoints=supports_prefill_checkpoints(), small=small)

@@ -19,6 +19,9 @@ TIERS = ("symbolic", "model", "engine")
 def replay(scenario, mutant: str | None = None, tier: str = "symbolic", model=None):
     """Run the scenario on the tier and return its trace. Mutants must already be applied by the caller.
     `model`: the model tier's HybridLM (default: HH_MODEL's)."""
+    if tier != "engine" and any(r.external is not None and r.external.load_fails for r in scenario.requests):
+        raise BadInput("external.load_fails: failed loads run on the engine tier only (vLLM's own recovery "
+                       "path, which the mirrored scheduler does not model)")
     if tier == "symbolic":
         from harness.driver import Driver
 

@@ -37,6 +37,9 @@ class Geometry(_Strict):
     prefill_checkpoint: bool = False
     eagle_block_drop: bool = False
     token_budget: int = Field(default=2048, ge=1, le=1_048_576)
+    # KVTransferConfig.kv_load_failure_policy for loads that fail (`external.load_fails`): vLLM's default
+    # "fail" ends the request with an error; "recompute" recomputes from the longest valid prefix
+    kv_load_failure_policy: Literal["fail", "recompute"] = "fail"
 
     @model_validator(mode="after")
     def _divisible(self) -> Geometry:
@@ -81,6 +84,16 @@ class ExternalHit(_Strict):
     tokens: int = Field(ge=1)
     async_load: bool = Field(default=True, alias="async")
     load_steps: int = Field(default=1, ge=1, le=64)
+    # the async load fails: the connector writes nothing and reports the request in failed_recving (engine
+    # tier only: the failure path is vLLM's own scheduler code, which the mirror does not model)
+    load_fails: bool = False
+
+    @model_validator(mode="after")
+    def _fails_async(self) -> ExternalHit:
+        if self.load_fails and not self.async_load:
+            raise ValueError("'load_fails' needs an async load (a hybrid model's sync load failure is reported "
+                             "by block id, which vLLM refuses for several KV cache groups)")
+        return self
 
 
 class RequestSpec(_Strict):

@@ -404,6 +404,14 @@ def supports_prefix_match_unit() -> bool:
     return "prefix_match_unit" in CacheConfig.__dataclass_fields__
 
 
+def supports_failed_recving() -> bool:
+    """KVConnectorOutput.failed_recving (0.30+): a connector reports a failed load by request, the only way
+    vLLM accepts for a model with several KV cache groups."""
+    from vllm.v1.outputs import KVConnectorOutput
+
+    return "failed_recving" in KVConnectorOutput.__dataclass_fields__
+
+
 def supports_prefill_checkpoints() -> bool:
     """Prefill checkpoint blocks, the worker-side helpers the shadow calls, and a runner whose checkpoint
     export the shadow mirrors: the shadow follows vLLM 0.33.0's (protocol doc §6.7), so 0.33.x only."""
