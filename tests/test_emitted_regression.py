@@ -23,7 +23,9 @@ STORED = sorted(p.stem for p in REPROS.glob("*.json"))
 
 def test_every_behaviour_changing_mutant_has_a_stored_repro():
     # last-state-idx-off-by-one: not shown to change behaviour (docs/mutants-check-120s.md)
-    assert set(REGISTRY) - set(STORED) <= {"last-state-idx-off-by-one"}
+    # worker-side mutants patch a model runner: no allocator-level emitted test can show them
+    allocator_mutants = {name for name, m in REGISTRY.items() if not m.runner}
+    assert allocator_mutants - set(STORED) <= {"last-state-idx-off-by-one"}
 
 
 @pytest.mark.parametrize("name", STORED)

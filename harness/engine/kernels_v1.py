@@ -30,6 +30,7 @@ _KERNELS = {
     "vllm.v1.worker.mamba_utils.batch_memcpy_kernel": "batch_memcpy_kernel",
     "vllm.v1.worker.mamba_utils.postprocess_mamba_fused_kernel": "postprocess_mamba_fused_kernel",
     "vllm.v1.worker.mamba_utils.precopy_mamba_align_fused_kernel": "precopy_mamba_align_fused_kernel",
+    "vllm.v1.worker.block_table.ComputeSlotMappingKernel.kernel": "slot_mapping_kernel",
 }
 _registered = ""
 
@@ -169,6 +170,16 @@ def compute_slot_mapping_kernel(num_tokens, max_num_tokens, query_start_loc_ptr,
     slot_mapping_ptr[int(num_tokens):int(max_num_tokens)] = PAD_ID
 
 
+def slot_mapping_kernel(num_tokens, max_num_tokens, query_start_loc_ptr, positions_ptr, block_table_ptr,
+                        block_table_stride, slot_mapping_ptr, KV_CACHE_BLOCK_SIZE, TOTAL_CP_WORLD_SIZE,
+                        TOTAL_CP_RANK, CP_KV_CACHE_INTERLEAVE_SIZE, PAD_ID, BLOCK_SIZE):
+    """`ComputeSlotMappingKernel.kernel` (v1/worker/block_table.py:318-390 in 0.33.0, launched from
+    _prepare_inputs): the same slots, with the kernel's parameter names so vLLM's launch binds by name."""
+    compute_slot_mapping_kernel(num_tokens, max_num_tokens, query_start_loc_ptr, positions_ptr, block_table_ptr,
+                                block_table_stride, KV_CACHE_BLOCK_SIZE, slot_mapping_ptr,
+                                TOTAL_CP_WORLD_SIZE=TOTAL_CP_WORLD_SIZE, PAD_ID=PAD_ID)
+
+
 def bind_slot_mapping() -> bool:
     """Releases < 0.28 launch the slot-mapping kernel from block_table's module global, which their CPU
     runner rebinds to a C++ op (cpu_model_runner.py); bind the torch version there instead. False when the
@@ -194,6 +205,19 @@ class _Launch:
         return self.fn(*args, **kwargs)
 
 
+def _exists(name: str) -> bool:
+    import importlib
+
+    module, attr = name.rsplit(".", 1)
+    parts = module.split(".")
+    try:
+        if parts[-1][:1].isupper():  # a JIT warmup class's kernel attribute
+            return hasattr(getattr(importlib.import_module(".".join(parts[:-1])), parts[-1]), attr)
+        return hasattr(importlib.import_module(module), attr)
+    except ImportError:
+        return False
+
+
 def register() -> str:
     """Install the replacements once per process: through vLLM's kernel dispatcher (0.31+, which rebinds every
     holder), else by rebinding the kernel in its defining module (vLLM < 0.31: mamba_utils launches them
@@ -207,16 +231,15 @@ def register() -> str:
         import importlib
 
         for name, fn in _KERNELS.items():
-            module, attr = name.rsplit(".", 1)
-            mod = importlib.import_module(module)
-            if hasattr(mod, attr):
-                setattr(mod, attr, _Launch(globals()[fn]))
+            if _exists(name) and name.rsplit(".", 2)[-2][:1].islower():
+                module, attr = name.rsplit(".", 1)
+                setattr(importlib.import_module(module), attr, _Launch(globals()[fn]))
         _registered = "module"
         return _registered
     import warnings
 
     with warnings.catch_warnings():  # its scan of sys.modules touches deprecated torch attributes
         warnings.simplefilter("ignore", FutureWarning)
-        register_kernels({name: globals()[fn] for name, fn in _KERNELS.items()})
+        register_kernels({name: globals()[fn] for name, fn in _KERNELS.items() if _exists(name)})
     _registered = "dispatcher"
     return _registered

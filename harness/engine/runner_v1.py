@@ -146,14 +146,15 @@ class ScenarioDrafter:
 
 
 class _scenario_drafter:
-    """While the runner is built, the n-gram config reads as `custom_class` naming ScenarioDrafter; restored
-    after (the Scheduler and the runner's later steps see method="ngram", as built)."""
+    """While the runner is built, the n-gram (or relabelled EAGLE, scheduler._as_eagle) config reads as
+    `custom_class` naming ScenarioDrafter; restored after (the Scheduler and the runner's later steps see the
+    method as built)."""
 
     def __init__(self, spec) -> None:
         self.spec = spec
 
     def __enter__(self):
-        if self.spec is not None and self.spec.method == "ngram":
+        if self.spec is not None and self.spec.method in ("ngram", "eagle"):  # eagle: relabelled n-gram config
             self.saved = (self.spec.method, self.spec.model)
             object.__setattr__(self.spec, "method", "custom_class")
             object.__setattr__(self.spec, "model", f"{__name__}.ScenarioDrafter")

@@ -16,9 +16,10 @@ from harness.mutants.base import Mutant
 from harness.mutants.bank import BANK
 from harness.mutants.lifetime import MAMBA_FREE_LEAKS_BLOCK, MAMBA_OVERALLOCATE
 from harness.mutants.seed import SEED_UNMARKED_EARLY_RETURN
+from harness.mutants.worker_v1 import V1_MUTANTS
 
 REGISTRY: dict[str, Mutant] = {
-    m.name: m for m in (SEED_UNMARKED_EARLY_RETURN, MAMBA_FREE_LEAKS_BLOCK, MAMBA_OVERALLOCATE, *BANK)}
+    m.name: m for m in (SEED_UNMARKED_EARLY_RETURN, MAMBA_FREE_LEAKS_BLOCK, MAMBA_OVERALLOCATE, *BANK, *V1_MUTANTS)}
 
 
 def _from_file(path: Path) -> Mutant:
