@@ -87,6 +87,77 @@ def _keep_accepted_on_readd(original):
     return readded_num_accepted
 
 
+def _keep_accepted_on_readd_v1():
+    """The same fix in vLLM's own V1 runner (engine tier, --runner v1): InputBatch.remove_request keeps the
+    leaving row's num_accepted_tokens, add_request restores it for a running row re-added; the kept count
+    is dropped for preempted, finished and resumed requests (those start over, as in V2,
+    model_states/mamba_hybrid.py:112-115). Wraps InputBatch.add_request/remove_request
+    (gpu_input_batch.py:345, :479, :523 in 0.33.0) and GPUModelRunner._update_states (:1176)."""
+    from vllm.v1.worker.gpu_input_batch import InputBatch
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    kept: dict[str, int] = {}
+
+    def remove(original):
+        def remove_request(self, req_id):
+            idx = self.req_id_to_index.get(req_id)
+            if idx is not None:
+                kept[req_id] = int(self.num_accepted_tokens_cpu[idx])
+            return original(self, req_id)
+        return remove_request
+
+    def add(original):
+        def add_request(self, request):
+            out = original(self, request)
+            n = kept.pop(request.req_id, None)
+            if n is not None:
+                self.num_accepted_tokens_cpu[self.req_id_to_index[request.req_id]] = n
+            return out
+        return add_request
+
+    def update(original):
+        def _update_states(self, so):
+            cr = so.scheduled_cached_reqs
+            resumed = getattr(cr, "resumed_req_ids", None) or {
+                r for r, f in zip(cr.req_ids, getattr(cr, "resumed_from_preemption", None) or ()) if f}
+            for rid in resumed:
+                kept.pop(rid, None)
+            out = original(self, so)
+            for rid in set(so.finished_req_ids) | set(getattr(so, "preempted_req_ids", None) or ()):
+                kept.pop(rid, None)
+            return out
+        return _update_states
+
+    undos = [wrap_method(InputBatch, "remove_request", remove), wrap_method(InputBatch, "add_request", add),
+             wrap_method(GPUModelRunner, "_update_states", update)]
+
+    def undo():
+        for u in reversed(undos):
+            u()
+        kept.clear()
+    return undo
+
+
+def _keep_accepted_fix() -> Mutant:
+    """Both places the V1 reset lives: the worker shadow (mirror) and vLLM's V1 runner (engine tier)."""
+    def patch():
+        undo_shadow = wrap_method(_worker_shadow(), "readded_num_accepted", _keep_accepted_on_readd)
+        try:
+            undo_v1 = _keep_accepted_on_readd_v1()
+        except ImportError:  # a release or machine without the V1 GPU runner module: the shadow only
+            undo_v1 = None
+
+        def undo():
+            if undo_v1 is not None:
+                undo_v1()
+            undo_shadow()
+        return undo
+
+    return Mutant(name="fix-keep-accepted-on-readd", bug_class="fix: a running row re-added to the batch keeps its "
+                  "accepted count", releases="where the issue is known", origin="hybrid-harness", patch=patch,
+                  is_applied=lambda: method_wrapped(_worker_shadow(), "readded_num_accepted"))
+
+
 def _mamba_manager():
     from harness.vllm_adapter import mamba_manager_class
 
@@ -124,10 +195,10 @@ KNOWN_ISSUES = (
                 "request and get_new_blocks raises ValueError instead of returning None",
         releases="seen on 0.26.0-0.33.0",
         repro="scenarios/sync-external-admission-undercount.json",
-        reached_by="a KV connector returning a sync hit (load_async=False) that ends inside a Mamba block, the "
-                   "continuation crossing into the next one, under pool pressure (with vLLM's default full-sequence "
-                   "admission, scheduler_reserve_full_isl, only in its prompt-final-chunk form: to be re-judged by the "
-                   "engine tier)",
+        reached_by="a KV connector returning a sync hit (load_async=False) that ends on a Mamba block boundary, the "
+                   "continuation crossing into the next block, under pool pressure; with vLLM's default full-sequence "
+                   "admission (scheduler_reserve_full_isl) only in its prompt-final-chunk form (repro: a 65-token "
+                   "prompt, a 64-token hit, 1 new token, 6 free blocks; the mirrored and the engine tier agree)",
         fix=_fix("fix-count-external-block", _mamba_manager, "get_num_blocks_to_allocate", _count_external_block,
                  "admission counts the block an external hit takes"),
     ),
@@ -151,12 +222,12 @@ KNOWN_ISSUES = (
                 "batch with num_accepted_tokens reset to 1 (gpu_input_batch.py:479) while its running SSM state "
                 "sits at column curr + accepted - 1: the next step starts from the state after the first token "
                 "of the previous step",
-        releases="seen on 0.33.0 (V1 GPUModelRunner; V2 resets only new/resumed rows)",
+        releases="seen on 0.33.0 (V1 GPUModelRunner, confirmed on vLLM's own V1 runner by the engine tier with "
+                 "--runner v1; V2 resets only new/resumed rows)",
         repro="scenarios/spec-unscheduled-accepted-reset.json",
         reached_by="the V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0) with speculative decoding and a token budget "
                    "that leaves a running request unscheduled for a step",
-        fix=_fix("fix-keep-accepted-on-readd", _worker_shadow, "readded_num_accepted", _keep_accepted_on_readd,
-                 "a running row re-added to the batch keeps its accepted count"),
+        fix=_keep_accepted_fix(),
         repro_from=(0, 27, 0),  # 0.26's chunk rule schedules nothing under the repro's 3-token budget
     ),
 )
