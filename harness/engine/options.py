@@ -28,7 +28,9 @@ _CHOICES = {"runner": RUNNERS, "async_scheduling": ASYNC_MODES, "kernels": KERNE
 
 @dataclass(frozen=True)
 class EngineOptions:
-    runner: str = "auto"
+    # mirror until vLLM's own runners run at the harness's speed: `auto` now resolves to V2 on 0.33.0 (Triton
+    # installed), whose Triton kernels run in the interpreter until harness/engine/kernels.py replaces them
+    runner: str = "mirror"
     async_scheduling: str = "auto"
     kernels: str = "torch"
 

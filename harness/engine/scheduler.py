@@ -33,7 +33,12 @@ import os
 import time
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # before vLLM is imported (pin_memory, device inference)
-os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")  # the worker shadow mirrors the V1 runner
+# vLLM's Triton check accepts a driverless machine when CUDA_VISIBLE_DEVICES is set and empty
+# (triton_utils/importing.py): with Triton installed, vLLM picks its model runner as on a GPU host (V2 for
+# hybrid align-mode configs), and V2's kernels run in Triton's interpreter where the harness has no torch
+# replacement (harness/engine/kernels.py)
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from dataclasses import dataclass, field  # noqa: E402
 
@@ -156,15 +161,30 @@ def derive_geometry(scenario: Scenario) -> EngineGeometry:
     return EngineGeometry(g.mamba_block_size, g.hash_block_size, g.num_speculative_tokens, tuple(notes))
 
 
-def build_scheduler(scenario: Scenario, eg: EngineGeometry):
+_V2_ENV = {"mirror": "0", "v1": "0", "v2": "1", "auto": None}  # VLLM_USE_V2_MODEL_RUNNER per --runner
+
+
+def _pick_runner(runner: str) -> None:
+    """`mirror` / `v1` force V1 and `v2` forces V2 through vLLM's own switch (config/vllm.py:748-750);
+    `auto` leaves vLLM's pick (config/vllm.py:752-767). The scheduler reads it too (placeholder drafts
+    under V2, scheduler.py:1642), so it is set before the config and the Scheduler are built."""
+    value = _V2_ENV[runner]
+    if value is None:
+        os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+    else:
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = value
+
+
+def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirror"):
     """vLLM's Scheduler from a real VllmConfig for this scenario (BadInput if vLLM refuses the config)."""
     v = vllm_namespace()
     from vllm.v1.structured_output import StructuredOutputManager
 
     g = scenario.geometry
     B, H, K = eg.block_size, eg.hash_block_size, eg.num_speculative_tokens
+    _pick_runner(runner)
     vc = _vllm_config(max(1, min(len(scenario.requests), g.token_budget)), g.token_budget, g.max_model_len, B, H, K,
-                      g.eagle_block_drop)
+                      g.eagle_block_drop, runner)
     vc.cache_config.num_gpu_blocks = g.num_blocks  # the Scheduler reads it once, when built
     kci, torch = v.kci, v.torch
     mamba_kwargs = dict(block_size=B, shapes=((1, 1),), dtypes=(torch.float32,), mamba_cache_mode="align",
@@ -184,7 +204,8 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry):
 
 
 @functools.lru_cache(maxsize=64)
-def _vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: int, K: int, eagle: bool):
+def _vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: int, K: int, eagle: bool,
+                 runner: str = "mirror"):
     """The VllmConfig for one geometry (validated by vLLM, then the stand-ins set); built once per geometry
     in a process: pydantic validation of the config tree costs more than a short replay."""
     from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, SchedulerConfig, VllmConfig
@@ -218,9 +239,6 @@ def _vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: 
     if eagle:
         _as_eagle(vc.speculative_config)
     object.__setattr__(vc, "model_config", _ModelConfigStandIn(max_model_len))
-    if getattr(vc, "use_v2_model_runner", False):
-        raise HarnessError("vLLM picked the V2 model runner; the engine tier's worker shadow mirrors V1 only "
-                           "(VLLM_USE_V2_MODEL_RUNNER=0 is set on import)")
     cache_cfg.mamba_block_size = B  # platforms/interface.py:1114-1115 (align mode)
     return vc
 
@@ -259,7 +277,8 @@ class EngineDriver:
         self.sc = scenario
         self.eg = eg = derive_geometry(scenario)
         self.K = eg.num_speculative_tokens
-        self.vc, self.sched = build_scheduler(scenario, eg)
+        self.options = options or current_options()
+        self.vc, self.sched = build_scheduler(scenario, eg, self.options.runner)
         self.geometry = scenario.geometry.model_copy(update={"attn_block_size": eg.block_size})
         self.alloc = adopt_manager(self.geometry, self.sched.kv_cache_manager)
         self.v = vllm_namespace()
@@ -267,8 +286,9 @@ class EngineDriver:
 
         self.DraftTokenIds, self.KVConnectorOutput, self.ModelRunnerOutput = DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
         self.trace = Trace(vllm_version=installed_version(), mutant=mutant)
-        self.options = options or current_options()
         self.worker = make_worker(self, self.options.runner)
+        self.worker_drafts = getattr(self.worker, "proposes_drafts", False)
+        self.trace.runner = getattr(self.worker, "runner_name", self.options.runner)
         self.states = self.worker.states  # what the oracles read: the worker's state pages
         connector = self.sched.connector
         if connector is None or not hasattr(connector, "plan"):
@@ -432,22 +452,28 @@ class EngineDriver:
             if v.is_finished():
                 r.finished = True
                 continue
-            if self.K and not v.is_prefill_chunk:
+            if self.K and not v.is_prefill_chunk and not self.worker_drafts:
                 nd = min(self.K, r.spec.max_tokens - v.num_output_tokens - 1)
                 draft_ids.append(rid)
                 drafts.append(self._propose(r, nd) if nd > 0 else [])
-        if draft_ids:
+        if self.worker_drafts and self.K:  # V2: the runner's drafter proposed; the scheduler gets V2's answer
+            taken = self._call("", "take_draft_token_ids", self.worker.take_drafts)
+            if taken is not None:
+                self._call("", "update_draft_token_ids", self.sched.update_draft_token_ids, taken)
+        elif draft_ids:
             self._call("", "update_draft_token_ids", self.sched.update_draft_token_ids,
                        self.DraftTokenIds(draft_ids, drafts))
 
-    def _propose(self, r: _Req, nd: int) -> list[int]:
-        """nd drafts; the scenario's acceptance pattern decides how many are right (as the mirrored tier)."""
+    def _propose(self, r: _Req, nd: int, width: int | None = None, last: int | None = None) -> list[int]:
+        """nd drafts; the scenario's acceptance pattern decides how many are right (as the mirrored tier).
+        A runner's drafter (V2) proposes `width` drafts after the prefix fingerprint `last`."""
         pattern = r.spec.acceptance or [self.K]
         good = min(pattern[r.accept_idx % len(pattern)], nd)
         r.accept_idx += 1
         out = []
-        for k in range(nd):
-            t = _true_next(r.fps, k)
+        fps = r.fps if last is None else [last]
+        for k in range(nd if width is None else width):
+            t = _true_next(fps, k)
             out.append(t if k < good else t % (VOCAB_SIZE - 1) + 1)
         return out
 

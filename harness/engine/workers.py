@@ -15,15 +15,38 @@ Every worker offers the same four things to `harness.engine.scheduler.EngineDriv
 
 from __future__ import annotations
 
-from harness.errors import BadInput
+from harness.errors import BadInput, HarnessError
 from harness.states import SymbolicStates
 from harness.vllm_adapter import MAMBA_GROUP
 from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow
 
 
 def make_worker(driver, runner: str):
-    """The worker for `runner` (harness.engine.options.RUNNERS)."""
-    if runner in ("mirror", "auto"):
+    """The worker for `runner` (harness.engine.options.RUNNERS); `auto` is the runner vLLM picked for the
+    config (the Scheduler records it: `use_v2_model_runner`, v1/core/sched/scheduler.py:387)."""
+    if runner == "auto":
+        runner = "v2" if getattr(driver.sched, "use_v2_model_runner", False) else "mirror"
+    if runner == "v2":
+        from harness.engine.runner_v2 import V2Worker, v2_unavailable
+
+        why = v2_unavailable()
+        if why is None and not getattr(driver.sched, "use_v2_model_runner", False):
+            why = f"vLLM {driver.trace.vllm_version} does not run this config on its V2 model runner"
+        if why is not None:
+            raise BadInput(f"--runner v2: {why}")
+        try:
+            return V2Worker(driver)
+        except (BadInput, HarnessError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - only vLLM's own refusals become bad input
+            from harness.vllm_adapter import exception_site
+
+            inside, site = exception_site(exc)
+            if not inside:
+                raise
+            raise BadInput(f"--runner v2: vLLM {driver.trace.vllm_version}'s V2 model runner cannot be built on "
+                           f"CPU for this config: {exc!r} at {site}") from None
+    if runner == "mirror":
         return MirrorWorker(driver)
     if runner == "v1":  # vLLM's own V1 model runner, only the forward simulated (harness/engine/runner_v1.py)
         from harness.engine.runner_v1 import V1Worker
@@ -34,6 +57,8 @@ def make_worker(driver, runner: str):
 
 class MirrorWorker:
     """The V1 worker shadow on the real scheduler's output."""
+
+    runner_name = "mirror"
 
     def __init__(self, driver) -> None:
         eg, alloc = driver.eg, driver.alloc

@@ -1,0 +1,585 @@
+"""`--runner v2`: vLLM's own V2 model runner (`vllm/v1/worker/cpu/model_runner.py`, the CPU subclass of
+`vllm/v1/worker/gpu/model_runner.py`) on the real scheduler's output.
+
+Everything between the SchedulerOutput and the model's forward is vLLM's: request slots (`states.py`),
+staged block tables and their gather (`block_table.py`), `MambaHybridModelState` (add_request seeds the
+running state column, `preprocess_state` advances it and pre-copies across a block boundary, `prepare_attn`
+hands the accepted counts to vLLM's real `Mamba2AttentionMetadataBuilder`, `postprocess_state` scatters
+accepted counts and post-copies), the sampler and rejection sampler, the draft bookkeeping. Two things are
+simulated:
+
+- the forward (`_TagModel`): per request it reads the initial Mamba state exactly where the Mamba2 kernels
+  read it (the metadata's `state_indices_tensor_d/_p`, `num_accepted_tokens`, `has_initial_states_p`) and
+  writes state tags (`(num_tokens, fingerprint)`, harness/states.py) into the real state tensors at the real
+  indices; its hidden states name the harness's next token (`harness.tokens.true_token` of the prefix it
+  read) so the logits make vLLM's own sampler pick it;
+- the drafter's proposal: the speculator's `propose` returns the scenario's planned drafts.
+
+The state tensors (conv window `(K+1, 2)` int64 and SSM `(2,)` int64 per block and Mamba layer) hold the
+tags; `TagStates` reads them back as `page(block)` for the oracles. Triton must be importable (V2 needs it);
+the Triton kernels V2 launches run as vLLM wrote them (`--kernels triton`, interpreter on CPU) or as the
+harness's torch replacements (`--kernels torch`, harness/engine/kernels.py).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from harness.errors import BadInput, HarnessError
+from harness.states import NULL_BLOCK, ZERO_STATE, chain
+from harness.tokens import true_token
+from harness.trace import Read, RowView
+from harness.vllm_adapter import MAMBA_GROUP, installed_version
+
+ATTN_LAYER = "model.layers.0.attn"  # layer names carry exactly one integer (the runner parses it)
+MAMBA_LAYER = "model.layers.1.mixer"
+GARBAGE = -1  # tag n of bytes no forward wrote
+
+
+def v2_unavailable() -> str | None:
+    """Why vLLM's V2 runner cannot run here (None when it can)."""
+    try:
+        import vllm.v1.worker.gpu.model_runner  # noqa: F401
+        import vllm.v1.worker.cpu.model_runner  # noqa: F401
+    except ImportError as exc:
+        return f"vLLM {installed_version()} has no V2 model runner for CPU ({exc})"
+    from vllm.triton_utils import HAS_TRITON
+
+    if not HAS_TRITON:
+        return "Triton is not importable (vLLM's V2 model runner needs it)"
+    return None
+
+
+class TagStates:
+    """The oracles' view of the real Mamba state tensors: `page(block)` = (conv tuple, ssm) of tags."""
+
+    def __init__(self, conv, ssm) -> None:
+        self.conv, self.ssm = conv, ssm  # [num_blocks, W, 2], [num_blocks, 2] int64 (views of vLLM's cache)
+        self.width = conv.shape[1]
+        self.version: dict[int, int] = {}
+        self._writes = 0
+        self.reset()
+
+    def reset(self) -> None:
+        self.conv.fill_(GARBAGE)
+        self.ssm.fill_(GARBAGE)
+        self.conv[NULL_BLOCK].zero_()
+        self.ssm[NULL_BLOCK].zero_()
+        self.version.clear()
+
+    def touch(self, blocks) -> None:
+        for b in blocks:
+            self._writes += 1
+            self.version[int(b)] = self._writes
+
+    @staticmethod
+    def _tag(row) -> tuple[int, int] | None:
+        n, fp = int(row[0]), int(row[1])
+        return None if n == GARBAGE else (n, fp)
+
+    def page(self, block: int):
+        if block == NULL_BLOCK:
+            return (ZERO_STATE,) * self.width, ZERO_STATE
+        conv = self.conv[block].tolist()
+        ssm = self.ssm[block].tolist()
+        return tuple(None if n == GARBAGE else (n, fp) for n, fp in conv), (None if ssm[0] == GARBAGE
+                                                                             else tuple(ssm))
+
+    def read(self, conv_block: int, offset: int, ssm_block: int):
+        return self.page(conv_block)[0][offset], self.page(ssm_block)[1]
+
+    def deliver(self, block: int, state) -> None:
+        if block != NULL_BLOCK:
+            self.conv[block, :, 0], self.conv[block, :, 1] = state[0], state[1]
+            self.ssm[block, 0], self.ssm[block, 1] = state[0], state[1]
+            self.touch([block])
+
+
+# -- the runner's model: layers vLLM binds state tensors to, a forward that moves state tags ---------------
+
+def _classes():
+    """The layer, backend and model classes (built on first use: they subclass vLLM's own bases)."""
+    import torch
+    from torch import nn
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm.model_executor.layers.mamba.abstract import MambaBase
+    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateCopyFuncCalculator
+    from vllm.v1.attention.backend import AttentionBackend, AttentionImplBase, AttentionMetadataBuilder
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    class RowsBuilder(AttentionMetadataBuilder):
+        """The attention group's metadata: the common metadata as the runner built it (block table rows,
+        slot mapping). Nothing reads attention KV here: the forward is simulated."""
+
+        def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+            super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+
+        def build(self, common_prefix_len, common_attn_metadata, fast_build=False, **kwargs):
+            return common_attn_metadata
+
+    class RowsBackend(AttentionBackend):
+        supported_dtypes = [torch.float32]
+
+        @staticmethod
+        def get_name() -> str:
+            return "HARNESS_ROWS"
+
+        @staticmethod
+        def get_impl_cls():
+            return AttentionImplBase
+
+        @staticmethod
+        def get_builder_cls():
+            return RowsBuilder
+
+        @staticmethod
+        def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size, cache_dtype_str="auto"):
+            return (2, num_blocks, block_size, num_kv_heads, head_size)
+
+    class AttnLayer(nn.Module, AttentionLayerBase):
+        def __init__(self, block_size: int):
+            super().__init__()
+            self.block_size = block_size
+
+        def get_attn_backend(self):
+            return RowsBackend
+
+        def get_kv_cache_spec(self, vllm_config):
+            return FullAttentionSpec(block_size=self.block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
+
+    class MambaLayer(nn.Module, MambaBase):
+        """A Mamba2 layer to vLLM (its backend and metadata builder are vLLM's real Mamba2 ones) whose
+        states are tags: conv (K+1 window offsets, [n, fp]) and SSM ([n, fp]), int64."""
+
+        def __init__(self, width: int):
+            super().__init__()
+            self.width = width
+
+        def get_state_shape(self):
+            return ((self.width, 2), (2,))
+
+        def get_state_dtype(self):
+            return (torch.int64, torch.int64)
+
+        @property
+        def mamba_type(self):
+            return _MAMBA2
+
+    class TagModel(nn.Module):
+        def __init__(self, worker):
+            super().__init__()
+            self.worker = worker
+
+        def get_mamba_state_copy_funcs(self, mamba_types):  # as vLLM's Mamba2 models answer it
+            return {t: MambaStateCopyFuncCalculator.mamba2_state_copy_func() for t in mamba_types}
+
+        def forward(self, input_ids=None, positions=None, **kwargs):
+            return self.worker.forward(input_ids, positions)
+
+        def compute_logits(self, hidden_states):
+            return self.worker.logits(hidden_states)
+
+    try:
+        from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
+
+        _MAMBA2 = MambaAttentionBackendEnum.MAMBA2
+    except ImportError:  # releases that name Mamba types by string
+        _MAMBA2 = "mamba2"
+    return AttnLayer, MambaLayer, TagModel
+
+
+# -- the runner, built once per engine config in a process and reset between scenarios --------------------
+
+_RUNNERS: dict[int, "_Runner"] = {}
+_DIST = False
+
+
+def _init_distributed() -> None:
+    """A one-process gloo group, as vLLM's CPU worker sets up (world size 1)."""
+    global _DIST
+    if _DIST:
+        return
+    from vllm.distributed import parallel_state as ps
+
+    if not ps.model_parallel_is_initialized():
+        fd, path = tempfile.mkstemp(prefix="hh-dist-")
+        os.close(fd)
+        os.unlink(path)
+        ps.init_distributed_environment(1, 0, f"file://{path}", 0, "gloo")
+        ps.initialize_model_parallel(1, 1)
+    _DIST = True
+
+
+def _runner_model_config(vc):
+    """The scheduler's stand-in model config plus what the V2 runner reads (a hybrid Mamba2 test model:
+    float32, no MoE, no multimodal, no LoRA, the harness's vocabulary)."""
+    from harness.engine.scheduler import _ModelConfigStandIn
+    from harness.scenario import VOCAB_SIZE
+
+    import torch
+
+    class RunnerModelConfig(_ModelConfigStandIn):
+        is_moe = False
+        dtype = torch.float32
+        enable_prompt_embeds = False
+        logits_processors = None
+        logprobs_mode = "raw_logprobs"
+        use_fp64_gumbel = False
+        enable_trace_replay = False
+        is_attention_free = False
+        architectures = ["HarnessTagModel"]
+        hf_config = type("HarnessHFConfig", (), {"model_type": "harness_tag_model", "architectures": ["HarnessTagModel"]})()
+        enforce_eager = True
+        enable_sleep_mode = False
+        sleep_mode_offload_cudagraph = False
+        uses_alibi = False
+        quantization = None
+        rswa_window = None
+
+        def get_vocab_size(self):
+            return VOCAB_SIZE
+
+        def get_mamba_chunk_size(self):
+            return 256
+
+        def get_num_attention_heads(self, parallel_config=None):
+            return 1
+
+        def get_num_kv_heads(self, parallel_config=None):
+            return 1
+
+        def get_head_size(self):
+            return 1
+
+        def get_hidden_size(self):
+            return 1
+
+        def get_inputs_embeds_size(self):
+            return 1
+
+    mc = vc.model_config
+    if not isinstance(mc, RunnerModelConfig):
+        object.__setattr__(vc, "model_config", RunnerModelConfig(mc.max_model_len))
+
+
+def _kv_tensors(cls, pages: dict[str, int], num_blocks: int) -> list:
+    """One backing allocation, each layer's pages in its own region (0.33.0 `KVCacheTensor(size, layers,
+    layer_stride, block_stride, offset)`, worker/utils.py allocate_kv_cache; earlier releases
+    `KVCacheTensor(size, shared_by)`, one allocation per layer)."""
+    if "layers" not in getattr(cls, "__dataclass_fields__", {}):
+        return [cls(size=p * num_blocks, shared_by=[n]) for n, p in pages.items()]
+    total = sum(pages.values()) * num_blocks
+    out, offset = [], 0
+    for name, page in pages.items():
+        out.append(cls(size=total, layers=[name], layer_stride=page * num_blocks, block_stride=page, offset=offset))
+        offset += page * num_blocks
+    return out
+
+
+class _Runner:
+    """vLLM's CPUModelRunner with the harness's model and real KV tensors for `num_blocks` blocks."""
+
+    def __init__(self, vc, num_blocks: int, num_spec: int) -> None:
+        import torch
+        import vllm.v1.worker.cpu.shm  # noqa: F401  (CUDA stand-ins; cpu_worker.py imports it first)
+        from vllm.config import set_current_vllm_config
+        from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
+        from vllm.v1.worker.cpu.model_runner import CPUModelRunner
+
+        AttnLayer, MambaLayer, TagModel = _classes()
+        self.vc, self.num_blocks = vc, num_blocks
+        B = vc.cache_config.block_size
+        _runner_model_config(vc)
+        if getattr(vc.cache_config, "kv_cache_layout", "LBNHC") is None:
+            vc.cache_config.kv_cache_layout = "LBNHC"  # what the engine core resolves for layer-outermost caches
+        with set_current_vllm_config(vc):
+            _init_distributed()
+            ctx = vc.compilation_config.static_forward_context
+            ctx.clear()
+            ctx[ATTN_LAYER] = AttnLayer(B)
+            ctx[MAMBA_LAYER] = MambaLayer(num_spec + 1)
+            spec = vc.speculative_config
+            method = getattr(spec, "method", None)
+            if method == "eagle":  # no EAGLE draft model on CPU (harness/engine/scheduler.py _as_eagle): the
+                object.__setattr__(spec, "method", "ngram")  # runner holds an n-gram speculator instead, whose
+            try:  # proposal the harness replaces anyway (V2Worker._propose)
+                self.runner = r = CPUModelRunner(vc, torch.device("cpu"))
+            finally:
+                if method == "eagle":
+                    object.__setattr__(spec, "method", method)
+            self.model = TagModel(None)
+            r.load_model(model=self.model)
+            specs = r.get_kv_cache_spec()
+            tensors = _kv_tensors(KVCacheTensor, {n: specs[n].page_size_bytes for n in (ATTN_LAYER, MAMBA_LAYER)},
+                                  num_blocks)
+            kvc = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=[
+                KVCacheGroupSpec([ATTN_LAYER], specs[ATTN_LAYER]), KVCacheGroupSpec([MAMBA_LAYER], specs[MAMBA_LAYER])])
+            r.initialize_kv_cache(kvc)
+            r._init_kv_zero_meta()
+        conv, ssm = ctx[MAMBA_LAYER].kv_cache
+        self.states = TagStates(conv, ssm)
+        self.max_num_reqs = r.req_states.max_num_reqs
+        self.worker = None
+        self._hook()
+
+    def _hook(self) -> None:
+        """Observation points (each calls vLLM's own method): the step's InputBatch, the running state
+        columns before `preprocess_state`, the pre-copy sources."""
+        r = self.runner
+        prepare_inputs = r.prepare_inputs
+        preprocess = r.model_state.preprocess_state
+
+        def captured_prepare_inputs(*args, **kwargs):
+            self.input_batch = ib = prepare_inputs(*args, **kwargs)
+            return ib
+
+        def observed_preprocess(input_batch, *args, **kwargs):
+            ms = r.model_state
+            self.before = None
+            if not getattr(ms, "_align_mode", False):
+                return preprocess(input_batch, *args, **kwargs)
+            idx = input_batch.idx_mapping_np[: input_batch.num_reqs]
+            self.before = (ms._mamba_state_idx_gpu[idx].tolist(), ms.num_accepted_tokens_gpu[idx].tolist())
+            out = preprocess(input_batch, *args, **kwargs)
+            if self.worker is not None:
+                self.worker.record_precopies(input_batch, idx)
+            return out
+
+        r.prepare_inputs = captured_prepare_inputs
+        r.model_state.preprocess_state = observed_preprocess
+
+    def reset(self) -> None:
+        """Back to a fresh runner's request slots and state bytes (no request is left after a replay)."""
+        r = self.runner
+        rs = r.req_states
+        for rid in sorted(rs.req_id_to_index):  # finished at the end of the replay: vLLM's own removal
+            r._remove_request(rid)
+        r.execute_model_state = None
+        rs.free_indices[:] = range(rs.max_num_reqs)
+        self.states.reset()
+
+
+def runner_for(vc, num_blocks: int, num_spec: int) -> _Runner:
+    run = _RUNNERS.get(id(vc))
+    if run is None or run.vc is not vc or run.num_blocks < num_blocks:
+        _RUNNERS.pop(id(vc), None)
+        run = _Runner(vc, max(num_blocks, 64), num_spec)
+        _RUNNERS[id(vc)] = run
+    else:
+        run.reset()
+    return run
+
+
+class V2Worker:
+    """The engine tier's worker side on vLLM's V2 runner (seam: harness/engine/workers.py)."""
+
+    runner_name = "v2"
+    proposes_drafts = True  # the runner's drafter proposes; the scheduler gets V2's placeholders back
+
+    def __init__(self, driver) -> None:
+        import torch
+
+        self.torch = torch
+        self.driver, self.trace = driver, driver.trace
+        eg = driver.eg
+        self.B, self.K = eg.block_size, eg.num_speculative_tokens
+        if driver.geometry.prefill_checkpoint:
+            raise BadInput("--runner v2: prefill checkpoint blocks are not followed by the harness's V2 model yet "
+                           "(run with --checkpoints off)")
+        self.run = runner_for(driver.vc, driver.sc.geometry.num_blocks, self.K)
+        self.run.model.worker = self
+        self.run.worker = self
+        self.runner = self.run.runner
+        self.states = self.run.states
+        self.step = 0
+        self.kinds: dict[str, str] = {}
+        if self.runner.speculator is not None:
+            self.runner.speculator.propose = self._propose
+
+    # -- seam ------------------------------------------------------------------------------------------
+    def execute(self, so, step: int, seq_fps, core_tables) -> None:
+        self.step, self.core_tables = step, core_tables
+        self.so = so
+        self.kinds = {nr.req_id: "RESUMED" if nr.req_id in self._seen else "NEW" for nr in so.scheduled_new_reqs}
+        self._seen.update(self.kinds)
+        self.run.input_batch = None
+        out = self.runner.execute_model(so)
+        if out is not None:  # no forward this step (nothing scheduled)
+            self._empty = out
+        else:
+            self._empty = None
+
+    def sample(self, so, step: int, sampled, accepted, seq_fps):
+        if self._empty is not None:
+            out = self._empty
+            return list(out.req_ids or ()), list(out.sampled_token_ids or ())
+        out = self.runner.sample_tokens(None)
+        out = out.get_output() if hasattr(out, "get_output") else out
+        return list(out.req_ids), [list(t) for t in out.sampled_token_ids]
+
+    def take_drafts(self):
+        """What V2 gives the scheduler after a step (EngineCore.post_step, v1/engine/core.py:699-706)."""
+        return self.runner.take_draft_token_ids()
+
+    def deliver(self, block: int, state) -> None:
+        self.states.deliver(block, state)
+
+    # -- the simulated forward ----------------------------------------------------------------------------
+    def forward(self, input_ids, positions):
+        """Read each request's initial state where the Mamba2 kernels read it, write the state tags where they
+        write (decode rows: per-token SSM states to `state_indices_tensor_d[i, j]`, conv window offsets in
+        column 0; prefill rows: the final state to `state_indices_tensor_p[i]`), and return hidden states
+        naming each position's next token."""
+        from vllm.forward_context import get_forward_context
+
+        torch = self.torch
+        ib = self.run.input_batch
+        md = get_forward_context().attn_metadata
+        m = md[MAMBA_LAYER] if isinstance(md, dict) else None
+        n = input_ids.shape[0]
+        hidden = torch.zeros(n, 1, dtype=torch.float32)
+        if ib is None or m is None:
+            return hidden
+        ids = input_ids.tolist()
+        pos = positions.tolist()
+        qsl = ib.query_start_loc_np
+        slots = ib.idx_mapping_np
+        st, tr = self.states, self.trace
+        conv, ssm = st.conv, st.ssm
+        ms = self.runner.model_state
+        bt = self.runner.block_tables
+        prev_cols, _ = self.run.before if getattr(self.run, "before", None) else ([], [])
+        nd_ = m.num_decodes
+        si_d = m.state_indices_tensor_d.tolist() if m.state_indices_tensor_d is not None and nd_ else []
+        si_p = m.state_indices_tensor_p.tolist() if m.state_indices_tensor_p is not None and m.num_prefills else []
+        has_init = m.has_initial_states_p.tolist() if m.has_initial_states_p is not None else []
+        acc = m.num_accepted_tokens.tolist() if m.num_accepted_tokens is not None else []
+        self.rows = {}
+        written = []
+        for i, rid in enumerate(ib.req_ids):
+            qs, qe = int(qsl[i]), int(qsl[i + 1])
+            ns = qe - qs
+            if ns == 0:
+                continue
+            nc = pos[qs]
+            r = self.driver.reqs[rid]
+            fps = chain([r.fps[nc]], ids[qs:qe])  # fps[j]: the prefix of nc + j tokens as fed
+            targets = [true_token(fps[j + 1]) for j in range(ns)]
+            hidden[qs:qe, 0] = torch.tensor(targets, dtype=torch.float32)
+            slot = int(slots[i])
+            want = (nc, r.fps[nc])
+            if i < nd_:  # decode kernels (ops/mamba_ssm.py selective_state_update, causal_conv1d_update)
+                idx = si_d[i]
+                na = acc[i] if acc else 1
+                cur = idx[0]
+                c_state = st._tag(conv[cur, na - 1]) if cur != NULL_BLOCK else ZERO_STATE
+                s_state = st._tag(ssm[idx[na - 1]]) if idx[na - 1] != NULL_BLOCK else ZERO_STATE
+                blocks = idx[:ns]
+                for j, b in enumerate(blocks):
+                    if b != NULL_BLOCK:
+                        ssm[b, 0], ssm[b, 1] = nc + j + 1, fps[j + 1]
+                        written.append(b)
+                if cur != NULL_BLOCK:
+                    for j in range(min(ns, st.width)):
+                        conv[cur, j, 0], conv[cur, j, 1] = nc + j + 1, fps[j + 1]
+                    written.append(cur)
+                read = (cur, c_state, s_state)
+            else:  # prefill kernels (mamba_mixer2.py: chunked scan from the initial state, final state out)
+                p = i - nd_
+                b = si_p[p]
+                read = None
+                if has_init and has_init[p]:
+                    c_state, s_state = (st._tag(conv[b, 0]), st._tag(ssm[b])) if b != NULL_BLOCK else (ZERO_STATE,) * 2
+                    read = (b, c_state, s_state)
+                if b != NULL_BLOCK:
+                    conv[b, 0, 0], conv[b, 0, 1] = nc + ns, fps[ns]
+                    ssm[b, 0], ssm[b, 1] = nc + ns, fps[ns]
+                    written.append(b)
+                blocks = [b]
+            curr = int(ms._mamba_state_idx_gpu[slot]) if getattr(ms, "_align_mode", False) else 0
+            prev = prev_cols[i] if i < len(prev_cols) else -1
+            live = list(range(curr, curr + len(blocks)))
+            if prev >= 0 and prev != curr:
+                live.append(prev)
+            if read is not None:
+                tr.reads.append(Read(self.step, rid, "initial", MAMBA_GROUP, curr, read[0], read[1], read[2], want))
+            nb = int(bt.num_blocks.np[MAMBA_GROUP, slot])
+            row = bt.block_tables[MAMBA_GROUP].gpu[slot, :nb].tolist()
+            core = self.core_tables.get(rid)
+            tr.rows.append(RowView(self.step, rid, MAMBA_GROUP, self.kinds.get(rid, "RUNNING"), nc, ns, prev, curr,
+                                   sorted(set(live)), row, list(core[MAMBA_GROUP]) if core else []))
+            self.rows[rid] = (fps, targets, ns)
+        st.touch(written)
+        return hidden
+
+    def record_precopies(self, input_batch, slots) -> None:
+        """The align pre-copy's sources, from the tensors vLLM's fused kernels read: source column
+        `_mamba_src_col_gpu` (-1 = fresh), conv offset `_mamba_src_off_gpu`, destination column the advanced
+        `_mamba_state_idx_gpu` (mamba_hybrid.py preprocess_state; mamba_utils.py precopy kernel); the SSM
+        source is column src + offset. Read after the copy: a source block is never its destination."""
+        ms = self.runner.model_state
+        bt = self.runner.block_tables
+        src = ms._mamba_src_col_gpu[slots].tolist()
+        off = ms._mamba_src_off_gpu[slots].tolist()
+        dst = ms._mamba_state_idx_gpu[slots].tolist()
+        nc_all = self.runner.req_states.num_computed_tokens.gpu[slots].tolist()
+        for i, rid in enumerate(input_batch.req_ids):
+            if src[i] < 0 or src[i] == dst[i]:
+                continue
+            slot = int(slots[i])
+            nb = int(bt.num_blocks.np[MAMBA_GROUP, slot])
+            row = bt.block_tables[MAMBA_GROUP].gpu[slot, :nb].tolist()
+            col = lambda c: row[c] if 0 <= c < len(row) else NULL_BLOCK  # noqa: E731 (padding reads block 0)
+            conv_b, ssm_b = col(src[i]), col(src[i] + off[i])
+            conv, ssm = self.states.read(conv_b, off[i], ssm_b)
+            nc = int(nc_all[i])
+            r = self.driver.reqs[rid]
+            self.trace.reads.append(Read(self.step, rid, "precopy", MAMBA_GROUP, src[i], conv_b, conv, ssm,
+                                         (nc, r.fps[nc])))
+
+    def logits(self, hidden_states):
+        """One-hot logits on the hidden state's token: vLLM's sampler and rejection sampler pick it."""
+        torch = self.torch
+        V = self.runner.vocab_size
+        out = torch.full((hidden_states.shape[0], V), -1.0e4, dtype=torch.float32)
+        tok = hidden_states[:, 0].long().clamp_(0, V - 1)
+        out.scatter_(1, tok.unsqueeze(1), 1.0e4)
+        return out
+
+    def _propose(self, input_batch, *args, num_sampled=None, dummy_run=False, **kwargs):
+        """The drafter's proposal (n-gram / EAGLE in vLLM): the scenario's planned drafts after each request's
+        new prefix, K per row, as `[num_reqs, K]` int64 (v1/worker/gpu/spec_decode/ngram/speculator.py)."""
+        torch = self.torch
+        num_reqs = input_batch.num_reqs
+        drafts = torch.zeros(num_reqs, self.K, dtype=torch.int64)
+        if dummy_run:
+            return drafts
+        if num_sampled is None:
+            num_sampled = args[4]
+        sampled = num_sampled.tolist()
+        spec = self.so.scheduled_spec_decode_tokens
+        for i, rid in enumerate(input_batch.req_ids):
+            k = int(sampled[i]) if i < len(sampled) else 0
+            row = self.rows.get(rid)
+            if k <= 0 or row is None:
+                continue
+            fps, targets, ns = row
+            nd = len(spec.get(rid, ()))
+            last = ns - nd - 1 + k - 1  # the last sampled token's row position
+            new_fp = hash((fps[last + 1], targets[last]))
+            r = self.driver.reqs[rid]
+            outputs = r.vreq.num_output_tokens + k
+            if outputs >= r.spec.max_tokens:
+                continue
+            plan = min(self.K, r.spec.max_tokens - outputs - 1)
+            if plan > 0:
+                drafts[i] = torch.tensor(self.driver._propose(r, plan, self.K, new_fp), dtype=torch.int64)
+        return drafts
+
+    _seen: set
+
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls)
+        self._seen = set()
+        return self
