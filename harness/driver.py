@@ -37,10 +37,14 @@ class _Req:
     drafts: list[int] = field(default_factory=list)
     external_used: bool = False
     load_done_step: int = -1
+    prefill_chunk: bool = False  # Request.is_prefill_chunk as _update_after_schedule last set it (:1862-1864)
     id: str = ""
 
     def __post_init__(self) -> None:
         self.id = self.spec.id
+
+
+PLACEHOLDER = -1  # a padded request's placeholder draft token (scheduler.py:1578-1582)
 
 
 class _WithDrafts:
@@ -65,7 +69,12 @@ class Driver:
         self.g = g = scenario.geometry
         self.alloc = Allocator(g)
         self.K = g.num_speculative_tokens
-        self.lookahead = self.K  # MTP/EAGLE drafters keep KV for their lookahead (scheduler.py:914-918)
+        # KV slots past the scheduled tokens: EAGLE keeps K for its drafts, n-gram none (VllmConfig.
+        # num_lookahead_tokens, config/vllm.py:626-652); the drafter is EAGLE exactly when eagle_block_drop
+        self.lookahead = self.K if g.eagle_block_drop else 0
+        # an async load's reservation of the blocks one spec-decode step needs in the non-Mamba groups
+        # (Scheduler._spec_decode_step_blocks, scheduler.py:371-380)
+        self.spec_step_blocks = -(-(1 + self.K + self.lookahead) // g.attn_block_size) if self.K else 0
         self.trace = Trace(vllm_version=installed_version(), mutant=mutant)
         self.states = SymbolicStates(self.K)
         ckpt = (self.alloc.checkpoint_position, self.alloc.checkpoint_valid) if g.prefill_checkpoint else None
@@ -83,7 +92,11 @@ class Driver:
             self.trace.prefixes[spec.id] = r.fps  # names states lazily, only when a finding is printed
         self.cache = CacheRecorder(self.trace, self.states, g.hash_block_size)
         self.waiting: list[_Req] = []
+        self.holding: list[_Req] = []  # waiting requests that hold KV blocks: async loads (kv_holding_waiting)
         self.running: list[_Req] = []
+        self.inflight: dict[str, _Req] = {}  # Scheduler._inflight_prefills, in admission order
+        self.prefill_scheduled = False  # this step: a running request scheduled mid-prefill
+        self.running_scheduled = False  # this step: any running request scheduled
         self.finished_since_last: set[str] = set()
         self.events: dict[int, list] = {}
         for ev in scenario.events:
@@ -149,6 +162,7 @@ class Driver:
 
         budget = self.g.token_budget
         preempted = False
+        self.prefill_scheduled = self.running_scheduled = False
         i = 0
         while i < len(self.running) and budget > 0:  # scheduler.py:795-1036
             r = self.running[i]
@@ -175,26 +189,13 @@ class Driver:
             sent = new if any(new) else None
             so.cached_reqs.append(CachedReq(r.id, sent, v.num_computed_tokens, resumed=False))
             self._schedule(r, n, so)
+            self.running_scheduled = True
+            self.prefill_scheduled |= r.prefill_chunk  # scheduler.py:989
             budget -= n
             i += 1
 
-        if not preempted:  # the waiting queue is only scanned when nothing was preempted (:1049)
-            j = 0
-            while j < len(self.waiting) and budget > 0:
-                r = self.waiting[j]
-                if r.phase == "loading":
-                    if step < r.load_done_step:
-                        j += 1  # still receiving: skipped, stays queued
-                        continue
-                    self._finish_load(r)
-                n = self._admit(r, budget, so)
-                if n is None:
-                    break  # did not fit: stop the scan (scheduler.py:1454-1461)
-                if r.phase == "loading":
-                    j += 1
-                    continue
-                self.waiting.pop(j)
-                budget -= n
+        if not preempted:  # the waiting queues are only scanned when nothing was preempted (:1049)
+            self._scan_waiting(step, budget, so)
 
         copies, retained = alloc.take_copies()  # scheduler.py:1698-1707
         so.copies = copies
@@ -206,7 +207,11 @@ class Driver:
             r = self.reqs[rid]
             drafts = so.spec_tokens.get(rid, [])
             seq_fps[rid] = _WithDrafts(r.fps, chain([r.fps[-1]], drafts)) if drafts else r.fps
-            r.vreq.num_computed_tokens += so.num_scheduled[rid]  # _update_after_schedule (:1845-1877)
+            v = r.vreq
+            v.num_computed_tokens += so.num_scheduled[rid]  # _update_after_schedule (:1845-1877)
+            r.prefill_chunk = v.num_computed_tokens < v.num_tokens
+            if not r.prefill_chunk:
+                self.inflight.pop(rid, None)
         self.last_scheduled = len(so.num_scheduled)
         kinds = self.worker.update_states(so)
         self.worker.execute(so, kinds, seq_fps, core_tables)
@@ -245,32 +250,72 @@ class Driver:
             r.drafts = kept
 
     # -- waiting requests ------------------------------------------------------------------------------
+    def _scan_waiting(self, step: int, budget: int, so: SchedulerOutput) -> None:
+        """The waiting loop (scheduler.py:1062-1611): requests holding KV blocks (async loads) are drained
+        first, then the waiting queue; a request skipped this pass (a load still in flight, or one just
+        admitted to load) goes back to the front of its queue afterwards, in order (:1606-1610)."""
+        skipped: list[_Req] = []
+        while budget > 0:
+            queue = self.holding or self.waiting
+            if not queue:
+                break
+            r = queue[0]
+            if r.phase == "loading":
+                if step < r.load_done_step:
+                    skipped.append(queue.pop(0))  # still receiving (_handle_blocked_waiting_request)
+                    continue
+                self._finish_load(r)
+            n = self._admit(r, budget, so)
+            if n is None:
+                break  # did not fit: stop the scan (scheduler.py:1454-1461)
+            queue.pop(0)
+            if r.phase == "loading":
+                skipped.append(r)
+                continue
+            budget -= n
+        if skipped:
+            self.holding[:0] = skipped
+
     def _admit(self, r: _Req, budget: int, so: SchedulerOutput) -> int | None:
         """Schedule one waiting request (scheduler.py:1062-1606). None: it did not fit."""
-        alloc, v, status = self.alloc, r.vreq, self.alloc.status
+        alloc, v, status, K = self.alloc, r.vreq, self.alloc.status, self.K
         local, ext, blocks, load_async = 0, 0, None, False
         if v.num_computed_tokens == 0:
             blocks, local = self._call(r, "get_computed_blocks", alloc.lookup, v)
             ext, load_async, blocks, local = self._external(r, blocks, local)
         total = v.num_computed_tokens + local + ext
+        pad = False
         if load_async:
             n = 0
         else:
-            n = self._chunk(r, min(v.num_tokens - total, budget), local, ext)
+            n = v.num_tokens - total
+            # a decode-ready request is padded to the uniform spec-decode size with K placeholder drafts
+            # (pad_spec_decode, scheduler.py:1305-1330), unpadded if the Mamba split clips it (:1359-1370)
+            if (K and n == 1 and not self.prefill_scheduled and (self.running_scheduled or total > 0)
+                    and total + 2 + K <= self.g.max_model_len):
+                if 1 + K > budget:
+                    return self._not_admitted(r)  # rather not scheduled than unpadded: the scan stops (:1326-1328)
+                n, pad = 1 + K, True
+            n = self._chunk(r, min(n, budget), local, ext)
             if n <= 0:
-                return None
+                return self._not_admitted(r)
+            if pad and n != 1 + K:
+                n, pad = 1, False
         lookahead = 0 if load_async else self.lookahead
+        # admission gates: the full sequence must fit (scheduler_reserve_full_isl, on by default:
+        # config/scheduler.py:190, scheduler.py:1449); an async load leaves the in-flight prefills' blocks and
+        # one spec-decode step's free (:1419-1430)
+        reserved = self._reserved_blocks() if load_async else 0
         new = self._call(r, "allocate_slots", alloc.allocate, v, n, num_local=local, blocks=blocks,
                          lookahead=lookahead, num_external=ext, delay_cache=load_async,
                          has_scheduled_reqs=bool(self.running),
+                         admission={"full_sequence_must_fit": True, "reserved_blocks": reserved},
                          _args={"num_new_tokens": n, "num_new_computed_tokens": local,
                                 "num_external_computed_tokens": ext, "delay_cache_blocks": load_async,
-                                "num_lookahead_tokens": lookahead})
+                                "num_lookahead_tokens": lookahead, "full_sequence_must_fit": True,
+                                "reserved_blocks": reserved})
         if new is None:
-            # not admitted: the connector offers its hit again at the next attempt, as a real connector's
-            # get_num_new_matched_tokens does (the engine tier's diff showed the mirror dropping it)
-            r.external_used = False
-            return None
+            return self._not_admitted(r)
         if ext:
             self._connector_deliver(r, total - ext, total)
         if load_async:  # WAITING_FOR_REMOTE_KVS, skipped back into the queue (:1514-1545)
@@ -278,6 +323,7 @@ class Driver:
             v.num_computed_tokens = total
             r.phase = "loading"
             r.load_done_step = self.step_idx + r.spec.external.load_steps
+            self.inflight[r.id] = r  # scheduler.py:1542
             return 0
         resumed = v.status == status.PREEMPTED
         v.num_computed_tokens = total  # scheduler.py:1573
@@ -289,8 +335,24 @@ class Driver:
             so.cached_reqs.append(CachedReq(r.id, table, total, resumed=True))
         else:
             so.new_reqs.append(NewReq(r.id, table, total, v.num_prompt_tokens))
+        if total + n < v.num_tokens:
+            self.inflight[r.id] = r  # still prefilling after this chunk (scheduler.py:1592-1593)
+        if pad:
+            r.drafts = [PLACEHOLDER] * K  # scheduler.py:1578-1582
         self._schedule(r, n, so)
         return n
+
+    @staticmethod
+    def _not_admitted(r: _Req) -> None:
+        """Not admitted this step: the connector offers its hit again at the next attempt, as a real
+        connector's get_num_new_matched_tokens does (the hit is consumed only once blocks are allocated for it)."""
+        r.external_used = False
+        return None
+
+    def _reserved_blocks(self) -> int:
+        """`_inflight_prefill_reserved_blocks` + `_spec_decode_step_blocks` (scheduler.py:1424-1430, 3432-3436)."""
+        alloc, K, la = self.alloc, self.K, self.lookahead
+        return sum(alloc.remaining_blocks(q.vreq, K, la) for q in self.inflight.values()) + self.spec_step_blocks
 
     def _external(self, r: _Req, blocks, local: int):
         """The simulated connector's `get_num_new_matched_tokens` and the scheduler's use of it (:1129-1197)."""
@@ -396,6 +458,7 @@ class Driver:
 
     # -- lifetimes -----------------------------------------------------------------------------------------
     def _finish(self, r: _Req) -> None:
+        self.inflight.pop(r.id, None)  # _free_request (scheduler.py:3038)
         self._call(r, "free", self.alloc.free, r.vreq, _args={})
         r.vreq.status = self.alloc.status.FINISHED_LENGTH_CAPPED
         r.phase = "finished"
@@ -407,6 +470,7 @@ class Driver:
     def _preempt(self, r: _Req, so: SchedulerOutput) -> None:
         """`_preempt_request` (scheduler.py:1799-1843)."""
         v = r.vreq
+        self.inflight.pop(r.id, None)  # scheduler.py:1820
         self._call(r, "free", self.alloc.free, v, _args={})
         v.status = self.alloc.status.PREEMPTED
         v.num_computed_tokens = 0
@@ -427,8 +491,10 @@ class Driver:
                 self._preempt(r, so)
         elif ev.kind == "abort":
             if r.phase in ("waiting", "loading", "running"):
-                if r in self.waiting:
-                    self.waiting.remove(r)
+                self.inflight.pop(r.id, None)
+                for queue in (self.waiting, self.holding):
+                    if r in queue:
+                        queue.remove(r)
                 if self.alloc.holds_blocks(r.id):
                     self._call(r, "free", self.alloc.free, r.vreq, _args={})
                 if r in self.running:

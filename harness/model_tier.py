@@ -107,7 +107,8 @@ class ModelBackend:
     def forward(self, f: Forward) -> None:
         pool, nc, ns = self.pool, f.num_computed, f.num_scheduled
         self._load_pending_kv(f.request)
-        tokens = self.step_tokens(f.request)[nc:nc + ns]
+        # a padded request's placeholder drafts (-1, rejected whatever they are) read as token 0
+        tokens = [max(t, 0) for t in self.step_tokens(f.request)[nc:nc + ns]]
         states = pool.read(*f.init) if f.init else self.model.zero_states()
         if f.decode:
             state_at = list(range(ns))

@@ -74,13 +74,14 @@ def _record(scenario: Scenario, mutant: str | None) -> tuple[list[str], driver_m
         return [f"{rec.blocks_var[rid]} = manager.truncate_computed_blocks({rec.blocks_var[rid]}, {n})"]
 
     def allocate(out, request, n, *, num_local=0, blocks=None, lookahead=0, num_external=0, delay_cache=False,
-                 has_scheduled_reqs=True):
+                 has_scheduled_reqs=True, admission=None):
         rid = request.request_id
         hit = rec.blocks_var.pop(rid, "None") if blocks is not None else "None"
+        gates = "".join(f", {k}={v}" for k, v in (admission or {}).items() if k in alloc._allocate_params)
         return [f"new = manager.allocate_slots(reqs[{rid!r}], {n}, num_new_computed_tokens={num_local}, "
                 f"new_computed_blocks={hit}, num_lookahead_tokens={lookahead}, "
                 f"num_external_computed_tokens={num_external}, delay_cache_blocks={delay_cache}, "
-                f"has_scheduled_reqs={has_scheduled_reqs})",
+                f"has_scheduled_reqs={has_scheduled_reqs}{gates})",
                 f"assert new is not None, '{rid}: allocate_slots refused'" if out is not None else
                 f"assert new is None, '{rid}: allocate_slots admitted what the pool cannot hold'",
                 f"returned[{rid!r}] = new.get_block_ids() if new is not None else None"]

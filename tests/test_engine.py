@@ -197,36 +197,35 @@ def test_clipped_spec_decode_padding_is_a_vllm_finding_on_old_releases():
         assert findings == [] and trace.exception is None
 
 
-def test_diff_names_the_mirrors_missing_spec_decode_padding():
+@MIRROR_MODELS_THIS_RELEASE
+def test_mirror_pads_a_decode_ready_admission_as_vllm_does():
     """Generated scenario 21 (K = 1): request a is admitted at step 8 with one prompt token left; vLLM pads it
-    to 1 + K rows with a placeholder draft (pad_spec_decode), the mirrored scheduler schedules 1 token."""
+    to 1 + K rows with a placeholder draft (pad_spec_decode, scheduler.py:1305-1330), and so does the mirror."""
     from harness.engine.diff import diff
     from harness.generate import random_scenario
 
     report = diff(random_scenario(21, checkpoints=False))
-    assert [(d.kind, d.step, d.request) for d in report.differences] == [("row", 8, "a")]
-    (d,) = report.differences
-    assert (d.mirror[0], d.mirror[1], d.mirror[2]) == ("NEW", 12, 1)
-    assert (d.engine[0], d.engine[1], d.engine[2]) == ("NEW", 12, 2)
-    assert report.mirror_findings == report.engine_findings == []
+    assert report.same, report.describe()
+    mirror = replay(random_scenario(21, checkpoints=False))
+    (row,) = [r for r in mirror.rows if (r.step, r.request) == (8, "a")]
+    assert (row.kind, row.num_computed, row.num_scheduled) == ("NEW", 12, 2)
 
 
-def test_sync_admission_undercount_is_not_admitted_by_vllms_scheduler():
-    """The symbolic tier's known admission undercount, in align-mode geometry (attention block 16 = Mamba
-    block, 6 blocks): the mirror's admission raises in get_new_blocks; vLLM's own scheduler never admits the
-    request (nothing scheduled, no exception, the pool untouched)."""
+@MIRROR_MODELS_THIS_RELEASE
+def test_sync_admission_undercount_raises_on_both_tiers():
+    """The known admission undercount in its prompt-final-chunk form (a 65-token prompt, a 64-token sync hit,
+    6 free blocks): vLLM's own scheduler admits it under its default full-sequence admission and
+    get_new_blocks raises, as in the mirrored tier; with one more block both admit it."""
     from harness.engine.diff import diff
-    from harness.scenario import scenario_to_json
 
-    doc = scenario_to_json(load_scenario(Path(SEED).parent / "sync-external-admission-undercount.json"))
-    doc["geometry"].update(attn_block_size=16, num_blocks=6)
-    sc = parse_scenario(doc)
+    sc = load_scenario(Path(SEED).parent / "sync-external-admission-undercount.json")
     trace, findings = _engine(sc)
-    assert findings == [] and trace.exception is None and trace.rows == []
-    assert trace.pool_end["num_free"] == 5
+    assert trace.exception is not None and "get_new_blocks" in trace.exception.site
+    assert [f.oracle for f in findings] == ["vllm-exception"]
     report = diff(sc)
-    assert [d.kind for d in report.differences] == ["verdict", "exception"]
-    assert "Cannot get 1 free blocks" in report.differences[1].mirror
+    assert report.same, report.describe()
+    roomy = sc.model_copy(update={"geometry": sc.geometry.model_copy(update={"num_blocks": 8})})
+    assert _engine(roomy)[1] == [] and diff(roomy).same
 
 
 @pytest.mark.parametrize("abort_step", [1, 5])

@@ -78,7 +78,7 @@ def test_vllm_exception_trips_on_admission_undercount():
 
 def test_vllm_exception_absent_when_the_pool_has_room():
     scenario = load_scenario(SCENARIOS / "sync-external-admission-undercount.json")
-    roomy = scenario.model_copy(update={"geometry": scenario.geometry.model_copy(update={"num_blocks": 19})})
+    roomy = scenario.model_copy(update={"geometry": scenario.geometry.model_copy(update={"num_blocks": 8})})
     _, findings = run(roomy)
     assert findings == []
 
