@@ -8,9 +8,12 @@ external hit); then CoW copies are taken, the worker shadow applies the step, to
 speculative drafts verified, rejected drafts are rolled back and re-cached, finished requests freed.
 After every step the Mamba group's prefix cache is snapshotted for the integrity oracle.
 
-Departures from the real scheduler, on purpose: the connector writes the loaded boundary state at
-allocation time (it "delivers the correct state", so ordering against the pre-copy is not under test);
-a request gets at most `max_tokens - outputs - 1` drafts, so acceptance never overshoots `max_tokens`.
+It follows vLLM 0.33.0's defaults (diff against the engine tier: `hybrid-harness diff --count N`): spec-decode
+padding of decode-ready admissions, EAGLE-only lookahead slots, KV-holding requests first, full-sequence
+admission, an async load's reserved blocks. Departures, on purpose (README "Mirror departures"): no async
+scheduling; the connector writes the loaded boundary state at allocation time (it "delivers the correct
+state", so ordering against the pre-copy is not under test); a request gets at most
+`max_tokens - outputs - 1` drafts, so acceptance never overshoots `max_tokens`.
 """
 
 from __future__ import annotations
