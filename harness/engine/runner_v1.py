@@ -65,7 +65,7 @@ def supported() -> str | None:
     return None
 
 
-def _init_process(vc) -> None:
+def _init_process(vc, driver_options=None) -> None:
     if _PROCESS:
         return
     from vllm.config import set_current_vllm_config
@@ -83,7 +83,8 @@ def _init_process(vc) -> None:
             init_distributed_environment(world_size=1, rank=0, local_rank=0,
                                          distributed_init_method=f"tcp://127.0.0.1:{port}", backend="gloo")
             initialize_model_parallel(1, 1)
-    kernels_v1.register()
+    if getattr(driver_options, "kernels", "torch") == "torch":
+        kernels_v1.register()
     _host_memory_only()
     original = mamba_utils.collect_mamba_copy_meta
 
@@ -192,6 +193,14 @@ class V1Worker:
         why = supported()
         if why:
             raise BadInput(f"--runner v1: vLLM {installed_version()} is not supported by the V1 worker: {why}")
+        opts = driver.options
+        if opts.async_scheduling == "on":
+            raise BadInput("--runner v1 runs with async scheduling off for now (--async-scheduling off|auto)")
+        if opts.kernels == "triton":
+            try:
+                import triton  # noqa: F401
+            except ImportError:
+                raise BadInput("--kernels triton: Triton is not installed (use --kernels torch)") from None
         if driver.geometry.prefill_checkpoint:
             raise BadInput("--runner v1 does not simulate Mamba prefill checkpoint blocks yet "
                            "(geometry.prefill_checkpoint / sweep --checkpoints off)")
@@ -217,7 +226,7 @@ class V1Worker:
         self.vc = vc = driver.vc
         self.K = K = driver.eg.num_speculative_tokens
         self.bs = driver.eg.block_size
-        _init_process(vc)
+        _init_process(vc, opts)
         sched_kvc = driver.sched.kv_cache_config
         num_blocks = sched_kvc.num_blocks
         self.states = TaggedStates(num_blocks, K, is_conv_state_dim_first())
