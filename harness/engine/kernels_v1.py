@@ -30,7 +30,7 @@ _KERNELS = {
     "vllm.v1.worker.mamba_utils.batch_memcpy_kernel": "batch_memcpy_kernel",
     "vllm.v1.worker.mamba_utils.postprocess_mamba_fused_kernel": "postprocess_mamba_fused_kernel",
     "vllm.v1.worker.mamba_utils.precopy_mamba_align_fused_kernel": "precopy_mamba_align_fused_kernel",
-    "vllm.v1.worker.block_table.ComputeSlotMappingKernel.kernel": "slot_mapping_kernel",
+    "vllm.v1.worker.block_table.ComputeSlotMappingKernel.kernel": "slot_mapping_by_names",
 }
 _registered = ""
 
@@ -170,14 +170,27 @@ def compute_slot_mapping_kernel(num_tokens, max_num_tokens, query_start_loc_ptr,
     slot_mapping_ptr[int(num_tokens):int(max_num_tokens)] = PAD_ID
 
 
-def slot_mapping_kernel(num_tokens, max_num_tokens, query_start_loc_ptr, positions_ptr, block_table_ptr,
-                        block_table_stride, slot_mapping_ptr, KV_CACHE_BLOCK_SIZE, TOTAL_CP_WORLD_SIZE,
-                        TOTAL_CP_RANK, CP_KV_CACHE_INTERLEAVE_SIZE, PAD_ID, BLOCK_SIZE):
-    """`ComputeSlotMappingKernel.kernel` (v1/worker/block_table.py:318-390 in 0.33.0, launched from
-    _prepare_inputs): the same slots, with the kernel's parameter names so vLLM's launch binds by name."""
-    compute_slot_mapping_kernel(num_tokens, max_num_tokens, query_start_loc_ptr, positions_ptr, block_table_ptr,
-                                block_table_stride, KV_CACHE_BLOCK_SIZE, slot_mapping_ptr,
-                                TOTAL_CP_WORLD_SIZE=TOTAL_CP_WORLD_SIZE, PAD_ID=PAD_ID)
+def slot_mapping_by_names(arg_names):
+    """`ComputeSlotMappingKernel.kernel` (v1/worker/block_table.py, 0.29+), whose parameters change across
+    releases: the launch's arguments, in the kernel's own order (`arg_names`), mapped by name onto
+    compute_slot_mapping_kernel."""
+    def slot_mapping_kernel(*args, **kwargs):
+        kw = dict(zip(arg_names, args), **kwargs)
+        block = kw.get("block_size", kw.get("KV_CACHE_BLOCK_SIZE"))
+        compute_slot_mapping_kernel(kw["num_tokens"], kw["max_num_tokens"], kw["query_start_loc_ptr"],
+                                    kw["positions_ptr"], kw["block_table_ptr"], kw["block_table_stride"], block,
+                                    kw["slot_mapping_ptr"], KV_CACHE_BLOCK_SIZE=kw.get("KV_CACHE_BLOCK_SIZE"),
+                                    BLOCKS_PER_KV_BLOCK=kw.get("BLOCKS_PER_KV_BLOCK", 1),
+                                    TOTAL_CP_WORLD_SIZE=kw.get("TOTAL_CP_WORLD_SIZE", 1),
+                                    PAD_ID=kw.get("PAD_ID", -1))
+    return slot_mapping_kernel
+
+
+def _kernel_arg_names(kernel) -> tuple:
+    import inspect
+
+    names = getattr(kernel, "arg_names", None)
+    return tuple(names) if names is not None else tuple(inspect.signature(getattr(kernel, "func", kernel)).parameters)
 
 
 def bind_slot_mapping() -> bool:
@@ -186,17 +199,26 @@ def bind_slot_mapping() -> bool:
     release has no such global (0.33.0 launches it only from execute_model's slot mappings)."""
     import vllm.v1.worker.block_table as bt
 
-    if not hasattr(bt, "_compute_slot_mapping_kernel"):
-        return False
-    bt._compute_slot_mapping_kernel = _Launch(compute_slot_mapping_kernel)
-    return True
+    if hasattr(bt, "_compute_slot_mapping_kernel"):
+        bt._compute_slot_mapping_kernel = _Launch(compute_slot_mapping_kernel)
+        return True
+    owner = getattr(bt, "_COMPUTE_SLOT_MAPPING_KERNEL", None)
+    if owner is not None and type(getattr(owner, "kernel", None)).__module__ == "vllm.utils.cpu_triton_utils":
+        # 0.29-0.30: the CPU runner bound the JIT owner's kernel to the C++ op; bind ours by the class's names
+        names = _kernel_arg_names(type(owner).kernel)
+        owner.kernel = _Launch(slot_mapping_by_names(names), names)
+        owner.__dict__.pop("_kernel_arg_names", None)
+        return True
+    return False
 
 
 class _Launch:
     """`kernel[grid](*args)` for a release without vLLM's dispatcher: the replacement takes the launch."""
 
-    def __init__(self, fn) -> None:
+    def __init__(self, fn, arg_names=None) -> None:
         self.fn = fn
+        if arg_names is not None:  # what vLLM's JIT launch helper binds the launch arguments by
+            self.arg_names = tuple(arg_names)
 
     def __getitem__(self, grid):
         return self.fn
@@ -216,6 +238,14 @@ def _exists(name: str) -> bool:
         return hasattr(importlib.import_module(module), attr)
     except ImportError:
         return False
+
+
+def _impl(name: str, fn: str):
+    if fn == "slot_mapping_by_names":
+        from vllm.v1.worker.block_table import ComputeSlotMappingKernel
+
+        return slot_mapping_by_names(_kernel_arg_names(ComputeSlotMappingKernel.kernel))
+    return globals()[fn]
 
 
 def register() -> str:
@@ -240,6 +270,6 @@ def register() -> str:
 
     with warnings.catch_warnings():  # its scan of sys.modules touches deprecated torch attributes
         warnings.simplefilter("ignore", FutureWarning)
-        register_kernels({name: globals()[fn] for name, fn in _KERNELS.items() if _exists(name)})
+        register_kernels({name: _impl(name, fn) for name, fn in _KERNELS.items() if _exists(name)})
     _registered = "dispatcher"
     return _registered
