@@ -234,7 +234,7 @@ def _exists(name: str) -> bool:
     parts = module.split(".")
     try:
         if parts[-1][:1].isupper():  # a JIT warmup class's kernel attribute
-            return hasattr(getattr(importlib.import_module(".".join(parts[:-1])), parts[-1]), attr)
+            return hasattr(getattr(importlib.import_module(".".join(parts[:-1])), parts[-1], None), attr)
         return hasattr(importlib.import_module(module), attr)
     except ImportError:
         return False
