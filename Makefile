@@ -7,6 +7,7 @@
 # make results [PART=...]   rewrite every committed table and plot from its command (bench/make_results.sh)
 # make known [VLLM=...]     each known issue's repro still shows it here and its fix removes it
 # TIER=model                fuzz/sweep the model tier (tiny hybrid LM on real state tensors) instead
+# TIER=engine               fuzz/sweep the engine tier (vLLM's own Scheduler, connector and model runner)
 # TORCH=, TORCH_INDEX=       the torch build (default the CPU wheel from PyTorch's CPU index); a GPU machine:
 #                            make venv TORCH=2.13.0 TORCH_INDEX=https://pypi.org/simple (PyPI's Linux wheel is CUDA)
 VLLM ?= 0.33.0
@@ -21,7 +22,7 @@ SEED ?= 0
 MINUTES ?= 2
 JOBS ?= 1
 TIER ?= symbolic
-FUZZ_DIR := $(if $(filter model,$(TIER)),artifacts/fuzz-model,artifacts/fuzz)
+FUZZ_DIR := $(if $(filter symbolic,$(TIER)),artifacts/fuzz,artifacts/fuzz-$(TIER))
 # extra flags for fuzz/sweep; prefill checkpoints are on (vLLM's default): known issues are judged by their fix
 FUZZ_ARGS ?=
 PART ?= all
