@@ -202,6 +202,10 @@ class Campaign:
                    jobs=self.jobs, mutant=self.mutant, target=self.target, corpus_dir=str(self.corpus),
                    findings_total=len(found), findings_new=[p.name for p in new],
                    verdicts={p.name: finding_verdict(p) for p in found}, outputs=self.outputs())
+        if self.target == "engine":  # the options the workers ran with (they inherit this process's)
+            from harness.engine.options import current
+
+            out["engine"] = current().as_json()
         out["findings_new_signatures"] = sorted({s for v in out["verdicts"].values() if v["new"]
                                                  for s in new_signatures(v)})
         write_json_atomic(self.artifacts / "campaign.json", out)

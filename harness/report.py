@@ -86,6 +86,8 @@ def render(directory: str | Path) -> tuple[Path, Path]:
     head = (f"{last.get('execs', 0)} execs over {last.get('t', 0):.0f} s; coverage {last.get('cov', 0)}; corpus "
             f"{last.get('corpus', 0)}; {len(findings)} finding(s); harness errors {last.get('harness_errors', 0)}; "
             f"vLLM mutant: {summary.get('mutant') or 'none'}")
+    if summary.get("engine"):
+        head += "; engine tier: " + ", ".join(f"{k} {v}" for k, v in summary["engine"].items())
     if summary.get("outputs"):
         head += f"; model tier: {describe_outputs(summary['outputs'])}"
     md = ["# hybrid-harness fuzz report", "", head, ""] + [f"![{p}]({p})" for p in pngs] + [
