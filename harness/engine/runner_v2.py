@@ -16,9 +16,15 @@ simulated:
 - the drafter's proposal: the speculator's `propose` returns the scenario's planned drafts.
 
 The state tensors (conv window `(K+1, 2)` int64 and SSM `(2,)` int64 per block and Mamba layer) hold the
-tags; `TagStates` reads them back as `page(block)` for the oracles. Triton must be importable (V2 needs it);
-the Triton kernels V2 launches run as vLLM wrote them (`--kernels triton`, interpreter on CPU) or as the
-harness's torch replacements (`--kernels torch`, harness/engine/kernels.py).
+tags; harness.engine.tagged.TaggedStates (shared with the V1 worker) wraps them and reads them back as
+`page(block)` for the oracles. Triton must be importable (V2 needs it); the Triton kernels V2 launches run as
+vLLM wrote them (`--kernels triton`, interpreter on CPU) or as the harness's torch replacements
+(`--kernels torch`, harness/engine/kernels_v2.py, registered through vLLM's kernel dispatcher).
+
+Reads recorded: "initial" (the forward's), "precopy" (the fused align pre-copy's sources, from the columns
+preprocess_state leaves), "postcopy" (the fused postprocess copy's source: the torch kernel tells the worker
+before it moves the bytes; under `--kernels triton` the same decision is taken from the kernel's inputs just
+before the launch).
 """
 
 from __future__ import annotations
@@ -34,7 +40,6 @@ from harness.vllm_adapter import MAMBA_GROUP, installed_version
 
 ATTN_LAYER = "model.layers.0.attn"  # layer names carry exactly one integer (the runner parses it)
 MAMBA_LAYER = "model.layers.1.mixer"
-GARBAGE = -1  # tag n of bytes no forward wrote
 
 
 def v2_unavailable() -> str | None:
@@ -49,51 +54,6 @@ def v2_unavailable() -> str | None:
     if not HAS_TRITON:
         return "Triton is not importable (vLLM's V2 model runner needs it)"
     return None
-
-
-class TagStates:
-    """The oracles' view of the real Mamba state tensors: `page(block)` = (conv tuple, ssm) of tags."""
-
-    def __init__(self, conv, ssm) -> None:
-        self.conv, self.ssm = conv, ssm  # [num_blocks, W, 2], [num_blocks, 2] int64 (views of vLLM's cache)
-        self.width = conv.shape[1]
-        self.version: dict[int, int] = {}
-        self._writes = 0
-        self.reset()
-
-    def reset(self) -> None:
-        self.conv.fill_(GARBAGE)
-        self.ssm.fill_(GARBAGE)
-        self.conv[NULL_BLOCK].zero_()
-        self.ssm[NULL_BLOCK].zero_()
-        self.version.clear()
-
-    def touch(self, blocks) -> None:
-        for b in blocks:
-            self._writes += 1
-            self.version[int(b)] = self._writes
-
-    @staticmethod
-    def _tag(row) -> tuple[int, int] | None:
-        n, fp = int(row[0]), int(row[1])
-        return None if n == GARBAGE else (n, fp)
-
-    def page(self, block: int):
-        if block == NULL_BLOCK:
-            return (ZERO_STATE,) * self.width, ZERO_STATE
-        conv = self.conv[block].tolist()
-        ssm = self.ssm[block].tolist()
-        return tuple(None if n == GARBAGE else (n, fp) for n, fp in conv), (None if ssm[0] == GARBAGE
-                                                                             else tuple(ssm))
-
-    def read(self, conv_block: int, offset: int, ssm_block: int):
-        return self.page(conv_block)[0][offset], self.page(ssm_block)[1]
-
-    def deliver(self, block: int, state) -> None:
-        if block != NULL_BLOCK:
-            self.conv[block, :, 0], self.conv[block, :, 1] = state[0], state[1]
-            self.ssm[block, 0], self.ssm[block, 1] = state[0], state[1]
-            self.touch([block])
 
 
 # -- the runner's model: layers vLLM binds state tensors to, a forward that moves state tags ---------------
@@ -191,7 +151,7 @@ def _classes():
 
 # -- the runner, built once per engine config in a process and reset between scenarios --------------------
 
-_RUNNERS: dict[int, "_Runner"] = {}
+_RUNNERS: dict[tuple, "_Runner"] = {}
 _DIST = False
 
 
@@ -288,6 +248,7 @@ class _Runner:
         from vllm.v1.worker.cpu.model_runner import CPUModelRunner
 
         AttnLayer, MambaLayer, TagModel = _classes()
+        torch.set_num_threads(1)  # tiny tensors: intra-op threads only spin (3-4x slower on a shared 2-core box)
         self.vc, self.num_blocks = vc, num_blocks
         B = vc.cache_config.block_size
         _runner_model_config(vc)
@@ -317,8 +278,10 @@ class _Runner:
                 KVCacheGroupSpec([ATTN_LAYER], specs[ATTN_LAYER]), KVCacheGroupSpec([MAMBA_LAYER], specs[MAMBA_LAYER])])
             r.initialize_kv_cache(kvc)
             r._init_kv_zero_meta()
+        from harness.engine.tagged import TaggedStates
+
         conv, ssm = ctx[MAMBA_LAYER].kv_cache
-        self.states = TagStates(conv, ssm)
+        self.states = TaggedStates(num_blocks, num_spec, False, tensors=(conv, ssm))
         self.max_num_reqs = r.req_states.max_num_reqs
         self.worker = None
         self._hook()
@@ -348,6 +311,19 @@ class _Runner:
 
         r.prepare_inputs = captured_prepare_inputs
         r.model_state.preprocess_state = observed_preprocess
+        ctx = getattr(r.model_state, "_mamba_ctx", None)
+        if ctx is not None:
+            self.mamba_block_size = ctx.block_size
+            postprocess_align = ctx.run_fused_postprocess_align
+
+            def observed_postprocess_align(num_reqs, num_accepted, state_idx, new_computed, idx_mapping):
+                if self.worker is not None:
+                    self.worker.postcopies_before_launch(num_reqs, num_accepted, state_idx, new_computed, idx_mapping)
+                return postprocess_align(num_reqs, num_accepted, state_idx, new_computed, idx_mapping)
+
+            ctx.run_fused_postprocess_align = observed_postprocess_align
+        else:
+            self.mamba_block_size = self.vc.cache_config.mamba_block_size
 
     def reset(self) -> None:
         """Back to a fresh runner's request slots and state bytes (no request is left after a replay)."""
@@ -360,12 +336,42 @@ class _Runner:
         self.states.reset()
 
 
-def runner_for(vc, num_blocks: int, num_spec: int) -> _Runner:
-    run = _RUNNERS.get(id(vc))
+# A runner's buffers are sized by max_num_seqs, max_num_batched_tokens and max_model_len (request slots, input
+# and token-id buffers); nothing it does with a step depends on them beyond those extents. A deployment sizes
+# them once: so does the harness, per block / hash-block / spec shape, at these floors (or the scenario's own
+# values when larger), instead of building a runner (~0.1 s) for every geometry a sweep draws.
+RUNNER_FLOORS = {"max_num_seqs": 32, "budget": 2048, "max_model_len": 4096, "num_blocks": 256}
+
+
+def _runner_vc(driver):
+    """The VllmConfig the worker's runner is built from: the scenario's, with the buffer extents above."""
+    from harness.engine.scheduler import _vllm_config
+
+    vc, g, eg = driver.vc, driver.sc.geometry, driver.eg
+    f = RUNNER_FLOORS
+    sizes = (max(vc.scheduler_config.max_num_seqs, f["max_num_seqs"]),
+             max(vc.scheduler_config.max_num_batched_tokens, f["budget"]),
+             max(g.max_model_len, f["max_model_len"]))
+    shape = (eg.block_size, eg.hash_block_size, eg.num_speculative_tokens, g.eagle_block_drop, driver.options.runner,
+             g.kv_load_failure_policy)
+    return shape, sizes, _vllm_config(*sizes, *shape[:4], driver.options.runner, failure_policy=shape[5])
+
+
+def runner_for(driver) -> _Runner:
+    """One runner per block/spec shape in a process, reset between scenarios (rebuilt larger when a scenario
+    needs more slots, tokens or blocks than it has)."""
+    import gc
+
+    shape, sizes, vc = _runner_vc(driver)
+    num_blocks = driver.sc.geometry.num_blocks
+    run = _RUNNERS.get(shape)
     if run is None or run.vc is not vc or run.num_blocks < num_blocks:
-        _RUNNERS.pop(id(vc), None)
-        run = _Runner(vc, max(num_blocks, 64), num_spec)
-        _RUNNERS[id(vc)] = run
+        _RUNNERS.pop(shape, None)
+        gc.freeze()
+        run = _Runner(vc, max(num_blocks, RUNNER_FLOORS["num_blocks"]), driver.eg.num_speculative_tokens)
+        _RUNNERS[shape] = run
+        gc.freeze()  # vLLM's load_model runs gc.collect() twice (utils/mem_utils.py:86): ~0.5 s each over an
+        # untouched heap of import-time objects; frozen, they are not walked again
     else:
         run.reset()
     return run
@@ -387,7 +393,12 @@ class V2Worker:
         if driver.geometry.prefill_checkpoint:
             raise BadInput("--runner v2: prefill checkpoint blocks are not followed by the harness's V2 model yet "
                            "(run with --checkpoints off)")
-        self.run = runner_for(driver.vc, driver.sc.geometry.num_blocks, self.K)
+        from harness.engine import kernels_v1, kernels_v2
+
+        self.kernels = driver.options.kernels
+        self._kernels_v1, self._kernels_v2 = kernels_v1, kernels_v2
+        with kernels_v2.mode(self.kernels):
+            self.run = runner_for(driver)
         self.run.model.worker = self
         self.run.worker = self
         self.runner = self.run.runner
@@ -404,7 +415,9 @@ class V2Worker:
         self.kinds = {nr.req_id: "RESUMED" if nr.req_id in self._seen else "NEW" for nr in so.scheduled_new_reqs}
         self._seen.update(self.kinds)
         self.run.input_batch = None
-        out = self.runner.execute_model(so)
+        self._kernels_v1.OBSERVER = self._observe_copy
+        with self._kernels_v2.mode(self.kernels):
+            out = self.runner.execute_model(so)
         if out is not None:  # no forward this step (nothing scheduled)
             self._empty = out
         else:
@@ -414,7 +427,10 @@ class V2Worker:
         if self._empty is not None:
             out = self._empty
             return list(out.req_ids or ()), list(out.sampled_token_ids or ())
-        out = self.runner.sample_tokens(None)
+        self.step, self._seq_fps = step, seq_fps
+        self._kernels_v1.OBSERVER = self._observe_copy
+        with self._kernels_v2.mode(self.kernels):
+            out = self.runner.sample_tokens(None)
         out = out.get_output() if hasattr(out, "get_output") else out
         return list(out.req_ids), [list(t) for t in out.sampled_token_ids]
 
@@ -446,7 +462,6 @@ class V2Worker:
         qsl = ib.query_start_loc_np
         slots = ib.idx_mapping_np
         st, tr = self.states, self.trace
-        conv, ssm = st.conv, st.ssm
         ms = self.runner.model_state
         bt = self.runner.block_tables
         prev_cols, _ = self.run.before if getattr(self.run, "before", None) else ([], [])
@@ -455,8 +470,7 @@ class V2Worker:
         si_p = m.state_indices_tensor_p.tolist() if m.state_indices_tensor_p is not None and m.num_prefills else []
         has_init = m.has_initial_states_p.tolist() if m.has_initial_states_p is not None else []
         acc = m.num_accepted_tokens.tolist() if m.num_accepted_tokens is not None else []
-        self.rows = {}
-        written = []
+        self.rows, self._fed_from = {}, {}
         for i, rid in enumerate(ib.req_ids):
             qs, qe = int(qsl[i]), int(qsl[i + 1])
             ns = qe - qs
@@ -473,29 +487,17 @@ class V2Worker:
                 idx = si_d[i]
                 na = acc[i] if acc else 1
                 cur = idx[0]
-                c_state = st._tag(conv[cur, na - 1]) if cur != NULL_BLOCK else ZERO_STATE
-                s_state = st._tag(ssm[idx[na - 1]]) if idx[na - 1] != NULL_BLOCK else ZERO_STATE
+                c_state, s_state = st.read(cur, na - 1, idx[na - 1])
                 blocks = idx[:ns]
-                for j, b in enumerate(blocks):
-                    if b != NULL_BLOCK:
-                        ssm[b, 0], ssm[b, 1] = nc + j + 1, fps[j + 1]
-                        written.append(b)
-                if cur != NULL_BLOCK:
-                    for j in range(min(ns, st.width)):
-                        conv[cur, j, 0], conv[cur, j, 1] = nc + j + 1, fps[j + 1]
-                    written.append(cur)
+                st.write_tokens(cur, blocks, [(nc + j + 1, fps[j + 1]) for j in range(ns)])
                 read = (cur, c_state, s_state)
             else:  # prefill kernels (mamba_mixer2.py: chunked scan from the initial state, final state out)
                 p = i - nd_
                 b = si_p[p]
                 read = None
                 if has_init and has_init[p]:
-                    c_state, s_state = (st._tag(conv[b, 0]), st._tag(ssm[b])) if b != NULL_BLOCK else (ZERO_STATE,) * 2
-                    read = (b, c_state, s_state)
-                if b != NULL_BLOCK:
-                    conv[b, 0, 0], conv[b, 0, 1] = nc + ns, fps[ns]
-                    ssm[b, 0], ssm[b, 1] = nc + ns, fps[ns]
-                    written.append(b)
+                    read = (b, *st.read(b, 0, b))
+                st.write_final(b, (nc + ns, fps[ns]))
                 blocks = [b]
             curr = int(ms._mamba_state_idx_gpu[slot]) if getattr(ms, "_align_mode", False) else 0
             prev = prev_cols[i] if i < len(prev_cols) else -1
@@ -510,7 +512,7 @@ class V2Worker:
             tr.rows.append(RowView(self.step, rid, MAMBA_GROUP, self.kinds.get(rid, "RUNNING"), nc, ns, prev, curr,
                                    sorted(set(live)), row, list(core[MAMBA_GROUP]) if core else []))
             self.rows[rid] = (fps, targets, ns)
-        st.touch(written)
+            self._fed_from[rid] = nc
         return hidden
 
     def record_precopies(self, input_batch, slots) -> None:
@@ -537,6 +539,49 @@ class V2Worker:
             r = self.driver.reqs[rid]
             self.trace.reads.append(Read(self.step, rid, "precopy", MAMBA_GROUP, src[i], conv_b, conv, ssm,
                                          (nc, r.fps[nc])))
+
+    def _observe_copy(self, kind: str, slot: int, src_col: int, dst_col: int, bias: int) -> None:
+        """A fused copy's source, told by the torch kernel before it moves the bytes (kernels_v1's OBSERVER:
+        `postprocess_mamba_fused_kernel` takes its decision per request, mamba_utils.py:440-470) or, under
+        `--kernels triton`, by `postcopies_before_launch`. Pre-copies are recorded by record_precopies."""
+        if kind != "postcopy":
+            return
+        rs = self.runner.req_states
+        rid = next((r for r, i in rs.req_id_to_index.items() if i == slot), None)
+        if rid is None:
+            return
+        bt = self.runner.block_tables
+        nb = int(bt.num_blocks.np[MAMBA_GROUP, slot])
+        row = bt.block_tables[MAMBA_GROUP].gpu[slot, :nb].tolist()
+        col = lambda c: row[c] if 0 <= c < len(row) else NULL_BLOCK  # noqa: E731 (padding reads block 0)
+        conv_b, ssm_b = col(src_col), col(src_col + bias)
+        conv, _ = self.states.read(conv_b, bias, conv_b)
+        _, ssm = self.states.read(ssm_b, 0, ssm_b)
+        A = (dst_col + 1) * self.run.mamba_block_size
+        # the prefix of A tokens as this step fed them (drafts included: V2's scheduler holds placeholders)
+        fed = self.rows.get(rid)
+        nc = self._fed_from.get(rid, 0)
+        want = (A, fed[0][A - nc]) if fed is not None and 0 <= A - nc < len(fed[0]) else (A, self._seq_fps[rid][A])
+        self.trace.reads.append(Read(self.step, rid, "postcopy", MAMBA_GROUP, src_col, conv_b, conv, ssm, want))
+
+    def postcopies_before_launch(self, num_reqs, num_accepted, state_idx, new_computed, idx_mapping) -> None:
+        """`--kernels triton`: the fused postprocess kernel's per-request decision (mamba_utils.py:440-470, the
+        PRECOMPUTED_NEW_COMPUTED form V2 launches) read from its inputs just before the launch."""
+        if self.kernels != "triton":
+            return
+        B = self.run.mamba_block_size
+        acc, cols, computed = num_accepted.tolist(), state_idx.tolist(), new_computed.tolist()
+        for slot in idx_mapping[:num_reqs].tolist():
+            if slot < 0:
+                continue
+            running = computed[slot] - acc[slot] + 1
+            aligned = computed[slot] // B * B
+            if aligned < running:
+                continue
+            bias, dest = aligned - running, aligned // B - 1
+            if cols[slot] == dest and bias == 0:
+                continue
+            self._observe_copy("postcopy", slot, cols[slot], dest, bias)
 
     def logits(self, hidden_states):
         """One-hot logits on the hidden state's token: vLLM's sampler and rejection sampler pick it."""

@@ -10,6 +10,11 @@ Bytes no forward ever wrote are `[-1, -1]` (read back as None, "garbage"); the n
 as the zero state, as in SymbolicStates. vLLM's own code moves these bytes (CoW copies, align pre-copies,
 spec post-copies); the harness writes only what the simulated forward writes and what a connector loads.
 
+Both engine-tier workers hold their tags here: the V1 worker (harness.engine.runner_v1) allocates the tensors
+and registers them with the runner; the V2 worker (harness.engine.runner_v2) wraps the state tensors vLLM's
+own `initialize_kv_cache` allocated (`tensors=`: conv `(num_blocks, K+1, 2)`, SSM `(num_blocks, 2)`, views
+into the runner's KV allocation) and resets them between scenarios (`reset`).
+
 `version` is computed lazily: pages are compared with the snapshot taken at the last look, and every block
 whose bytes changed gets a new version number (what CacheRecorder needs to skip unchanged pages).
 """
@@ -24,19 +29,33 @@ GARBAGE = -1
 
 
 class TaggedStates:
-    def __init__(self, num_blocks: int, num_speculative_tokens: int, conv_dim_first: bool) -> None:
+    def __init__(self, num_blocks: int, num_speculative_tokens: int, conv_dim_first: bool,
+                 tensors: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
         self.width = num_speculative_tokens + 1
         self.num_blocks = num_blocks
         self.dim_first = conv_dim_first
-        shape = (num_blocks, 2, self.width) if conv_dim_first else (num_blocks, self.width, 2)
-        self.conv = torch.full(shape, GARBAGE, dtype=torch.int64)
-        self.ssm = torch.full((num_blocks, 1, 2, 1), GARBAGE, dtype=torch.int64)
-        self.conv[NULL_BLOCK] = 0
-        self.ssm[NULL_BLOCK] = 0
+        if tensors is None:
+            shape = (num_blocks, 2, self.width) if conv_dim_first else (num_blocks, self.width, 2)
+            self.conv = torch.full(shape, GARBAGE, dtype=torch.int64)
+            self.ssm = torch.full((num_blocks, 1, 2, 1), GARBAGE, dtype=torch.int64)
+        else:  # vLLM's own state tensors (views of the runner's KV allocation: no copy, no reshape)
+            self.conv, self.ssm = tensors
         self._conv_tags = self.conv.transpose(1, 2) if conv_dim_first else self.conv  # (blocks, width, 2) view
-        self._ssm_tags = self.ssm.view(num_blocks, 2)
-        self._snap = self._flat().clone()
+        self._ssm_tags = self.ssm if self.ssm.dim() == 2 else self.ssm.view(num_blocks, 2)
+        assert self._conv_tags.shape[1:] == (self.width, 2) and self._ssm_tags.shape[1:] == (2,), (
+            self.conv.shape, self.ssm.shape)
         self._version: dict[int, int] = {}
+        self._writes = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Every block garbage but the null block (zero state), no versions: a fresh scenario's bytes."""
+        self._conv_tags.fill_(GARBAGE)
+        self._ssm_tags.fill_(GARBAGE)
+        self._conv_tags[NULL_BLOCK] = 0
+        self._ssm_tags[NULL_BLOCK] = 0
+        self._snap = self._flat().clone()
+        self._version.clear()
         self._writes = 0
 
     def tensors(self) -> list[torch.Tensor]:

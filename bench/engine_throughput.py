@@ -1,0 +1,128 @@
+"""Engine-tier throughput per worker: scenarios/s, start-up and ms per step, uninstrumented.
+
+    taskset -c 0 .venv/bin/python bench/engine_throughput.py --runner v2 --kernels torch --count 300
+    .venv/bin/python bench/engine_throughput.py --table --core 0 --out bench/results/engine_throughput.md
+
+One measurement: a fresh process replays generated scenarios (harness.generate.random_scenario, prefill
+checkpoints off: the V1/V2 workers do not simulate them) on the engine tier with the given runner and kernels,
+judging each trace (the oracles' cost is part of a sweep's). Start-up = process start to the first scenario
+judged (vLLM import, config, the first runner build); the rate counts the rest. Scenarios the engine tier cannot
+express (BadInput) are skipped and counted. `--table` runs mirror, v1 and v2 with torch kernels and v2 with
+Triton's interpreter (fewer scenarios), each in its own process (pinned with --core), and writes the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+T0 = time.perf_counter()
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TABLE = (("mirror", "torch", 300), ("v1", "torch", 300), ("v2", "torch", 300), ("v2", "triton", 6))
+
+
+def measure(runner: str, kernels: str, count: int, seed: int = 0) -> dict:
+    from harness.engine import options
+
+    options.use(runner=runner, kernels=kernels)
+    from harness.errors import BadInput
+    from harness.generate import random_scenario
+    from harness.oracles import judge
+    from harness.replay import replay
+
+    startup = None
+    ran = skipped = steps = 0
+    started = None
+    for s in range(seed, seed + count + 1):
+        try:
+            trace = replay(random_scenario(s, checkpoints=False), None, "engine")
+            judge(trace)
+        except BadInput:
+            skipped += 1
+            continue
+        if startup is None:  # the first scenario judged: start-up ends, the rate starts
+            startup = time.perf_counter() - T0
+            started, cpu0 = time.perf_counter(), time.process_time()
+            used = trace.runner
+            continue
+        ran += 1
+        steps += trace.steps_run
+    elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu0
+    return {"cpu_seconds": round(cpu, 3), "scenarios_per_cpu_s": round(ran / cpu, 2), "runner": runner, "kernels": kernels, "worker": used, "scenarios": ran, "skipped": skipped,
+            "steps": steps, "seconds": round(elapsed, 3), "scenarios_per_s": round(ran / elapsed, 2),
+            "ms_per_step": round(1000 * elapsed / max(steps, 1), 3), "startup_s": round(startup, 2)}
+
+
+def table(core: int | None, out: Path | None, counts: dict[str, int]) -> int:
+    from harness.stamp import stamp
+
+    rows = []
+    for runner, kernels, count in TABLE:
+        count = counts.get(f"{runner}:{kernels}", count)
+        cmd = [sys.executable, __file__, "--runner", runner, "--kernels", kernels, "--count", str(count), "--json"]
+        if core is not None:
+            cmd = ["taskset", "-c", str(core), *cmd]
+        res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        if res.returncode:
+            print(res.stderr[-2000:], file=sys.stderr)
+            return 3
+        rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
+        print(_line(rows[-1]), flush=True)
+    pin = f"taskset -c {core} " if core is not None else ""
+    lines = ["# Engine-tier throughput", "",
+             stamp(f"{pin}.venv/bin/python bench/engine_throughput.py --table"
+                   + (f" --core {core}" if core is not None else "") + (f" --out {out}" if out else "")), "",
+             "Generated scenarios (`random_scenario(seed, checkpoints=False)`, seeds from 0), each replayed on the "
+             "engine tier and judged, one process per row (pinned to one core); start-up = process start to "
+             "the first scenario judged (vLLM import, config, first runner build); the rate counts the rest.", "",
+             "Wall-clock rates move with the machine's other load (a shared 2-core box here); scenarios per CPU "
+             "second is the process's own time.", "",
+             "| runner | kernels | scenarios | skipped (BadInput) | steps | scenarios/s | ms/step | scenarios/CPU-s "
+             "| start-up (s) |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['runner']} ({r['worker']}) | {r['kernels']} | {r['scenarios']} | {r['skipped']} | "
+                     f"{r['steps']} | {r['scenarios_per_s']} | {r['ms_per_step']} | {r['scenarios_per_cpu_s']} | "
+                     f"{r['startup_s']} |")
+    text = "\n".join(lines) + "\n"
+    if out:
+        out.write_text(text)
+    print(text)
+    return 0
+
+
+def _line(r: dict) -> str:
+    return (f"{r['runner']} ({r['worker']}), kernels {r['kernels']}: {r['scenarios']} scenarios "
+            f"({r['skipped']} skipped), {r['steps']} steps in {r['seconds']} s: {r['scenarios_per_s']} scenarios/s, "
+            f"{r['ms_per_step']} ms/step; {r['scenarios_per_cpu_s']} scenarios per CPU second; start-up {r['startup_s']} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runner", choices=("mirror", "v1", "v2", "auto"), default="v2")
+    ap.add_argument("--kernels", choices=("torch", "triton"), default="torch")
+    ap.add_argument("--count", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true", help="one JSON line (what --table reads)")
+    ap.add_argument("--table", action="store_true", help="every runner in its own process; write the table")
+    ap.add_argument("--core", type=int, default=None, help="with --table: pin each process to this core")
+    ap.add_argument("--counts", default="", help="with --table: RUNNER:KERNELS=N,... overrides")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    if args.table:
+        counts = {k: int(v) for k, v in (p.split("=") for p in args.counts.split(",") if p)}
+        return table(args.core, args.out, counts)
+    r = measure(args.runner, args.kernels, args.count, args.seed)
+    print(json.dumps(r) if args.json else _line(r))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
