@@ -5,7 +5,8 @@
 # make sweep [VLLM=...]     a seeded random sweep of generated scenarios
 # make gpu-check            the one-shot GPU kernel check (SKIPPED without CUDA; docs/gpu.md)
 # make results [PART=...]   rewrite every committed table and plot from its command (bench/make_results.sh)
-# make known [VLLM=...]     each known issue's repro still shows it here and its fix removes it
+# make known [VLLM=...]     each known issue's repro still shows it here and its fix removes it (TIER=engine:
+#                            re-judged on vLLM's own Scheduler and model runner, HH_ENGINE_RUNNER=auto|v1|v2|mirror)
 # TIER=model                fuzz/sweep the model tier (tiny hybrid LM on real state tensors) instead
 # TIER=engine               fuzz/sweep the engine tier (vLLM's own Scheduler, connector and model runner)
 # TORCH=, TORCH_INDEX=       the torch build (default the CPU wheel from PyTorch's CPU index); a GPU machine:
@@ -65,7 +66,7 @@ results: venv
 	PY=$(PY) bash bench/make_results.sh $(PART)
 
 known: venv
-	$(PY) -m harness known check
+	$(PY) -m harness known check --tier $(if $(filter engine,$(TIER)),engine,symbolic)
 
 gpu-check: venv
 	$(PY) bench/gpu_check.py

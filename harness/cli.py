@@ -29,7 +29,8 @@ def _use_engine(args: argparse.Namespace, recorded: dict | None = None) -> None:
     from harness.engine import options
 
     options.use_recorded(recorded)
-    options.use(getattr(args, "runner", None), getattr(args, "async_scheduling", None), getattr(args, "kernels", None))
+    options.use(getattr(args, "runner", None), getattr(args, "async_scheduling", None), getattr(args, "kernels", None),
+                getattr(args, "forward", None))
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -120,7 +121,7 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
     import time
 
     from harness.artifacts import finding_artifact, write_finding, write_json_atomic
-    from harness.replay import replay
+    from harness.replay import replay, runs_model
     from harness.generate import random_scenario
     from harness.known import judge_scenario
     from harness.oracles import describe_outputs, judge, merge_output_summaries, output_summary
@@ -132,8 +133,9 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
     found, errors, known, steps = [], [], [], 0
     outputs = None  # model tier: the output summaries added up
     started = time.perf_counter()
+    small = runs_model(args.tier)  # the model's smaller scenarios (model tier, engine tier --forward model)
     for seed in range(args.seed, args.seed + args.count):
-        scenario = random_scenario(seed, checkpoints=checkpoints, small=args.tier == "model")
+        scenario = random_scenario(seed, checkpoints=checkpoints, small=small)
         try:
             trace = replay(scenario, args.mutant, args.tier)
             findings = judge(trace)
@@ -359,15 +361,27 @@ def _cmd_known(args: argparse.Namespace) -> int:
     from harness.scenario import load_scenario
     from harness.vllm_adapter import installed_version
 
+    _use_engine(args)
+    runner = None
+    if args.tier == "engine":
+        from harness.engine.options import current
+
+        runner = current().runner
+
     def replay_findings(repro, issues):
         with fixes_applied(issues):
-            return judge(replay(load_scenario(ROOT / repro)))
+            trace = replay(load_scenario(ROOT / repro), None, args.tier)
+            if runner == "auto":  # the runner vLLM picked for this repro's config
+                runner_seen.add(getattr(trace, "runner", None) or "auto")
+            return judge(trace)
 
-    rows = check_known(replay_findings)
+    runner_seen: set = set()
+    rows = check_known(replay_findings, runner)
     for row in rows:
         print(f"{row['id']:38s} {row['status']}" + (f"  (shows {row['shown']}; with the fix {row['with_fix']})"
                                                      if "shown" in row else ""))
-    print(f"vLLM {installed_version()}")
+    print(f"vLLM {installed_version()}, {args.tier} tier" + (f", runner {runner}" if runner else "")
+          + (f" (vLLM picked {'/'.join(sorted(runner_seen))})" if runner_seen else ""))
     if any(r["status"] == "FIX DOES NOT REMOVE IT" for r in rows):
         return EXIT_HARNESS_ERROR  # the harness's fix is wrong
     return EXIT_FINDING if any(r["status"] == "NO LONGER REPRODUCES" for r in rows) else EXIT_OK
@@ -389,10 +403,14 @@ def _cmd_version(args: argparse.Namespace) -> int:
 
 
 def _engine_flags(parser: argparse.ArgumentParser) -> None:
-    from harness.engine.options import ASYNC_MODES, KERNELS, RUNNERS
+    from harness.engine.options import ASYNC_MODES, FORWARDS, KERNELS, RUNNERS
 
     parser.add_argument("--runner", choices=RUNNERS, help="engine tier: the worker that runs vLLM's scheduler output "
                         "(auto = the model runner vLLM picks; mirror = the harness's V1 worker shadow)")
+    parser.add_argument("--forward", choices=FORWARDS, help="engine tier: what computes the tokens vLLM's scheduler "
+                        "sees: symbolic (default: the token rule, the scenario's acceptance pattern) or model (the "
+                        "model tier's tiny LM on the worker's state pages, greedy verification of its own drafts, "
+                        "scored against the uncached reference; --runner mirror; --model picks the model)")
     parser.add_argument("--async-scheduling", dest="async_scheduling", choices=ASYNC_MODES,
                         help="engine tier: async scheduling (auto = vLLM's default for the config)")
     parser.add_argument("--kernels", choices=KERNELS, help="engine tier: torch replacements of vLLM's Triton kernels "
@@ -476,6 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
     known = sub.add_parser("known", help="list the known issues, or check each repro still shows its issue on the "
                            "installed release and its fix removes it (exit 1: a known bug stopped reproducing)")
     known.add_argument("action", choices=("list", "check"))
+    known.add_argument("--tier", choices=("symbolic", "engine"), default="symbolic",
+                       help="re-judge the repros on the engine tier (vLLM's own Scheduler and --runner) instead")
+    _engine_flags(known)
     known.set_defaults(func=_cmd_known)
     work = sub.add_parser("workload", add_help=False,
                           help="make a chat workload file (HF datasets: .jsonl/.json/.parquet) or a scenario using one")

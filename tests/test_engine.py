@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from harness.oracles import judge
 from harness.replay import TIERS, replay
 from harness.scenario import load_scenario, parse_scenario
 from harness.vllm_adapter import installed_version
+
+from testlib import version_tuple
 
 SEED = Path(__file__).resolve().parent.parent / "scenarios" / "seed-external-hit-same-block.json"
 VERSION = tuple(int(x) for x in installed_version().split(".")[:3])
@@ -240,3 +243,62 @@ def test_abort_during_async_load_frees_once_the_load_reports(abort_step):
     assert findings == []
     assert trace.pool_end["num_free"] == 31 and not trace.pool_end["live_requests"]
     assert all(r.request == "b" for r in trace.rows) == (abort_step == 1)
+
+
+FAILED_LOAD = {
+    "version": 1, "name": "failed async load",
+    "geometry": {"hash_block_size": 4, "attn_block_size": 16, "mamba_block_size": 16, "num_blocks": 16,
+                 "max_model_len": 128},
+    "requests": [
+        {"id": "a", "prompt": {"length": 40, "seed": 1}, "external": {"tokens": 33, "async": True, "load_fails": True},
+         "max_tokens": 3},
+        {"id": "b", "prompt": {"length": 40, "seed": 2, "share": {"request": "a", "tokens": 36}}, "arrival_step": 4,
+         "max_tokens": 2}],
+    "max_steps": 20}
+
+
+@pytest.mark.skipif(version_tuple()[:2] < (0, 30), reason="KVConnectorOutput.failed_recving is 0.30+")
+@pytest.mark.parametrize("policy", ["fail", "recompute"])
+def test_a_failed_async_load_takes_vllms_own_recovery_path(policy):
+    """The connector writes nothing and reports the request in failed_recving: under "fail" (vLLM's default)
+    the request ends with an error, under "recompute" it recomputes from token 0 and later requests hit the
+    blocks it cached; no oracle fires either way (the undelivered state is never read)."""
+    from harness.engine.options import EngineOptions
+    from harness.engine.scheduler import EngineDriver
+    from harness.oracles import judge
+    from harness.scenario import parse_scenario
+
+    doc = json.loads(json.dumps(FAILED_LOAD))
+    doc["geometry"]["kv_load_failure_policy"] = policy
+    driver = EngineDriver(parse_scenario(doc), None, EngineOptions(runner="mirror"))
+    trace = driver.run()
+    assert judge(trace) == []
+    a = driver.reqs["a"].vreq
+    if policy == "fail":
+        assert str(a.status).endswith("FINISHED_ERROR") and a.num_output_tokens == 0
+    else:
+        assert a.num_output_tokens == 3 and any(r.request == "a" for r in trace.rows)
+
+
+def test_a_failed_load_is_engine_tier_only():
+    from harness.errors import BadInput
+    from harness.replay import replay
+    from harness.scenario import parse_scenario
+
+    with pytest.raises(BadInput, match="engine tier only"):
+        replay(parse_scenario(FAILED_LOAD), None, "symbolic")
+
+
+def test_known_issues_rejudged_on_the_engine_tier(capsys):
+    """`known check --tier engine --runner mirror`: each repro shows its issue on vLLM's own Scheduler and its
+    fix removes it (none reproduces only in our model of the scheduler)."""
+    from harness.cli import main
+    from harness.known import KNOWN_ISSUES
+
+    code = main(["known", "check", "--tier", "engine", "--runner", "mirror"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    expected = [k.id for k in KNOWN_ISSUES if k.repro_expected()]
+    for issue in expected:
+        line = next(ln for ln in out.splitlines() if ln.startswith(issue))
+        assert "reproduces, fix removes it" in line, line
