@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from harness.oracles import Finding
+from harness.replay import runs_model
 from harness.scenario import Scenario, scenario_to_json
 
 
@@ -33,7 +34,7 @@ def finding_artifact(scenario: Scenario, findings: list[Finding], vllm_version: 
         "vllm_version": vllm_version,
         "mutant": mutant,
         "tier": tier,
-        "model": (os.environ.get("HH_MODEL") or "random") if tier == "model" else None,
+        "model": (os.environ.get("HH_MODEL") or "random") if runs_model(tier) else None,
         "engine": _engine_options() if tier == "engine" else None,
         "scenario": scenario_to_json(scenario),
         "findings": [f.to_json() for f in findings],

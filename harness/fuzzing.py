@@ -31,7 +31,7 @@ from harness.errors import BadInput, HarnessError
 from harness.genome import decode, release_budget
 from harness.known import Verdict, judge_scenario
 from harness.oracles import judge, merge_output_summaries, output_summary
-from harness.replay import replay
+from harness.replay import replay, runs_model
 from harness.scenario import scenario_to_json
 
 
@@ -55,7 +55,7 @@ class Target:
         if self.mutant:
             apply_mutant(self.mutant)
         self.tier = tier or os.environ.get("HH_TIER") or "symbolic"
-        self.budget = release_budget(small=self.tier == "model", tier=self.tier)
+        self.budget = release_budget(small=runs_model(self.tier), tier=self.tier)  # engine --forward model too
         self.no_checkpoints = bool(os.environ.get("HH_NO_CHECKPOINTS"))  # read by the mutator only
         self.dir = Path(artifacts or os.environ.get("HH_ARTIFACTS") or "artifacts/fuzz")
         self.dir.mkdir(parents=True, exist_ok=True)

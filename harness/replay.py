@@ -4,7 +4,9 @@
   worker shadow and symbolic states;
 - `model`: the same loop with the tiny hybrid LM as the worker's forward backend
   (harness/model_tier.py: `ModelBackend`), scored against the uncached reference;
-- `engine`: vLLM's real Scheduler with a pluggable worker (harness/engine/).
+- `engine`: vLLM's real Scheduler with a pluggable worker (harness/engine/); its `forward` option
+  (harness/engine/options.py, `--forward`) picks the symbolic token rule or the model tier's `ModelBackend`
+  on the worker's page moves (runner `mirror`), scored against the same uncached reference.
 
 Each tier's code is imported only when asked for (torch for the model, vLLM's Scheduler for the engine).
 """
@@ -38,4 +40,16 @@ def replay(scenario, mutant: str | None = None, tier: str = "symbolic", model=No
     raise BadInput(f"unknown tier {tier!r}: choose one of {', '.join(TIERS)}")
 
 
-__all__ = ["TIERS", "replay"]
+def runs_model(tier: str) -> bool:
+    """Whether the tier runs the tiny LM (the model tier, or the engine tier with `--forward model`): such
+    replays get the model tier's smaller scenarios (sweeps, fuzz budgets) and record HH_MODEL's model."""
+    if tier == "model":
+        return True
+    if tier == "engine":
+        from harness.engine.options import current  # options only: imports nothing from vLLM
+
+        return current().forward == "model"
+    return False
+
+
+__all__ = ["TIERS", "replay", "runs_model"]

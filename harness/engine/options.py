@@ -1,8 +1,8 @@
-"""The engine tier's run options: which worker runs vLLM's scheduler output, async scheduling, kernels.
+"""The engine tier's run options: which worker runs vLLM's scheduler output, async scheduling, kernels, forward.
 
 Process-wide, from the environment (as the model tier's HH_MODEL), so that fuzz workers, verdict replays
 with fixes applied and minimization all replay an input the way it was found; the CLI's `--runner`,
-`--async-scheduling` and `--kernels` set them, and a finding artifact records them.
+`--async-scheduling`, `--kernels` and `--forward` set them, and a finding artifact records them.
 
 - runner: `auto` = the model runner vLLM itself picks for this config (`VllmConfig.use_v2_model_runner`,
   config/vllm.py:748-767 in 0.33.0); `v1` / `v2` force one; `mirror` = the harness's V1 worker shadow
@@ -10,6 +10,11 @@ with fixes applied and minimization all replay an input the way it was found; th
 - async_scheduling: `auto` = vLLM's default for the config (config/vllm.py:1719), `on` / `off` force it.
 - kernels: `torch` = CPU replacements of vLLM's Triton kernels (registered through vLLM's own
   `vllm.triton_utils.dispatcher.register_kernels`), `triton` = the real kernels (interpreter on CPU).
+- forward: `symbolic` = the harness's token rule over prefix fingerprints (tokens and drafts from the
+  scenario's acceptance pattern); `model` = the model tier's forward backend (harness.model_tier.ModelBackend,
+  the model HH_MODEL names) on the worker's state pages: the tokens vLLM's scheduler sees are the model's
+  greedy verification of the model's own drafts, connector loads carry the model's states, and every
+  generation is scored against the uncached reference (output oracle). Runner `mirror` only for now.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ from harness.errors import BadInput
 RUNNERS = ("auto", "v1", "v2", "mirror")
 ASYNC_MODES = ("auto", "on", "off")
 KERNELS = ("torch", "triton")
-_ENV = {"runner": "HH_ENGINE_RUNNER", "async_scheduling": "HH_ENGINE_ASYNC", "kernels": "HH_ENGINE_KERNELS"}
-_CHOICES = {"runner": RUNNERS, "async_scheduling": ASYNC_MODES, "kernels": KERNELS}
+FORWARDS = ("symbolic", "model")
+_ENV = {"runner": "HH_ENGINE_RUNNER", "async_scheduling": "HH_ENGINE_ASYNC", "kernels": "HH_ENGINE_KERNELS",
+        "forward": "HH_ENGINE_FORWARD"}
+_CHOICES = {"runner": RUNNERS, "async_scheduling": ASYNC_MODES, "kernels": KERNELS, "forward": FORWARDS}
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,7 @@ class EngineOptions:
     runner: str = "mirror"
     async_scheduling: str = "auto"
     kernels: str = "torch"
+    forward: str = "symbolic"
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -49,9 +57,11 @@ def current() -> EngineOptions:
     return EngineOptions(**values)
 
 
-def use(runner: str | None = None, async_scheduling: str | None = None, kernels: str | None = None) -> None:
+def use(runner: str | None = None, async_scheduling: str | None = None, kernels: str | None = None,
+        forward: str | None = None) -> None:
     """Set options for this process and the processes it starts (None leaves one as it is)."""
-    for name, value in (("runner", runner), ("async_scheduling", async_scheduling), ("kernels", kernels)):
+    for name, value in (("runner", runner), ("async_scheduling", async_scheduling), ("kernels", kernels),
+                        ("forward", forward)):
         if value is None:
             continue
         if value not in _CHOICES[name]:

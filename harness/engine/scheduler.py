@@ -48,6 +48,7 @@ from harness.scenario import VOCAB_SIZE, RequestSpec, Scenario  # noqa: E402
 from harness.states import chain  # noqa: E402
 from harness.trace import CacheRecorder, Trace, VllmException, VllmRaised, run_steps  # noqa: E402
 from harness.vllm_adapter import (  # noqa: E402
+    ATTN_GROUP,
     MAMBA_GROUP,
     adopt_manager,
     exception_site,
@@ -286,7 +287,12 @@ class EngineDriver:
 
         self.DraftTokenIds, self.KVConnectorOutput, self.ModelRunnerOutput = DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
         self.trace = Trace(vllm_version=installed_version(), mutant=mutant)
+        self.so = None  # this step's SchedulerOutput (what a forward backend's step_tokens reads)
+        self.backend = self._forward_backend()  # --forward model: the model tier's ModelBackend; else None
         self.worker = make_worker(self, self.options.runner)
+        if self.backend is not None and getattr(self.worker, "runner_name", None) != "mirror":
+            raise BadInput(f"--forward model runs on the mirror runner only (this config's runner: "
+                           f"{getattr(self.worker, 'runner_name', self.options.runner)})")
         self.worker_drafts = getattr(self.worker, "proposes_drafts", False)
         self.trace.runner = getattr(self.worker, "runner_name", self.options.runner)
         self.states = self.worker.states  # what the oracles read: the worker's state pages
@@ -316,6 +322,26 @@ class EngineDriver:
         self.last_scheduled = 0
         self.reported_loads = False
 
+    def _forward_backend(self):
+        """`--forward model`: the model tier's forward backend (harness.model_tier.ModelBackend) on the engine's
+        geometry (attention block = Mamba block). It gets the worker's page moves and forwards (the mirror's
+        WorkerShadow takes it as `kernels=`), and decides the tokens vLLM's scheduler sees (verify), the drafts
+        it is given (propose) and what the connector loads (deliver), as with the mirrored scheduler loop."""
+        if self.options.forward != "model":
+            return None
+        if self.options.runner in ("v1", "v2"):
+            raise BadInput(f"--forward model runs on the mirror runner only (--runner {self.options.runner})")
+        from harness.model_tier import ModelBackend  # torch model code only when asked for
+
+        backend = ModelBackend(self.geometry)
+        backend.step_tokens = self._step_tokens
+        return backend
+
+    def _step_tokens(self, rid: str) -> list[int]:
+        """A request's tokens followed by this step's scheduled drafts (what the backend's forward consumes)."""
+        v = self.reqs[rid].vreq
+        return list(v.all_token_ids) + list(self.so.scheduled_spec_decode_tokens.get(rid, ()))
+
     # -- vLLM calls ----------------------------------------------------------------------------------
     def _call(self, request: str, name: str, fn, *args):
         try:
@@ -337,12 +363,23 @@ class EngineDriver:
         col = (total - 1) // self.eg.block_size
         if col < len(table):
             self.worker.deliver(table[col], (total, r.fps[total]))
+        if self.backend is not None:  # the model's state and keys/values
+            start = self.connector.offered.get(rid, (0,))[0]  # the local hit the connector was shown
+            self.backend.deliver(rid, list(r.vreq.all_token_ids)[:total], table[col] if col < len(table) else None,
+                                 self.alloc.block_ids(rid)[ATTN_GROUP], start)
         if is_async:
             self.loads[rid] = self.step_idx + load_steps - 1
 
     # -- the loop -----------------------------------------------------------------------------------------
     def run(self) -> Trace:
-        return run_steps(self)
+        if self.backend is None:
+            return run_steps(self)
+        with self.backend.session():
+            trace = run_steps(self)
+            if trace.exception is None:  # every generation scored against the uncached reference
+                trace.outputs = self.backend.outputs(
+                    (r.id, list(r.vreq.all_token_ids), r.vreq.num_prompt_tokens) for r in self.reqs.values())
+        return trace
 
     def _all_done(self) -> bool:
         return all(r.finished for r in self.reqs.values())
@@ -362,7 +399,7 @@ class EngineDriver:
             if not r.arrived and not r.finished and r.spec.arrival_step <= step:
                 r.arrived = True
                 self._call(r.id, "add_request", sched.add_request, r.vreq)
-        so = self._call("", "schedule", sched.schedule)
+        so = self.so = self._call("", "schedule", sched.schedule)
         self._check_output(so)
         self._check_chunks(so)
         core_tables = {rid: self.alloc.block_ids(rid) for rid in so.num_scheduled_tokens}
@@ -431,6 +468,10 @@ class EngineDriver:
             if v.num_computed_tokens - len(drafts) < v.num_tokens:
                 sampled[rid], accepted[rid] = [], 1
                 continue
+            if self.backend is not None:  # the model's greedy verification of the drafts, plus one token
+                sampled[rid] = self.backend.verify(rid, self.step_idx, v.num_tokens, drafts)
+                accepted[rid] = len(sampled[rid])
+                continue
             good = 0
             for d in drafts:
                 if d != _true_next(r.fps, good):
@@ -466,7 +507,10 @@ class EngineDriver:
 
     def _propose(self, r: _Req, nd: int, width: int | None = None, last: int | None = None) -> list[int]:
         """nd drafts; the scenario's acceptance pattern decides how many are right (as the mirrored tier).
-        A runner's drafter (V2) proposes `width` drafts after the prefix fingerprint `last`."""
+        A runner's drafter (V2) proposes `width` drafts after the prefix fingerprint `last`. With a forward
+        backend, its drafter proposes."""
+        if self.backend is not None and width is None:
+            return self.backend.propose(r.id, list(r.vreq.all_token_ids), nd)
         pattern = r.spec.acceptance or [self.K]
         good = min(pattern[r.accept_idx % len(pattern)], nd)
         r.accept_idx += 1

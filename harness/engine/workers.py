@@ -64,8 +64,10 @@ class MirrorWorker:
         eg, alloc = driver.eg, driver.alloc
         self.states = SymbolicStates(eg.num_speculative_tokens)
         ckpt = (alloc.checkpoint_position, alloc.checkpoint_valid) if driver.geometry.prefill_checkpoint else None
+        # --forward model: the model tier's backend gets every page move and forward (harness.model_tier)
         self.shadow = WorkerShadow(block_size=eg.block_size, num_spec=eg.num_speculative_tokens,
-                                   mamba_groups=(MAMBA_GROUP,), states=self.states, trace=driver.trace, checkpoint=ckpt)
+                                   mamba_groups=(MAMBA_GROUP,), states=self.states, trace=driver.trace, checkpoint=ckpt,
+                                   kernels=getattr(driver, "backend", None))
         self._sso: SchedulerOutput | None = None
 
     def execute(self, so, step: int, seq_fps: dict[str, list[int]], core_tables) -> None:
