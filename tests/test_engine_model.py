@@ -182,3 +182,16 @@ def test_engine_target_with_the_model_forward_keeps_an_output_finding(tmp_path):
     doc = json.loads((folder / "finding.json").read_text())
     assert doc["tier"] == "engine" and doc["engine"]["forward"] == "model" and doc["model"] == "random"
     assert "output" in {f["oracle"] for f in doc["findings"]}  # the wrong state reaches the logits
+
+
+def test_diff_compares_the_model_tier_with_the_engine_forward(model_forward):
+    """`diff --forward model`: the mirrored loop with the model backend (the model tier) against the engine
+    tier with it: rows, copies, reads, verdicts and each request's generated tokens agree."""
+    from harness.engine.diff import diff
+
+    for seed in range(6):
+        try:
+            report = diff(random_scenario(seed, checkpoints=False, small=True))
+        except BadInput:
+            continue
+        assert report.same, report.describe()

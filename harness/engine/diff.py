@@ -4,7 +4,8 @@ Both tiers run the scenario with the attention block set to the Mamba block (vLL
 the engine tier applies anyway), so pool pressure is the same on both sides. Compared, step by step:
 Mamba rows (request kind, computed / scheduled tokens, the worker row, the core row, live columns), CoW
 copies per step, and every state the worker read, with block ids renamed per request in order of first
-use on each side (what, column, block, conv and SSM state, the state wanted); then
+use on each side (what, column, block, conv and SSM state, the state wanted); with `--forward model` (the
+model tier against the engine tier with the same backend) each request's generated tokens; then
 the oracle verdicts (signatures) and any vLLM exception. Where they differ, one side is wrong about vLLM:
 the engine tier runs vLLM's own scheduler, the mirrored tier our model of it.
 """
@@ -18,7 +19,7 @@ from harness.scenario import Scenario, parse_scenario, scenario_to_json
 
 @dataclass
 class Difference:
-    kind: str  # row | copy | order | read | verdict | exception
+    kind: str  # row | copy | order | read | output | verdict | exception
     step: int | None
     request: str | None
     mirror: object
@@ -127,6 +128,10 @@ def _keyed(kind: str, mirror: dict, engine: dict, split) -> list[Difference]:
     return out
 
 
+def _outputs(trace) -> dict[str, list[int]]:
+    return {r.request: r.tokens[r.prompt_len:] for r in trace.outputs}
+
+
 def compare(mirror_trace, engine_trace) -> list[Difference]:
     """Differences between two traces of the same scenario (mirror first)."""
     from harness.oracles import judge
@@ -136,6 +141,8 @@ def compare(mirror_trace, engine_trace) -> list[Difference]:
     diffs += _keyed("copy", _copies(mirror_trace), _copies(engine_trace), lambda k: (k, None))
     diffs += _keyed("order", _order(mirror_trace), _order(engine_trace), lambda k: (k, None))
     diffs += _keyed("read", _reads(mirror_trace, ml), _reads(engine_trace, el), lambda k: (k[0], k[1]))
+    if mirror_trace.outputs is not None and engine_trace.outputs is not None:  # --forward model: generated tokens
+        diffs += _keyed("output", _outputs(mirror_trace), _outputs(engine_trace), lambda k: (None, k))
     ma = sorted({f.signature for f in judge(mirror_trace)})
     ea = sorted({f.signature for f in judge(engine_trace)})
     if ma != ea:
@@ -148,15 +155,17 @@ def compare(mirror_trace, engine_trace) -> list[Difference]:
 
 
 def diff(scenario: Scenario, mutant: str | None = None) -> DiffReport:
-    """Replay the scenario on the mirrored (symbolic) and the engine tier and report what differs.
+    """Replay the scenario on the mirrored (symbolic; model with `--forward model`) and the engine tier and
+    report what differs.
     BadInput from either tier propagates (a scenario one tier cannot express is not a disagreement); a
     mutant must already be applied by the caller (as for `replay`)."""
-    from harness.replay import replay
+    from harness.replay import replay, runs_model
     from harness.oracles import judge
 
     sc, notes = aligned(scenario)
     engine_trace = replay(sc, mutant, "engine")
-    mirror_trace = replay(sc, mutant, "symbolic")
+    # --forward model: the mirrored loop with the same forward backend (the model tier), tokens and all
+    mirror_trace = replay(sc, mutant, "model" if runs_model("engine") else "symbolic")
     report = DiffReport(scenario.name or "scenario", notes, compare(mirror_trace, engine_trace))
     report.mirror_findings = [f.headline() for f in judge(mirror_trace)]
     report.engine_findings = [f.headline() for f in judge(engine_trace)]
