@@ -112,12 +112,25 @@ def _classes():
         """A Mamba2 layer to vLLM (its backend and metadata builder are vLLM's real Mamba2 ones) whose
         states are tags: conv (K+1 window offsets, [n, fp]) and SSM ([n, fp]), int64."""
 
-        def __init__(self, width: int):
+        def __init__(self, width: int, checkpoint: bool = False):
             super().__init__()
-            self.width = width
+            self.width, self.checkpoint = width, checkpoint
 
         def get_state_shape(self):
             return ((self.width, 2), (2,))
+
+        def get_prefill_checkpoint_alignment(self):
+            return 1 if self.checkpoint else None
+
+        def get_kv_cache_spec(self, vllm_config):
+            spec = super().get_kv_cache_spec(vllm_config)
+            if not self.checkpoint:
+                return spec
+            from dataclasses import replace
+
+            # what vLLM's Mamba2 layer declares (mamba_mixer2.py:1108-1118): one internal prefill checkpoint
+            # block, any token position; the scheduler's MambaSpec says the same (scheduler.build_scheduler)
+            return replace(spec, num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1)
 
         def get_state_dtype(self):
             return (torch.int64, torch.int64)
@@ -240,7 +253,7 @@ def _kv_tensors(cls, pages: dict[str, int], num_blocks: int) -> list:
 class _Runner:
     """vLLM's CPUModelRunner with the harness's model and real KV tensors for `num_blocks` blocks."""
 
-    def __init__(self, vc, num_blocks: int, num_spec: int) -> None:
+    def __init__(self, vc, num_blocks: int, num_spec: int, checkpoint: tuple[int, int] | None = None) -> None:
         import torch
         import vllm.v1.worker.cpu.shm  # noqa: F401  (CUDA stand-ins; cpu_worker.py imports it first)
         from vllm.config import set_current_vllm_config
@@ -259,7 +272,11 @@ class _Runner:
             ctx = vc.compilation_config.static_forward_context
             ctx.clear()
             ctx[ATTN_LAYER] = AttnLayer(B)
-            ctx[MAMBA_LAYER] = MambaLayer(num_spec + 1)
+            ctx[MAMBA_LAYER] = MambaLayer(num_spec + 1, checkpoint is not None)
+            if checkpoint is not None:
+                # the prefix-cache granularity the engine core resolves and the worker adopts
+                # (v1/engine/core.py:356-370, v1/worker/gpu_worker.py:877-880): the scheduler's own values
+                vc.cache_config.hash_block_size, vc.cache_config.cache_hit_alignment_tokens = checkpoint
             spec = vc.speculative_config
             method = getattr(spec, "method", None)
             if method == "eagle":  # no EAGLE draft model on CPU (harness/engine/scheduler.py _as_eagle): the
@@ -290,8 +307,13 @@ class _Runner:
         """Observation points (each calls vLLM's own method): the step's InputBatch, the running state
         columns before `preprocess_state`, the pre-copy sources."""
         r = self.runner
-        prepare_inputs = r.prepare_inputs
-        preprocess = r.model_state.preprocess_state
+        # vLLM's methods looked up on their classes at each call (not bound once): a mutant that wraps the class
+        # method (harness/mutants/worker_v2.py) applies to a runner built before it and is gone after its undo
+        def prepare_inputs(*args, **kwargs):
+            return type(r).prepare_inputs(r, *args, **kwargs)
+
+        def preprocess(*args, **kwargs):
+            return type(r.model_state).preprocess_state(r.model_state, *args, **kwargs)
 
         def captured_prepare_inputs(*args, **kwargs):
             self.input_batch = ib = prepare_inputs(*args, **kwargs)
@@ -352,8 +374,10 @@ def _runner_vc(driver):
     sizes = (max(vc.scheduler_config.max_num_seqs, f["max_num_seqs"]),
              max(vc.scheduler_config.max_num_batched_tokens, f["budget"]),
              max(g.max_model_len, f["max_model_len"]))
+    checkpoint = ((eg.hash_block_size, driver.alloc.mamba_manager.cache_hit_alignment_tokens)
+                  if g.prefill_checkpoint else None)
     shape = (eg.block_size, eg.hash_block_size, eg.num_speculative_tokens, g.eagle_block_drop, driver.options.runner,
-             g.kv_load_failure_policy)
+             g.kv_load_failure_policy, checkpoint)
     return shape, sizes, _vllm_config(*sizes, *shape[:4], driver.options.runner, failure_policy=shape[5])
 
 
@@ -368,7 +392,7 @@ def runner_for(driver) -> _Runner:
     if run is None or run.vc is not vc or run.num_blocks < num_blocks:
         _RUNNERS.pop(shape, None)
         gc.freeze()
-        run = _Runner(vc, max(num_blocks, RUNNER_FLOORS["num_blocks"]), driver.eg.num_speculative_tokens)
+        run = _Runner(vc, max(num_blocks, RUNNER_FLOORS["num_blocks"]), driver.eg.num_speculative_tokens, shape[6])
         _RUNNERS[shape] = run
         gc.freeze()  # vLLM's load_model runs gc.collect() twice (utils/mem_utils.py:86): ~0.5 s each over an
         # untouched heap of import-time objects; frozen, they are not walked again
@@ -390,9 +414,6 @@ class V2Worker:
         self.driver, self.trace = driver, driver.trace
         eg = driver.eg
         self.B, self.K = eg.block_size, eg.num_speculative_tokens
-        if driver.geometry.prefill_checkpoint:
-            raise BadInput("--runner v2: prefill checkpoint blocks are not followed by the harness's V2 model yet "
-                           "(run with --checkpoints off)")
         from harness.engine import kernels_v1, kernels_v2
 
         self.kernels = driver.options.kernels
@@ -470,6 +491,8 @@ class V2Worker:
         si_p = m.state_indices_tensor_p.tolist() if m.state_indices_tensor_p is not None and m.num_prefills else []
         has_init = m.has_initial_states_p.tolist() if m.has_initial_states_p is not None else []
         acc = m.num_accepted_tokens.tolist() if m.num_accepted_tokens is not None else []
+        ckpt = getattr(m, "checkpoint_meta", None)
+        ckpt_cols: dict[int, int] = {}
         self.rows, self._fed_from = {}, {}
         for i, rid in enumerate(ib.req_ids):
             qs, qe = int(qsl[i]), int(qsl[i + 1])
@@ -498,12 +521,20 @@ class V2Worker:
                 if has_init and has_init[p]:
                     read = (b, *st.read(b, 0, b))
                 st.write_final(b, (nc + ns, fps[ns]))
+                if ckpt is not None and ckpt.offsets[p] > 0:  # the internal prefill checkpoint export
+                    # (model_executor/layers/mamba/checkpoint.py: the state after `offset` query tokens goes to
+                    # the checkpoint block; the builder ends a chunk there, mamba_attn.py:242-310)
+                    off = ckpt.offsets[p]
+                    st.write_final(int(ckpt.state_indices[p]), (nc + off, fps[off]))
+                    ckpt_cols[i] = int(ckpt.block_cols[p])
                 blocks = [b]
             curr = int(ms._mamba_state_idx_gpu[slot]) if getattr(ms, "_align_mode", False) else 0
             prev = prev_cols[i] if i < len(prev_cols) else -1
             live = list(range(curr, curr + len(blocks)))
             if prev >= 0 and prev != curr:
                 live.append(prev)
+            if i in ckpt_cols:
+                live.append(ckpt_cols[i])
             if read is not None:
                 tr.reads.append(Read(self.step, rid, "initial", MAMBA_GROUP, curr, read[0], read[1], read[2], want))
             nb = int(bt.num_blocks.np[MAMBA_GROUP, slot])

@@ -23,9 +23,16 @@ from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow
 
 def make_worker(driver, runner: str):
     """The worker for `runner` (harness.engine.options.RUNNERS); `auto` is the runner vLLM picked for the
-    config (the Scheduler records it: `use_v2_model_runner`, v1/core/sched/scheduler.py:387)."""
-    if runner == "auto":
-        runner = "v2" if getattr(driver.sched, "use_v2_model_runner", False) else "mirror"
+    config (the Scheduler records it: `use_v2_model_runner`, v1/core/sched/scheduler.py:387): the V2 worker or
+    the V1 worker (vLLM's own runner either way); a scenario that worker cannot follow is bad input naming
+    why, not a silent fall-back to the mirror."""
+    if runner == "auto":  # vLLM's own V1 or V2 model runner, whichever it picked (never the mirror)
+        picked = "v2" if getattr(driver.sched, "use_v2_model_runner", False) else "v1"
+        try:
+            return make_worker(driver, picked)
+        except BadInput as exc:
+            raise BadInput(f"--runner auto: vLLM {driver.trace.vllm_version} runs this config on its "
+                           f"{picked.upper()} model runner, which the harness cannot follow here: {exc}") from None
     if runner == "v2":
         from harness.engine.runner_v2 import V2Worker, v2_unavailable
 

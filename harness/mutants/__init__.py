@@ -17,9 +17,11 @@ from harness.mutants.bank import BANK
 from harness.mutants.lifetime import MAMBA_FREE_LEAKS_BLOCK, MAMBA_OVERALLOCATE
 from harness.mutants.seed import SEED_UNMARKED_EARLY_RETURN
 from harness.mutants.worker_v1 import V1_MUTANTS
+from harness.mutants.worker_v2 import V2_MUTANTS
 
 REGISTRY: dict[str, Mutant] = {
-    m.name: m for m in (SEED_UNMARKED_EARLY_RETURN, MAMBA_FREE_LEAKS_BLOCK, MAMBA_OVERALLOCATE, *BANK, *V1_MUTANTS)}
+    m.name: m for m in (SEED_UNMARKED_EARLY_RETURN, MAMBA_FREE_LEAKS_BLOCK, MAMBA_OVERALLOCATE, *BANK, *V1_MUTANTS,
+                     *V2_MUTANTS)}
 
 
 def _from_file(path: Path) -> Mutant:

@@ -1,0 +1,94 @@
+"""Worker-side mutants of vLLM's V2 model runner (`runner="v2"`: only the engine tier with `--runner v2`, or
+`auto` where vLLM picks V2, runs that code, harness/engine/runner_v2.py). Each wraps vLLM's own
+`MambaHybridModelState` method (v1/worker/gpu/model_states/mamba_hybrid.py in 0.33.0) and undoes one thing it
+does, whichever kernel set (`--kernels torch|triton`) moves the bytes.
+
+- v2-accepted-kept-on-crossing: `preprocess_state` advances the running column but the accepted count keeps
+  last step's value when the column crosses a block boundary (preprocess_mamba_align_fused_kernel resets it to
+  1, mamba_utils.py:541-545: the pre-copy has put the accepted state at the new block's start, so the forward
+  must read it with the neutral offset). The decode kernels then read conv offset / SSM column num_accepted - 1
+  of a block that only holds offset 0: the class of vLLM issue #53912 / PR #47861 (hybrid prefix caching +
+  MTP corrupting state when accepted-token offsets and align boundaries disagree).
+- v2-stale-accepted-on-add: `add_request` leaves the request slot's previous accepted count in place (it resets
+  it, mamba_hybrid.py:114-115: "Must reset the speculative acceptance count in this idx which could be
+  stale"): a request admitted into a slot a spec-decode request used reads, and pre-copies with, that
+  request's offset. The V2 counterpart of the V1 runner's re-add reset (known issue
+  v1-readd-resets-num-accepted), in the other direction.
+- v2-accepted-scattered-by-batch-row: `postprocess_state` writes the step's accepted counts to the batch rows
+  0..n-1 instead of the request slots `idx_mapping` names (mamba_hybrid.py:363-367; the kernel scatters
+  through idx_mapping, which differs from batch order once slots are reused or the batch is reordered):
+  requests read each other's counts. Synthetic (no public report).
+
+The attention-block seeding of `add_request` (vLLM issue #53142 / PR #55601: the running column seeded with
+`cache_config.block_size` instead of the Mamba block size) is not among them: in align mode the harness's
+attention block is the Mamba block, so that mutant computes the same column and no oracle could tell.
+"""
+
+from __future__ import annotations
+
+from harness.mutants.base import Mutant, method_wrapped, wrap_method
+
+
+def _state_class():
+    from vllm.v1.worker.gpu.model_states.mamba_hybrid import MambaHybridModelState
+
+    return MambaHybridModelState
+
+
+def _keep_accepted_on_crossing(original):
+    def preprocess_state(self, input_batch, *args, **kwargs):
+        if not getattr(self, "_align_mode", False) or not input_batch.num_reqs:
+            return original(self, input_batch, *args, **kwargs)
+        idx = input_batch.idx_mapping[: input_batch.num_reqs].long()
+        before = self.num_accepted_tokens_gpu[idx].clone()
+        out = original(self, input_batch, *args, **kwargs)
+        self.num_accepted_tokens_gpu[idx] = before  # the crossing's reset to 1 is lost
+        return out
+    return preprocess_state
+
+
+def _stale_on_add(original):
+    def add_request(self, req_index, new_req_data):
+        stale = self.num_accepted_tokens_gpu[req_index].clone()
+        original(self, req_index, new_req_data)
+        self.num_accepted_tokens_gpu[req_index] = stale  # the slot's previous request's count stays
+    return add_request
+
+
+def _scatter_by_batch_row(original):
+    def postprocess_state(self, idx_mapping, num_sampled, num_computed_tokens=None):
+        import torch
+
+        n = idx_mapping.shape[0]
+        keep = self.num_accepted_tokens_gpu.clone()
+        original(self, idx_mapping, num_sampled, num_computed_tokens)
+        if not n or isinstance(num_sampled, int):
+            return
+        slots = idx_mapping.long()
+        ok = slots >= 0
+        after = self.num_accepted_tokens_gpu.clone()
+        self.num_accepted_tokens_gpu[slots[ok]] = keep[slots[ok]]  # the slots keep their old counts ...
+        rows = torch.arange(n)[ok]
+        self.num_accepted_tokens_gpu[rows] = after[slots[ok]]  # ... and batch rows 0..n-1 get the new ones
+    return postprocess_state
+
+
+def _mutant(name: str, bug_class: str, method: str, make, origin: str) -> Mutant:
+    return Mutant(name=name, bug_class=bug_class, releases="0.31.0-0.33.x", origin=origin,
+                  patch=lambda: wrap_method(_state_class(), method, make),
+                  is_applied=lambda: method_wrapped(_state_class(), method), runner="v2")
+
+
+V2_MUTANTS = (
+    _mutant("v2-accepted-kept-on-crossing", "stale offset: V2's preprocess_state keeps the accepted count across a "
+            "block crossing; the decode kernels read the migrated state at a wrong offset", "preprocess_state",
+            _keep_accepted_on_crossing,
+            "vLLM V2 align preprocess (mamba_utils.py preprocess_mamba_align_fused_kernel accepted reset); bug class "
+            "of vllm-project/vllm#53912 / PR #47861"),
+    _mutant("v2-stale-accepted-on-add", "stale slot state: V2's add_request keeps the slot's previous accepted count; "
+            "the new request's pre-copy and first decode use it", "add_request", _stale_on_add,
+            "vLLM V2 MambaHybridModelState.add_request reset (mamba_hybrid.py:114, 'could be stale'); V2 counterpart "
+            "of known issue v1-readd-resets-num-accepted"),
+    _mutant("v2-accepted-scattered-by-batch-row", "wrong index: V2's postprocess_state writes accepted counts to batch "
+            "rows instead of request slots", "postprocess_state", _scatter_by_batch_row, ""),
+)
