@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ctypes
 
-import torch
+import numpy as np
 
 OBSERVER = None  # callable(kind, req_idx, src_col, dst_col, token_bias) or None
 
@@ -156,18 +156,20 @@ def compute_slot_mapping_kernel(num_tokens, max_num_tokens, query_start_loc_ptr,
     absent from the CUDA wheel."""
     assert TOTAL_CP_WORLD_SIZE == 1, "context parallelism is not simulated"
     kv_block = KV_CACHE_BLOCK_SIZE or block_size
-    flat = block_table_ptr.reshape(-1)
-    qsl = query_start_loc_ptr.tolist()
-    for req in range(len(qsl) - 1):
-        start, end = qsl[req], qsl[req + 1]
-        if end <= start:
-            continue
-        pos = positions_ptr[start:end].to(torch.int64)
+    qsl = query_start_loc_ptr.numpy().astype(np.int64)
+    counts = np.maximum(qsl[1:] - qsl[:-1], 0)  # a request with no tokens (padding) maps nothing
+    total = int(counts.sum())
+    out = slot_mapping_ptr.numpy()  # the buffer itself (a CPU tensor's view)
+    if total:
+        req = np.repeat(np.arange(len(counts)), counts)
+        tok = np.repeat(qsl[:-1], counts) + np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        pos = positions_ptr.numpy()[tok].astype(np.int64)
         vblock = pos // kv_block
         off = pos - vblock * kv_block
-        blocks = flat[req * int(block_table_stride) + vblock * BLOCKS_PER_KV_BLOCK + off // block_size].to(torch.int64)
-        slot_mapping_ptr[start:end] = blocks * block_size + off % block_size
-    slot_mapping_ptr[int(num_tokens):int(max_num_tokens)] = PAD_ID
+        flat = block_table_ptr.reshape(-1).numpy()
+        blocks = flat[req * int(block_table_stride) + vblock * BLOCKS_PER_KV_BLOCK + off // block_size].astype(np.int64)
+        out[tok] = blocks * block_size + off % block_size
+    out[int(num_tokens):int(max_num_tokens)] = PAD_ID
 
 
 def slot_mapping_by_names(arg_names):

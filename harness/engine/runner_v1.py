@@ -28,6 +28,15 @@ RowView per request and Mamba group per step (the worker row is the runner's `in
 row; prev/curr from the runner's `mamba_state_idx`), a Read per state consumed ("initial", "precopy",
 "postcopy").
 
+One runner per runner config in the process (`_POOL`, keyed by the config values the runner is built from,
+`_runner_key`): building one costs more than a short scenario (its logits-processor set-up scans the installed
+distributions' entry points). Between scenarios a pooled runner is put back to its freshly built state
+(`_Pooled.reset`): every request it still holds is finished through its own `_update_states` (what the
+engine's next step would send), the persistent batch is rebuilt by its own `may_reinitialize_input_batch`,
+the Mamba buffers are dropped as `initialize_kv_cache` drops them, and every buffer and attribute of the
+runner itself is restored from the snapshot taken when it was built; the state tensors are the scenario's
+own. tests/test_engine_v1.py checks that a reused runner's traces equal a fresh process's.
+
 Not supported yet (BadInput): prefill checkpoint blocks (the Mamba2 checkpoint export is read from the
 attention metadata builder, not simulated here), releases whose runner lacks the pieces used here.
 """
@@ -44,6 +53,8 @@ from harness.trace import Read, RowView
 from harness.vllm_adapter import MAMBA_GROUP, installed_version
 
 _PROCESS: dict = {}  # once per process: distributed init, kernel registration, the collect wrapper
+_POOL: dict[tuple, "_Pooled"] = {}  # one runner per runner config (_runner_key), reset between scenarios
+_POOL_SIZE = 256  # runners kept (a few MB each at the harness's sizes); the oldest goes first
 
 
 def supported() -> str | None:
@@ -213,7 +224,6 @@ class V1Worker:
         from vllm.v1.attention.backends.utils import mamba_get_block_table_tensor
         from vllm.v1.outputs import SamplerOutput
         from vllm.v1.worker import mamba_utils
-        from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
         from harness.engine import kernels_v1
         from harness.engine.tagged import TaggedStates
@@ -246,30 +256,48 @@ class V1Worker:
         groups[MAMBA_GROUP] = _replace(groups[MAMBA_GROUP], kv_cache_spec=spec)
         self.mamba_spec = spec
         kvc = _replace(sched_kvc, kv_cache_groups=groups)  # tensors: registered below, not allocated by vLLM
-        ctx = vc.compilation_config.static_forward_context
+        key = _runner_key(vc)
+        pooled = _POOL.pop(key, None)
+        if pooled is not None and not pooled.reset(kvc):
+            pooled = None  # it could not be put back to its built state: build another
+        if pooled is None:
+            pooled = _Pooled(self._build_runner(vc, kvc, groups), vc)
+        _POOL[key] = pooled  # most recently used last
+        while len(_POOL) > _POOL_SIZE:
+            _POOL.pop(next(iter(_POOL)))
+        runner = pooled.runner
+        # this scenario's part of initialize_kv_cache (gpu_model_runner.py:6990-7060): its KV cache config and
+        # state tensors, registered where the runner's own forward context holds them (postprocess reads it,
+        # :1582); the Mamba buffers, None as built (and as reset), are made from them on first use (:1018)
+        runner.kv_cache_config = kvc
+        runner.kv_caches = [self.attn, *self.states.tensors()]
+        ctx = runner.compilation_config.static_forward_context
         for name in groups[0].layer_names:
             ctx[name] = _StateLayer(self.attn)
         for name in groups[MAMBA_GROUP].layer_names:
             ctx[name] = _StateLayer(self.states.tensors())
         self.fwd_ctx = ctx
-        with set_current_vllm_config(vc), _scenario_drafter(vc.speculative_config):
-            runner = CPUModelRunner(vc, torch.device("cpu"))
-            kernels_v1.bind_slot_mapping()  # after the CPU runner bound its own (releases < 0.28)
-            # the part of initialize_kv_cache (gpu_model_runner.py:6990-7060) this worker needs: the config,
-            # the persistent batch for its groups, the state tensors (no attention backends: no real forward)
-            runner.kv_cache_config = kvc
-            runner.model = _SimModel()
-            if "kernel_block_sizes" in inspect.signature(runner.may_reinitialize_input_batch).parameters:
-                # older releases take the kernel block sizes: no backend splits a block here
-                runner.may_reinitialize_input_batch(kvc, [g.kv_cache_spec.block_size for g in groups])
-            else:
-                runner.may_reinitialize_input_batch(kvc)
-            runner.kv_caches = [self.attn, *self.states.tensors()]
+        self.vc = runner.vllm_config  # the config the runner was built from (same runner key as the driver's)
         self.runner = runner
         self.mamba_layers = list(groups[MAMBA_GROUP].layer_names)
         self._step = 0
         self._seq_fps: dict[str, list[int]] = {}
         self._precopied: dict[str, int] = {}
+
+    def _build_runner(self, vc, kvc, groups):
+        """vLLM's CPUModelRunner for this config, with the part of initialize_kv_cache (gpu_model_runner.py:
+        6990-7060) this worker needs: the config and the persistent batch for its groups (no attention backends:
+        no real forward). Its state tensors are set per scenario (__init__)."""
+        torch, kernels_v1 = self.torch, self.kernels_v1
+        from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+        with self.set_config(vc), _scenario_drafter(vc.speculative_config), _entry_points_scanned_once():
+            runner = CPUModelRunner(vc, torch.device("cpu"))
+            kernels_v1.bind_slot_mapping()  # after the CPU runner bound its own (releases < 0.28)
+            runner.kv_cache_config = kvc
+            runner.model = _SimModel()
+            _reinitialize_input_batch(runner, kvc)
+        return runner
 
     # -- observers: a state consumed by a copy vLLM is about to make ------------------------------------------
     def _observe(self, kind: str, who, src_col: int, dst_col: int, bias: int) -> None:
@@ -318,8 +346,7 @@ class V1Worker:
             bufs = r._get_mamba_bufs()
             funcs = (r._get_mamba_state_copy_funcs() if hasattr(r, "_get_mamba_state_copy_funcs")
                      else r.model.get_mamba_state_copy_func())  # < 0.29: the model's one tuple
-            extra = ({"align_ctx": bufs.postprocess_align}
-                     if "align_ctx" in inspect.signature(mu.preprocess_mamba).parameters else {})
+            extra = {"align_ctx": bufs.postprocess_align} if _preprocess_takes_align_ctx(mu.preprocess_mamba) else {}
             mu.preprocess_mamba(so, r.kv_cache_config, r.cache_config, r.mamba_state_idx, r.input_batch, r.requests,
                                 self.fwd_ctx, funcs, bufs.preprocess, **extra)
             # execute_model re-syncs the accepted counts preprocess_mamba reset (gpu_model_runner.py:4069-4076)
@@ -383,10 +410,11 @@ class V1Worker:
         if not so.total_num_scheduled_tokens or n == 0:
             return [], []
         self._step, self._seq_fps = step, seq_fps
-        out = torch.full((n, 1 + self.K), -1, dtype=torch.int32)
+        rows = np.full((n, 1 + self.K), -1, dtype=np.int32)
         for i, rid in enumerate(r.input_batch.req_ids):
             toks = sampled[rid] or [0]  # the discarded token of a partial prefill (discard_request_mask)
-            out[i, :len(toks)] = torch.tensor(toks, dtype=torch.int32)
+            rows[i, :len(toks)] = toks
+        out = torch.from_numpy(rows)
         if self.K == 0:
             out = out[:, :1]
         with self.set_config(self.vc):
@@ -399,6 +427,154 @@ class V1Worker:
 
     def deliver(self, block: int, state) -> None:
         self.states.deliver(block, state)
+
+
+def _runner_key(vc) -> tuple:
+    """What a V1 runner is built from, of the engine config: batch and token limits, model length, block sizes,
+    cache mode, scheduling mode and the drafter (method, K). The rest of the engine config (the prefix-match
+    unit, the connector and its load-failure policy, the scheduler's block count) is read by the scheduler
+    only: the runner's step code reads none of it (v1/worker/gpu_model_runner.py, gpu_input_batch.py,
+    block_table.py, mamba_utils.py in 0.33.0), so scenarios that differ only there share a runner."""
+    sc, cc, spec = vc.scheduler_config, vc.cache_config, vc.speculative_config
+    return (installed_version(), sc.max_num_seqs, sc.max_num_batched_tokens, vc.model_config.max_model_len,
+            cc.block_size, cc.mamba_block_size, cc.mamba_cache_mode, sc.async_scheduling,
+            None if spec is None else (spec.method, spec.num_speculative_tokens))
+
+
+def _reinitialize_input_batch(runner, kvc) -> None:
+    """The runner's own may_reinitialize_input_batch (gpu_model_runner.py:6836 in 0.33.0), made to build a
+    fresh InputBatch: it rebuilds when the block sizes differ from the ones recorded (`_init_block_sizes`,
+    every release 0.26-0.33), so the record is cleared first."""
+    runner._init_block_sizes = None
+    if "kernel_block_sizes" in inspect.signature(runner.may_reinitialize_input_batch).parameters:
+        # older releases take the kernel block sizes: no backend splits a block here
+        runner.may_reinitialize_input_batch(kvc, [g.kv_cache_spec.block_size for g in kvc.kv_cache_groups])
+    else:
+        runner.may_reinitialize_input_batch(kvc)
+
+
+class _entry_points_scanned_once:
+    """While a runner is built, the installed distributions' entry points are read once per process: the
+    runner's logits-processor set-up looks up its plugin group on every build (`_load_logitsprocs_plugins`,
+    v1/sample/logits_processor/__init__.py:57), which reads every distribution's metadata (most of a
+    build's cost); the installed distributions do not change while the harness runs. vLLM's code runs as
+    it is; only the standard library's lookup is answered from the first scan."""
+
+    _scan = None
+
+    def __enter__(self):
+        import importlib.metadata as md
+
+        self.md, self.saved = md, md.entry_points
+        cls = type(self)
+        if cls._scan is None:
+            cls._scan = md.entry_points()
+
+        def entry_points(**params):
+            return cls._scan.select(**params) if params else cls._scan
+        md.entry_points = entry_points
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.md.entry_points = self.saved
+
+
+_ALIGN_CTX: dict = {}
+
+
+def _preprocess_takes_align_ctx(fn) -> bool:
+    """Whether this release's preprocess_mamba takes the fused align context (0.33+), per function object."""
+    if fn not in _ALIGN_CTX:
+        _ALIGN_CTX[fn] = "align_ctx" in inspect.signature(fn).parameters
+    return _ALIGN_CTX[fn]
+
+
+class _Pooled:
+    """A runner kept for its runner config, and the state it was built in.
+
+    `reset` puts it back before the next scenario, in vLLM's own ways where vLLM has one: the requests it still
+    holds (a scenario ends with the scheduler's aborts, which reach a worker only with the next step's
+    output) are finished through its `_update_states` with an empty SchedulerOutput naming them, so every
+    part of the runner that keeps per-request state drops it (persistent batch and its logits processors,
+    late-interaction and encoder caches, prompt logprobs); then every attribute of the runner is set back
+    to the object it held when built, tensors and numpy buffers refilled in place with their built bytes
+    (their addresses are captured by vLLM's kernel metadata), containers refilled in place; then a fresh
+    persistent batch (may_reinitialize_input_batch). False if any of it fails: the caller builds anew."""
+
+    def __init__(self, runner, vc) -> None:
+        self.runner, self.vc = runner, vc
+        self.attrs = dict(vars(runner))
+        self.saved = {name: _save(value) for name, value in self.attrs.items()}
+
+    def reset(self, kvc) -> bool:
+        from vllm.config import set_current_vllm_config
+        from vllm.v1.core.sched.output import SchedulerOutput
+
+        r = self.runner
+        try:
+            held = set(r.requests) | set(r.input_batch.req_id_to_index)
+            if held:
+                so = SchedulerOutput.make_empty()
+                so.finished_req_ids = held
+                with set_current_vllm_config(self.vc):
+                    deferred = r._update_states(so)
+                    if callable(deferred):
+                        deferred()
+            for name in [n for n in vars(r) if n not in self.attrs]:
+                delattr(r, name)
+            for name, value in self.attrs.items():
+                _restore(value, self.saved[name])
+                if getattr(r, name) is not value:
+                    setattr(r, name, value)
+            with set_current_vllm_config(self.vc):
+                _reinitialize_input_batch(r, kvc)
+        except Exception:  # noqa: BLE001 - a runner left mid-step by an exception: not reusable
+            return False
+        return not r.requests and r.input_batch.num_reqs == 0
+
+
+def _save(value):
+    """A copy of what a built runner's attribute holds: bytes of tensors and buffers, contents of containers."""
+    import torch
+    from vllm.v1.utils import CpuGpuBuffer
+
+    if isinstance(value, CpuGpuBuffer):
+        return (value.cpu, value.cpu.clone(), value.gpu, value.gpu.clone())
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, (list, set)):
+        return type(value)(value)
+    return None
+
+
+def _restore(value, saved) -> None:
+    import torch
+    from vllm.v1.utils import CpuGpuBuffer
+
+    if isinstance(value, CpuGpuBuffer):
+        cpu, cpu_bytes, gpu, gpu_bytes = saved
+        value.cpu, value.gpu = cpu, gpu
+        with torch.no_grad():
+            cpu.copy_(cpu_bytes)
+            if gpu is not cpu:
+                gpu.copy_(gpu_bytes)
+    elif isinstance(value, torch.Tensor):
+        with torch.no_grad():
+            value.copy_(saved)
+    elif isinstance(value, np.ndarray):
+        value[...] = saved
+    elif isinstance(value, dict):
+        value.clear()
+        value.update(saved)
+    elif isinstance(value, list):
+        value[:] = saved
+    elif isinstance(value, set):
+        value.clear()
+        value.update(saved)
 
 
 def _replace(obj, **changes):
