@@ -66,7 +66,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             "unjudged": trace.unjudged,
         }, indent=1, default=str))
     else:
-        label = f"vLLM {version}" + (f" + mutant {args.mutant}" if args.mutant else "") + f", {tier} tier"
+        label = f"vLLM {version}" + (f" + mutant {args.mutant}" if args.mutant else "") + f", {_tier_label(tier)}"
         if trace.outputs is not None:
             print(f"outputs: {describe_outputs(output_summary(trace))}")
         if not findings:
@@ -84,6 +84,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"  ({oracle} not judged: {why})")
     # a replay is strict: any finding, known or new, exits 1 (campaigns and sweeps fail on new ones only)
     return EXIT_FINDING if findings else EXIT_OK
+
+
+def _tier_label(tier: str) -> str:
+    """"engine tier" names the model forward when it runs (`--forward model`)."""
+    from harness.replay import runs_model
+
+    return f"{tier} tier" + (", model forward" if tier == "engine" and runs_model(tier) else "")
 
 
 def _artifact_field(path: str, name: str) -> str | None:
@@ -160,7 +167,7 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
                 print(f"KNOWN seed {seed}: {verdict.known} ({path})")
     elapsed = time.perf_counter() - started
     print(f"sweep: {args.count} scenarios (seeds {args.seed}..{args.seed + args.count - 1}), {steps} steps, "
-          f"{args.tier} tier, "
+          f"{_tier_label(args.tier)}, "
           f"vLLM {version}{' + mutant ' + args.mutant if args.mutant else ''}: {len(found)} with findings "
           f"({len(known)} more with known vLLM issues), "
           f"{len(errors)} harness errors; {args.count / elapsed:.1f} scenarios/s after {startup:.1f} s start-up")
