@@ -4,8 +4,9 @@ Process-wide, from the environment (as the model tier's HH_MODEL), so that fuzz 
 with fixes applied and minimization all replay an input the way it was found; the CLI's `--runner`,
 `--async-scheduling`, `--kernels` and `--forward` set them, and a finding artifact records them.
 
-- runner: `auto` = the model runner vLLM itself picks for this config (`VllmConfig.use_v2_model_runner`,
-  config/vllm.py:748-767 in 0.33.0); `v1` / `v2` force one; `mirror` = the harness's V1 worker shadow
+- runner: `auto` (the default) = the model runner vLLM itself picks for this config
+  (`VllmConfig.use_v2_model_runner`, config/vllm.py:748-767 in 0.33.0), as the V2 or V1 worker (vLLM's own
+  runner code, harness/engine/runner_v2.py / runner_v1.py); `v1` / `v2` force one; `mirror` = the harness's V1 worker shadow
   (harness/worker.py) on the real scheduler's output, the mirrored worker checked by `hybrid-harness diff`.
 - async_scheduling: `auto` = vLLM's default for the config (config/vllm.py:1719), `on` / `off` force it.
 - kernels: `torch` = CPU replacements of vLLM's Triton kernels (registered through vLLM's own
@@ -14,7 +15,9 @@ with fixes applied and minimization all replay an input the way it was found; th
   scenario's acceptance pattern); `model` = the model tier's forward backend (harness.model_tier.ModelBackend,
   the model HH_MODEL names) on the worker's state pages: the tokens vLLM's scheduler sees are the model's
   greedy verification of the model's own drafts, connector loads carry the model's states, and every
-  generation is scored against the uncached reference (output oracle). Runner `mirror` only for now.
+  generation is scored against the uncached reference (output oracle). Runners `mirror` and `v1` (the model's
+  pages then follow vLLM's own V1 runner: its state indices, accepted counts and copies); not `v2` yet
+  (`mirror` is the default runner when the forward is `model` and no runner is set).
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ _CHOICES = {"runner": RUNNERS, "async_scheduling": ASYNC_MODES, "kernels": KERNE
 
 @dataclass(frozen=True)
 class EngineOptions:
-    # mirror until vLLM's own runners run at the harness's speed: `auto` now resolves to V2 on 0.33.0 (Triton
-    # installed), whose Triton kernels run in the interpreter until harness/engine/kernels.py replaces them
-    runner: str = "mirror"
+    # the runner vLLM picks (V2 on 0.33.0 with Triton importable, its Triton kernels replaced by
+    # harness/engine/kernels_v2.py; V1 where vLLM picks V1); `mirror` is the harness's own V1 shadow (and the
+    # default with --forward model, which runs on it only: current())
+    runner: str = "auto"
     async_scheduling: str = "auto"
     kernels: str = "torch"
     forward: str = "symbolic"
@@ -54,6 +58,8 @@ def current() -> EngineOptions:
         if value not in _CHOICES[name]:
             raise BadInput(f"{var}={value!r}: choose one of {', '.join(_CHOICES[name])}")
         values[name] = value
+    if values["forward"] == "model" and _ENV["runner"] not in os.environ:
+        values["runner"] = "mirror"  # the model forward runs on the mirror worker only: its default there
     return EngineOptions(**values)
 
 
