@@ -50,7 +50,8 @@ import numpy as np
 
 from harness.errors import BadInput
 from harness.trace import Read, RowView
-from harness.vllm_adapter import MAMBA_GROUP, installed_version
+from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, installed_version
+from harness.worker import Forward
 
 _PROCESS: dict = {}  # once per process: distributed init, kernel registration, the collect wrapper
 _POOL: dict[tuple, "_Pooled"] = {}  # one runner per runner config (_runner_key), reset between scenarios
@@ -200,6 +201,8 @@ class _SimModel:
 
 
 class V1Worker:
+    runner_name = "v1"
+
     def __init__(self, driver) -> None:
         why = supported()
         if why:
@@ -233,6 +236,8 @@ class V1Worker:
         self.set_config = set_current_vllm_config
         self.kernels_v1 = kernels_v1
         self.driver, self.trace = driver, driver.trace
+        # --forward model: the model tier's backend (harness.model_tier) runs at the indices vLLM's runner computes
+        self.backend = getattr(driver, "backend", None)
         self.vc = vc = driver.vc
         self.K = K = driver.eg.num_speculative_tokens
         self.bs = driver.eg.block_size
@@ -317,9 +322,11 @@ class V1Worker:
             A = (dst_col + 1) * self.bs
             want = (A, fps[A])
         self.trace.reads.append(Read(self._step, rid, kind, MAMBA_GROUP, src_col, conv_src, conv, ssm, want))
+        if self.backend is not None:  # the model's pages make the copy vLLM's kernel is about to make
+            self.backend.shift_copy(_col(row, dst_col), conv_src, ssm_src, bias)
 
-    def _row(self, i: int) -> list[int]:
-        bt = self.runner.input_batch.block_table[MAMBA_GROUP]
+    def _row(self, i: int, group: int = MAMBA_GROUP) -> list[int]:
+        bt = self.runner.input_batch.block_table[group]
         return bt.block_table.np[i, :bt.num_blocks_per_row[i]].tolist()
 
     # -- one step ---------------------------------------------------------------------------------------------
@@ -328,6 +335,10 @@ class V1Worker:
         self._step, self._seq_fps, self._precopied = step, seq_fps, {}
         _PROCESS["observer"] = self._observe
         self.kernels_v1.OBSERVER = self._observe
+        if self.backend is not None:  # the model's pages: zeroing, then the CoW copies (_update_states :1205-1212)
+            self.backend.zero(list(so.new_block_ids_to_zero or ()))
+            for c in getattr(so, "kv_cache_block_copies", None) or ():
+                self.backend.copy_page(c.src_block_id, c.dst_block_id)
         with self.set_config(self.vc):
             deferred = r._update_states(so)
             if deferred:
@@ -401,6 +412,10 @@ class V1Worker:
                 live.append(curr)
             tr.rows.append(RowView(self._step, rid, MAMBA_GROUP, kinds.get(rid, "RUNNING"), nc, ns, prev, curr,
                                    sorted(set(live)), self._row(i), list(core_tables[rid][MAMBA_GROUP])))
+            if self.backend is not None:  # the model's forward from and to the same indices (pages: models/pool.py)
+                init = (idx[0], na - 1, idx[na - 1]) if decode_row else ((idx[0], 0, idx[0]) if nc > 0 else None)
+                self.backend.forward(Forward(self._step, rid, nc, ns, init, decode_row, idx[0],
+                                             idx[:ns] if decode_row else [], None, self._row(i, ATTN_GROUP)))
 
     def sample(self, so, step: int, sampled: dict[str, list[int]], accepted: dict[str, int], seq_fps):
         """The sampler's output (the harness's token rule; a non-final prefill chunk samples a token vLLM then
