@@ -141,10 +141,10 @@ def test_connector_hit_loads_the_models_state(model_forward):
     assert output_summary(trace)["max_logit_diff"] < LOGIT_TOLERANCE
 
 
-def test_model_forward_needs_the_mirror_runner(monkeypatch):
+def test_model_forward_needs_the_mirror_or_v1_runner(monkeypatch):
     monkeypatch.setenv("HH_ENGINE_FORWARD", "model")
-    monkeypatch.setenv("HH_ENGINE_RUNNER", "v1")
-    with pytest.raises(BadInput, match="mirror runner"):
+    monkeypatch.setenv("HH_ENGINE_RUNNER", "v2")
+    with pytest.raises(BadInput, match="mirror and v1 runners"):
         replay(load_scenario(SEED), None, "engine")
     monkeypatch.setenv("HH_ENGINE_FORWARD", "tensor")
     with pytest.raises(BadInput, match="HH_ENGINE_FORWARD"):
@@ -200,14 +200,57 @@ def test_engine_target_with_the_model_forward_keeps_an_output_finding(tmp_path):
     assert "output" in {f["oracle"] for f in doc["findings"]}  # the wrong state reaches the logits
 
 
-def test_diff_compares_the_model_tier_with_the_engine_forward(model_forward):
+def _agrees_with_the_model_tier(seeds) -> None:
     """`diff --forward model`: the mirrored loop with the model backend (the model tier) against the engine
     tier with it: rows, copies, reads, verdicts and each request's generated tokens agree."""
     from harness.engine.diff import diff
 
-    for seed in range(6):
+    for seed in seeds:
         try:
             report = diff(random_scenario(seed, checkpoints=False, small=True))
         except BadInput:
             continue
         assert report.same, report.describe()
+
+
+def test_diff_compares_the_model_tier_with_the_engine_forward(model_forward):
+    _agrees_with_the_model_tier(range(6))
+
+
+def _v1_unsupported() -> str | None:
+    from harness.engine.runner_v1 import supported
+
+    return supported()
+
+
+@pytest.fixture
+def v1_model_forward(model_forward, monkeypatch):
+    """The model forward on vLLM's own V1 model runner (harness/engine/runner_v1.py)."""
+    why = _v1_unsupported()
+    if why:
+        pytest.skip(f"the V1 worker cannot drive this release: {why}")
+    monkeypatch.setenv("HH_ENGINE_RUNNER", "v1")
+
+
+def test_v1_runner_seed_scenario(v1_model_forward):
+    """vLLM's V1 runner computes the state indices; the model reads and writes its pages there."""
+    trace, findings = _engine(load_scenario(SEED), MUTANT)
+    assert trace.runner == "v1"
+    assert "output" in {f.oracle for f in findings}
+    if MUTANT:
+        trace, findings = _engine(load_scenario(SEED))
+        assert findings == [] and output_summary(trace)["max_logit_diff"] < LOGIT_TOLERANCE
+
+
+@pytest.mark.parametrize("name, seed", [("v1-accepted-count-lost", 0), ("v1-stale-mamba-state-idx", 13)])
+def test_v1_worker_mutant_reaches_the_output(v1_model_forward, name, seed):
+    """A bug in vLLM's own V1 runner code (a worker-side mutant) shows as diverging tokens' logits."""
+    sc = random_scenario(seed, checkpoints=False, small=True)
+    _, findings = _engine(sc, name)
+    assert "output" in {f.oracle for f in findings}
+    _, clean = _engine(sc)
+    assert clean == []
+
+
+def test_v1_runner_agrees_with_the_model_tier(v1_model_forward):
+    _agrees_with_the_model_tier(range(6))

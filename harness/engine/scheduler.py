@@ -61,6 +61,7 @@ from harness.engine.options import current as current_options  # noqa: E402
 from harness.engine.workers import make_worker  # noqa: E402
 
 CONNECTOR_MODULE = "harness.engine.connector"
+MODEL_RUNNERS = ("mirror", "v1")  # the workers that run a forward backend (--forward model)
 
 
 class _ModelConfigStandIn:
@@ -290,8 +291,8 @@ class EngineDriver:
         self.so = None  # this step's SchedulerOutput (what a forward backend's step_tokens reads)
         self.backend = self._forward_backend()  # --forward model: the model tier's ModelBackend; else None
         self.worker = make_worker(self, self.options.runner)
-        if self.backend is not None and getattr(self.worker, "runner_name", None) != "mirror":
-            raise BadInput(f"--forward model runs on the mirror runner only (this config's runner: "
+        if self.backend is not None and getattr(self.worker, "runner_name", None) not in MODEL_RUNNERS:
+            raise BadInput(f"--forward model runs on the mirror and v1 runners only (this config's runner: "
                            f"{getattr(self.worker, 'runner_name', self.options.runner)})")
         self.worker_drafts = getattr(self.worker, "proposes_drafts", False)
         self.trace.runner = getattr(self.worker, "runner_name", self.options.runner)
@@ -329,8 +330,8 @@ class EngineDriver:
         it is given (propose) and what the connector loads (deliver), as with the mirrored scheduler loop."""
         if self.options.forward != "model":
             return None
-        if self.options.runner in ("v1", "v2"):
-            raise BadInput(f"--forward model runs on the mirror runner only (--runner {self.options.runner})")
+        if self.options.runner == "v2":
+            raise BadInput("--forward model runs on the mirror and v1 runners only (--runner v2)")
         from harness.model_tier import ModelBackend  # torch model code only when asked for
 
         backend = ModelBackend(self.geometry)
