@@ -355,6 +355,15 @@ class _Runner:
             r._remove_request(rid)
         r.execute_model_state = None
         rs.free_indices[:] = range(rs.max_num_reqs)
+        # the per-slot Mamba tensors as MambaHybridModelState.__init__ leaves them (mamba_hybrid.py:86-106):
+        # a slot's leftovers from an earlier scenario must not reach the next one (add_request resets only what
+        # it resets, which is what a mutant of it changes)
+        ms = r.model_state
+        for name, value in (("num_accepted_tokens_gpu", 1), ("_mamba_state_idx_gpu", 0), ("_mamba_src_col_gpu", -1),
+                            ("_mamba_src_off_gpu", 0)):
+            t = getattr(ms, name, None)
+            if t is not None:
+                t.fill_(value)
         self.states.reset()
 
 
