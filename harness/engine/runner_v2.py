@@ -385,9 +385,11 @@ def _runner_vc(driver):
              max(g.max_model_len, f["max_model_len"]))
     checkpoint = ((eg.hash_block_size, driver.alloc.mamba_manager.cache_hit_alignment_tokens)
                   if g.prefill_checkpoint else None)
-    shape = (eg.block_size, eg.hash_block_size, eg.num_speculative_tokens, g.eagle_block_drop, driver.options.runner,
-             g.kv_load_failure_policy, checkpoint)
-    return shape, sizes, _vllm_config(*sizes, *shape[:4], driver.options.runner, failure_policy=shape[5])
+    # what the runner's behaviour depends on: block, spec width and method, the connector's failure policy, the
+    # checkpoint export (the hash block only through it: the builder reads cache_config.hash_block_size)
+    shape = (eg.block_size, eg.num_speculative_tokens, g.eagle_block_drop, g.kv_load_failure_policy, checkpoint)
+    return shape, sizes, _vllm_config(*sizes, eg.block_size, eg.hash_block_size, eg.num_speculative_tokens,
+                                      g.eagle_block_drop, driver.options.runner, failure_policy=shape[3])
 
 
 def runner_for(driver) -> _Runner:
@@ -398,10 +400,11 @@ def runner_for(driver) -> _Runner:
     shape, sizes, vc = _runner_vc(driver)
     num_blocks = driver.sc.geometry.num_blocks
     run = _RUNNERS.get(shape)
-    if run is None or run.vc is not vc or run.num_blocks < num_blocks:
+    if run is None or run.num_blocks < num_blocks or any(a < b for a, b in zip(run.sizes, sizes)):
         _RUNNERS.pop(shape, None)
         gc.freeze()
-        run = _Runner(vc, max(num_blocks, RUNNER_FLOORS["num_blocks"]), driver.eg.num_speculative_tokens, shape[6])
+        run = _Runner(vc, max(num_blocks, RUNNER_FLOORS["num_blocks"]), driver.eg.num_speculative_tokens, shape[4])
+        run.sizes = sizes
         _RUNNERS[shape] = run
         gc.freeze()  # vLLM's load_model runs gc.collect() twice (utils/mem_utils.py:86): ~0.5 s each over an
         # untouched heap of import-time objects; frozen, they are not walked again
