@@ -416,20 +416,18 @@ def _uniform64(seed, pos, keys):
 
 
 def _log1p_neg_stable(v):
-    """gumbel.py:151-168 in float32: the series where v < 0.25, log(max(1 - v, eps)) elsewhere (each element
-    takes the same operations in the same order as in the kernel; the series only where it is selected)."""
+    """gumbel.py:151-168 in float32 (Horner in place: the same operations in the same order; both branches over
+    the whole block, then the kernel's select: cheaper in numpy than gathering the series' quarter)."""
     f = np.float32
-    out = np.subtract(f(1.0), v)
-    np.maximum(out, f(5.960464477539063e-08), out=out)
-    np.log(out, out=out)
-    small = v < f(0.25)
-    vs = v[small]
-    poly = np.full_like(vs, f(1.0 / 8.0))
+    poly = np.full_like(v, f(1.0 / 8.0))
     for c in (1.0 / 7.0, 1.0 / 6.0, 1.0 / 5.0, 1.0 / 4.0, 1.0 / 3.0, 1.0 / 2.0, 1.0):
-        np.multiply(vs, poly, out=poly)
+        np.multiply(v, poly, out=poly)
         np.add(f(c), poly, out=poly)
-    out[small] = -vs * poly
-    return out
+    np.multiply(-v, poly, out=poly)  # the series
+    direct = np.subtract(f(1.0), v)
+    np.maximum(direct, f(5.960464477539063e-08), out=direct)
+    np.log(direct, out=direct)
+    return np.where(v < f(0.25), poly, direct)
 
 
 def _noised_block_argmax(logits, temp, seed, pos, block_size, *, drafting, use_fp64, apply_temperature):
