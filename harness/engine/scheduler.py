@@ -53,7 +53,9 @@ from harness.vllm_adapter import (  # noqa: E402
     adopt_manager,
     exception_site,
     installed_version,
+    supports_failed_recving,
     supports_prefill_checkpoints,
+    supports_prefix_match_unit,
     vllm_namespace,
 )
 from harness.engine.options import EngineOptions  # noqa: E402
@@ -157,6 +159,9 @@ def derive_geometry(scenario: Scenario) -> EngineGeometry:
     if g.eagle_block_drop and not g.num_speculative_tokens:
         raise BadInput("geometry.eagle_block_drop needs num_speculative_tokens > 0 (vLLM drops the block for EAGLE "
                        "drafters only)")
+    if any(r.external is not None and r.external.load_fails for r in scenario.requests) and not supports_failed_recving():
+        raise BadInput(f"external.load_fails: vLLM {installed_version()} has no KVConnectorOutput.failed_recving, the "
+                       "only failed-load report it accepts for a hybrid model (0.30+)")
     if g.prefill_checkpoint and not supports_prefill_checkpoints():
         raise BadInput(f"geometry.prefill_checkpoint: vLLM {installed_version()} has no Mamba prefill checkpoint "
                        "blocks whose worker export this harness mirrors (0.33.x)")
@@ -186,7 +191,7 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirro
     B, H, K = eg.block_size, eg.hash_block_size, eg.num_speculative_tokens
     _pick_runner(runner)
     vc = _vllm_config(max(1, min(len(scenario.requests), g.token_budget)), g.token_budget, g.max_model_len, B, H, K,
-                      g.eagle_block_drop, runner)
+                      g.eagle_block_drop, runner, failure_policy=g.kv_load_failure_policy)
     vc.cache_config.num_gpu_blocks = g.num_blocks  # the Scheduler reads it once, when built
     kci, torch = v.kci, v.torch
     mamba_kwargs = dict(block_size=B, shapes=((1, 1),), dtypes=(torch.float32,), mamba_cache_mode="align",
@@ -207,7 +212,7 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirro
 
 @functools.lru_cache(maxsize=64)
 def _vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: int, K: int, eagle: bool,
-                 runner: str = "mirror"):
+                 runner: str = "mirror", failure_policy: str = "fail"):
     """The VllmConfig for one geometry (validated by vLLM, then the stand-ins set); built once per geometry
     in a process: pydantic validation of the config tree costs more than a short replay."""
     from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, SchedulerConfig, VllmConfig
@@ -218,14 +223,19 @@ def _vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: 
             max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len,
             enable_chunked_prefill=True, is_encoder_decoder=False, async_scheduling=False)
         cache_kwargs = dict(block_size=B, enable_prefix_caching=True, mamba_cache_mode="align")
-        if "prefix_match_unit" in CacheConfig.__dataclass_fields__:
+        if supports_prefix_match_unit():
             cache_kwargs["prefix_match_unit"] = H
         elif H != B:
             raise BadInput(f"geometry.hash_block_size {H} < block {B}: vLLM {installed_version()}'s CacheConfig has "
                            "no prefix_match_unit")
         cache_cfg = CacheConfig(**cache_kwargs)
-        kv_cfg = KVTransferConfig(kv_connector="HarnessConnector", kv_connector_module_path=CONNECTOR_MODULE,
-                                  kv_role="kv_both")
+        kv_kwargs = dict(kv_connector="HarnessConnector", kv_connector_module_path=CONNECTOR_MODULE, kv_role="kv_both")
+        if failure_policy != "fail":  # "fail" is vLLM's default (config/kv_transfer.py:88 in 0.33.0)
+            if "kv_load_failure_policy" not in KVTransferConfig.__dataclass_fields__:
+                raise BadInput(f"geometry.kv_load_failure_policy: vLLM {installed_version()}'s KVTransferConfig has no "
+                               "kv_load_failure_policy")
+            kv_kwargs["kv_load_failure_policy"] = failure_policy
+        kv_cfg = KVTransferConfig(**kv_kwargs)
         extra = {}
         if K:
             from vllm.config import SpeculativeConfig
@@ -362,9 +372,9 @@ class EngineDriver:
         r = self.reqs[rid]
         table = self.alloc.block_ids(rid)[MAMBA_GROUP]
         col = (total - 1) // self.eg.block_size
-        if col < len(table):
+        if col < len(table) and not self._load_fails(rid):  # a failed load writes nothing
             self.worker.deliver(table[col], (total, r.fps[total]))
-        if self.backend is not None:  # the model's state and keys/values
+        if self.backend is not None and not self._load_fails(rid):  # the model's state and keys/values
             start = self.connector.offered.get(rid, (0,))[0]  # the local hit the connector was shown
             self.backend.deliver(rid, list(r.vreq.all_token_ids)[:total], table[col] if col < len(table) else None,
                                  self.alloc.block_ids(rid)[ATTN_GROUP], start)
@@ -421,7 +431,7 @@ class EngineDriver:
         self.reported_loads = bool(done)  # vLLM takes them out of WAITING_FOR_REMOTE_KVS next step
         out = self.ModelRunnerOutput(
             req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)}, sampled_token_ids=sampled_ids,
-            kv_connector_output=self.KVConnectorOutput(finished_recving=done) if done else None)
+            kv_connector_output=self._loads_output(done) if done else None)
         self._call("", "update_from_output", sched.update_from_output, so, out)
         self._after_output(ids)
         self._check_cache(step)
@@ -547,8 +557,22 @@ class EngineDriver:
             so = self._call("", "schedule", self.sched.schedule)
             done, self.loads = set(self.loads), {}
             out = self.ModelRunnerOutput(req_ids=[], req_id_to_index={}, sampled_token_ids=[],
-                                         kv_connector_output=self.KVConnectorOutput(finished_recving=done))
+                                         kv_connector_output=self._loads_output(done))
             self._call("", "update_from_output", self.sched.update_from_output, so, out)
+
+    def _load_fails(self, rid: str) -> bool:
+        ext = self.reqs[rid].spec.external
+        return ext is not None and ext.load_fails
+
+    def _loads_output(self, done: set[str]):
+        """Finished async loads as a worker-side connector reports them; a failed one in `failed_recving` as
+        well (by request: vLLM refuses block-level `invalid_block_ids` with several KV cache groups,
+        scheduler.py:3703-3721 in 0.33.0), so the scheduler's own recovery runs (`_handle_failed_recving`,
+        `_update_waiting_for_remote_kv`, under `kv_load_failure_policy`)."""
+        failed = {rid for rid in done if self._load_fails(rid)}
+        if failed:
+            return self.KVConnectorOutput(finished_recving=done, failed_recving=failed)
+        return self.KVConnectorOutput(finished_recving=done)
 
     def _check_cache(self, step: int) -> None:
         self.cache.record(step, {rid: (r.vreq.block_hashes, r.fps) for rid, r in self.reqs.items()},
