@@ -21,12 +21,20 @@ VERSION = tuple(int(x) for x in installed_version().split(".")[:3])
 SEED_BUG = (0, 26, 0) <= VERSION < (0, 28, 0)
 
 
+@pytest.fixture(autouse=True)
+def _mirror_runner(monkeypatch):
+    """These tests are about vLLM's Scheduler and connector: they run the mirror worker (the real runners
+    have their own test modules), whatever runner vLLM would pick here."""
+    monkeypatch.setenv("HH_ENGINE_RUNNER", "mirror")
+
+
 def _engine_unavailable() -> str | None:
     """Why the engine cannot be built on this release (None: it can)."""
     try:
+        from harness.engine.options import EngineOptions
         from harness.engine.scheduler import EngineDriver
 
-        EngineDriver(load_scenario(SEED))
+        EngineDriver(load_scenario(SEED), None, EngineOptions(runner="mirror"))
     except (BadInput, ImportError, AttributeError, TypeError) as exc:
         return f"vLLM {installed_version()}: the engine tier cannot build its Scheduler here: {exc!r}"
     return None
