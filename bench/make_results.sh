@@ -22,6 +22,7 @@ if [[ $PART == all || $PART == fast ]]; then
   pin "$PY" bench/profile_replay.py --count 400 --out bench/results/profile_replay.md
   pin "$PY" bench/profile_replay.py --count 200 --tier model --out bench/results/profile_replay_model.md
   pin "$PY" bench/model_symptoms.py --count 100 --out bench/results/model_symptoms.md
+  "$PY" bench/engine_throughput.py --table --core "$CORE" --out bench/results/engine_throughput.md
   pin "$OLD/bin/python" bench/trained_seed_symptoms.py --out bench/results/trained_seed_symptoms.md
   pin "$OLD/bin/python" bench/time_to_detect.py --trials 10 --budget 60 --out bench/results/time_to_detect.md
 fi
