@@ -334,7 +334,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         return EXIT_OK if report.same else EXIT_FINDING
     if args.count is None or args.count < 1:
         raise BadInput("give a SCENARIO or --count N")
-    checkpoints = supports_prefill_checkpoints()
+    checkpoints = supports_prefill_checkpoints() and _diff_checkpoints(args.checkpoints)
     differing, skipped = {}, 0
     for seed in range(args.seed, args.seed + args.count):
         try:
@@ -353,6 +353,16 @@ def _cmd_diff(args: argparse.Namespace) -> int:
           f"{len(differing)} differ ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items())) or 'none'}), "
           f"{skipped} not expressible on the engine tier")
     return EXIT_FINDING if differing else EXIT_OK
+
+
+def _diff_checkpoints(mode: str) -> bool:
+    """diff --checkpoints: `auto` generates prefill checkpoint geometries except for `--runner v1`, whose worker
+    does not simulate them (each would be bad input, counted as not expressible)."""
+    if mode != "auto":
+        return mode == "on"
+    from harness.engine.options import current
+
+    return current().runner != "v1"
 
 
 def _cmd_known(args: argparse.Namespace) -> int:
@@ -496,6 +506,9 @@ def build_parser() -> argparse.ArgumentParser:
     dif.add_argument("--seed", type=int, default=0)
     dif.add_argument("--mutant")
     dif.add_argument("--limit", type=int, default=10, help="differences printed for one scenario")
+    dif.add_argument("--checkpoints", choices=("auto", "on", "off"), default="auto",
+                     help="with --count: generate geometries with Mamba prefill checkpoint blocks (auto: where "
+                     "supported, except --runner v1, which does not simulate them)")
     _engine_flags(dif)
     dif.set_defaults(func=_cmd_diff)
     known = sub.add_parser("known", help="list the known issues, or check each repro still shows its issue on the "

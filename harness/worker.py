@@ -92,7 +92,7 @@ class WorkerShadow:
         self.kernels = kernels
         self.attn_group = attn_group
         self.requests: dict[str, _ReqState] = {}
-        self.in_batch: set[str] = set()
+        self.batch: list[str | None] = []  # the persistent batch, row by row (InputBatch._req_ids)
         self.num_accepted: dict[str, int] = {}  # input_batch.num_accepted_tokens_cpu per row
         self.mamba_state_idx: dict[str, int] = {}
         self.accepted_reset: dict[str, int] = {}  # this step: running rows re-added with num_accepted > 1
@@ -100,9 +100,10 @@ class WorkerShadow:
     # -- _update_states (gpu_model_runner.py:1176-1546) --------------------------------------------
     def update_states(self, so: SchedulerOutput) -> dict[str, str]:
         kinds: dict[str, str] = {}
+        holes: list[int] = []  # batch rows freed this step (InputBatch.remove_request, gpu_input_batch.py:523-538)
         for r in so.finished:  # :1187-1201
             self.requests.pop(r, None)
-            self.in_batch.discard(r)
+            self._remove_row(r, holes)
         if self.kernels is not None:  # zero new attention pages (:1205-1206)
             self.kernels.zero(so.zero_ids)
         for src, dst in so.copies:  # CoW after zeroing, before the table updates (:1205-1212)
@@ -111,10 +112,13 @@ class WorkerShadow:
                 self.kernels.copy_page(src, dst)
         resumed = {c.request for c in so.cached_reqs if c.resumed}
         keep = set(so.num_scheduled) - resumed  # unscheduled leave the persistent batch (:1224-1237)
-        self.in_batch &= keep
+        for r in [r for r in self.batch if r is not None and r not in keep]:
+            self._remove_row(r, holes)
+        to_add: list[str] = []  # new requests, then cached ones not in the batch, in that order (:1246-1445)
         for nr in so.new_reqs:  # NEW: full table, replace (:1250-1307)
             self.requests[nr.request] = _ReqState([list(g) for g in nr.block_ids], nr.num_computed, nr.num_prompt)
             kinds[nr.request] = "NEW"
+            to_add.append(nr.request)
         for cr in so.cached_reqs:  # CACHED (:1335-1487)
             s = self.requests[cr.request]
             s.num_computed = cr.num_computed  # :1386
@@ -126,18 +130,53 @@ class WorkerShadow:
                     for row, ids in zip(s.block_ids, cr.new_block_ids):
                         row.extend(ids)
                 kinds[cr.request] = "RUNNING"
+            if cr.request not in self.batch:
+                to_add.append(cr.request)
         self.accepted_reset = {}
-        for r in so.num_scheduled:
-            if r not in self.in_batch:
-                self.in_batch.add(r)
-                before = self.num_accepted.get(r, 1)
-                self.num_accepted[r] = self.readded_num_accepted(r, kinds.get(r, "RUNNING"))
-                if before > 1 and self.num_accepted[r] != before and kinds.get(r, "RUNNING") == "RUNNING":
-                    self.accepted_reset[r] = before  # a running row re-added after a skipped step lost its count
+        for r in to_add:  # add_request (:1491-1493)
+            self._add_row(r, holes)
+            before = self.num_accepted.get(r, 1)
+            self.num_accepted[r] = self.readded_num_accepted(r, kinds.get(r, "RUNNING"))
+            if before > 1 and self.num_accepted[r] != before and kinds.get(r, "RUNNING") == "RUNNING":
+                self.accepted_reset[r] = before  # a running row re-added after a skipped step lost its count
+        self._condense(holes)  # :1496 (no reorder: no attention backend asks for one, :1498 / :1105-1128)
         # preprocess_mamba cleanup (v1/worker/mamba_utils.py:1398-1415, 1468)
         for r in so.finished | so.preempted | resumed:
             self.mamba_state_idx.pop(r, None)
         return kinds
+
+    # -- the persistent batch's rows (InputBatch, gpu_input_batch.py in 0.33.0) ---------------------
+    def _remove_row(self, r: str, holes: list[int]) -> None:
+        """remove_request (:523-538): the row is emptied and its index recorded as free."""
+        if r in self.batch:
+            i = self.batch.index(r)
+            self.batch[i] = None
+            holes.append(i)
+
+    def _add_row(self, r: str, holes: list[int]) -> None:
+        """add_request (:320-357): the lowest free row of this step, else a new row at the end."""
+        if holes:
+            i = min(holes)
+            holes.remove(i)
+            self.batch[i] = r
+        else:
+            self.batch.append(r)
+
+    def _condense(self, holes: list[int]) -> None:
+        """condense (:698-760): while the lowest free row is below the last occupied one, the last occupied
+        row moves into it; then the trailing free rows are dropped."""
+        holes = sorted(holes)
+        last = len(self.batch) - 1
+        while holes:
+            while last >= 0 and self.batch[last] is None:
+                last -= 1
+            if holes[0] >= last:
+                break
+            i = holes.pop(0)
+            self.batch[i], self.batch[last] = self.batch[last], None
+            last -= 1
+        while self.batch and self.batch[-1] is None:
+            self.batch.pop()
 
     def readded_num_accepted(self, request: str, kind: str) -> int:
         """num_accepted of a row (re-)added to the persistent batch: V1's add_request resets it to 1 for every
@@ -150,7 +189,9 @@ class WorkerShadow:
                 core_tables: dict[str, tuple[list[int], ...]]) -> None:
         """preprocess_mamba decides every row's columns and runs all pre-copies, then the forward runs
         (mamba_utils.py:1446-1549 collects the copies and launches them before the model)."""
-        plans = [self._preprocess(so, r, ns, seq_fps[r]) for r, ns in so.num_scheduled.items()]
+        # in the persistent batch's row order, as preprocess_mamba and the kernels walk it
+        # (mamba_utils.py:1446-1549 over input_batch.req_ids)
+        plans = [self._preprocess(so, r, so.num_scheduled[r], seq_fps[r]) for r in self.batch]
         for plan in plans:
             self._forward(so, kinds, seq_fps, core_tables, *plan)
 
@@ -249,7 +290,8 @@ class WorkerShadow:
         if self.K == 0:
             return
         bs, st = self.bs, self.states
-        for r, ns in so.num_scheduled.items():
+        for r in self.batch:  # the batch rows, as the fused postprocess kernel takes them (mamba_utils.py:369-500)
+            ns = so.num_scheduled[r]
             s = self.requests[r]
             a = accepted.get(r, 1)
             nd = len(so.spec_tokens.get(r, ()))

@@ -53,3 +53,30 @@ def test_preemption_and_resume_replace_the_row():
     assert findings == []
     kinds = [r.kind for r in trace.rows if r.request == "a"]
     assert "RESUMED" in kinds and kinds[0] == "NEW"
+
+
+def test_rows_follow_the_persistent_batch():
+    """The forward walks the V1 persistent batch (InputBatch, gpu_input_batch.py in 0.33.0): a request added
+    takes the lowest row freed this step, else a new row at the end (:320-357); rows still free move the last
+    row down (condense, :698-760); the scheduler's order does not decide the rows."""
+    from harness.states import SymbolicStates
+    from harness.trace import Trace
+    from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow
+
+    shadow = WorkerShadow(block_size=4, num_spec=0, mamba_groups=(1,), states=SymbolicStates(0), trace=Trace("test", None),
+                          checkpoint=None)
+
+    def step(n, new=(), running=(), finished=()):
+        so = SchedulerOutput(step=n, finished=set(finished))
+        so.new_reqs = [NewReq(r, ([1], [1]), 0, 8) for r in new]
+        so.cached_reqs = [CachedReq(r, None, 4, resumed=False) for r in running]
+        so.num_scheduled = {r: 4 for r in (*running, *new)}
+        shadow.update_states(so)
+        return list(shadow.batch)
+
+    assert step(0, new=("a", "b", "c", "d")) == ["a", "b", "c", "d"]
+    assert step(1, running=("d", "c", "b", "a")) == ["a", "b", "c", "d"]  # scheduler order: rows stay
+    assert step(2, running=("a", "c"), finished=("b",)) == ["a", "c"]  # b, d out: c stays, trailing row dropped
+    assert step(3, new=("e",), running=("c", "a")) == ["a", "c", "e"]  # appended
+    assert step(4, new=("f",), running=("e", "c"), finished=("a",)) == ["f", "c", "e"]  # f takes a's row
+    assert step(5, running=("f", "e")) == ["f", "e"]  # c's row taken by the last row (condense)
