@@ -43,6 +43,7 @@ attention metadata builder, not simulated here), releases whose runner lacks the
 
 from __future__ import annotations
 
+import functools
 import inspect
 import socket
 
@@ -461,11 +462,16 @@ def _reinitialize_input_batch(runner, kvc) -> None:
     fresh InputBatch: it rebuilds when the block sizes differ from the ones recorded (`_init_block_sizes`,
     every release 0.26-0.33), so the record is cleared first."""
     runner._init_block_sizes = None
-    if "kernel_block_sizes" in inspect.signature(runner.may_reinitialize_input_batch).parameters:
+    if _takes_kernel_block_sizes(type(runner).may_reinitialize_input_batch):
         # older releases take the kernel block sizes: no backend splits a block here
         runner.may_reinitialize_input_batch(kvc, [g.kv_cache_spec.block_size for g in kvc.kv_cache_groups])
     else:
         runner.may_reinitialize_input_batch(kvc)
+
+
+@functools.cache
+def _takes_kernel_block_sizes(fn) -> bool:
+    return "kernel_block_sizes" in inspect.signature(fn).parameters
 
 
 class _entry_points_scanned_once:
@@ -494,14 +500,10 @@ class _entry_points_scanned_once:
         self.md.entry_points = self.saved
 
 
-_ALIGN_CTX: dict = {}
-
-
+@functools.cache
 def _preprocess_takes_align_ctx(fn) -> bool:
     """Whether this release's preprocess_mamba takes the fused align context (0.33+), per function object."""
-    if fn not in _ALIGN_CTX:
-        _ALIGN_CTX[fn] = "align_ctx" in inspect.signature(fn).parameters
-    return _ALIGN_CTX[fn]
+    return "align_ctx" in inspect.signature(fn).parameters
 
 
 class _Pooled:
