@@ -328,6 +328,10 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
     check_supported(installed_version())
     _use_engine(args)
+    if getattr(args, "runner", None) is None and "HH_ENGINE_RUNNER" not in os.environ:  # diff checks the mirrored
+        from harness.engine import options  # worker by default (the engine's default is vLLM's own runner)
+
+        options.use(runner="mirror")
     if args.scenario:
         report = diff(load_scenario(args.scenario), args.mutant)
         print(report.describe(limit=args.limit))
