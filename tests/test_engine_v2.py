@@ -19,7 +19,7 @@ from harness.vllm_adapter import installed_version
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 SEED = SCENARIOS / "seed-external-hit-same-block.json"
 SPEC = SCENARIOS / "spec-unscheduled-accepted-reset.json"
-V2 = EngineOptions(runner="v2", kernels="triton")
+V2 = EngineOptions(runner="v2", kernels="torch")  # tests/test_engine_kernels.py compares torch with triton
 
 
 def _replay(path: Path, options: EngineOptions):
@@ -66,10 +66,11 @@ def test_v2_keeps_accepted_count_across_a_skipped_step():
     assert decode_reads and all(r.conv == r.want and r.ssm == r.want for r in decode_reads)
 
 
-def test_auto_is_the_runner_vllm_picks():
-    """`--runner auto` resolves from vLLM's own pick (`VllmConfig.use_v2_model_runner`): V2 for this
-    hybrid align-mode config with Triton importable."""
-    trace = _replay(SEED, EngineOptions(runner="auto", kernels="triton"))
+def test_auto_is_the_runner_vllm_picks_and_the_default():
+    """`--runner auto` (the default) resolves from vLLM's own pick (`VllmConfig.use_v2_model_runner`): V2 for
+    this hybrid align-mode config with Triton importable."""
+    assert EngineOptions().runner == "auto"
+    trace = _replay(SEED, EngineOptions())
     assert trace.runner == "v2"
 
 
