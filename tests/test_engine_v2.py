@@ -119,7 +119,7 @@ def test_v2_prefill_checkpoints_exported_and_clean_on_stock():
     assert _first_seed(exported, limit=120, checkpoints=True) is not None
 
 
-@pytest.mark.parametrize("name", ["v2-accepted-kept-on-crossing", "v2-stale-accepted-on-add",
+@pytest.mark.parametrize("name", ["v2-postcopy-skipped", "v2-stale-accepted-on-add",
                                   "v2-accepted-scattered-by-batch-row"])
 def test_v2_worker_mutant_killed_and_absent_on_stock(name):
     from harness.engine.scheduler import EngineDriver

@@ -3,12 +3,13 @@
 `MambaHybridModelState` method (v1/worker/gpu/model_states/mamba_hybrid.py in 0.33.0) and undoes one thing it
 does, whichever kernel set (`--kernels torch|triton`) moves the bytes.
 
-- v2-accepted-kept-on-crossing: `preprocess_state` advances the running column but the accepted count keeps
-  last step's value when the column crosses a block boundary (preprocess_mamba_align_fused_kernel resets it to
-  1, mamba_utils.py:541-545: the pre-copy has put the accepted state at the new block's start, so the forward
-  must read it with the neutral offset). The decode kernels then read conv offset / SSM column num_accepted - 1
-  of a block that only holds offset 0: the class of vLLM issue #53912 / PR #47861 (hybrid prefix caching +
-  MTP corrupting state when accepted-token offsets and align boundaries disagree).
+- v2-postcopy-skipped: `postprocess_state` runs without the post-step computed counts, so its align
+  post-copy (`run_fused_postprocess_align`, mamba_hybrid.py:391-402) is skipped: after a spec-decode step
+  whose accepted tokens reach a block boundary, the boundary block never gets the state at the boundary (and
+  the accepted count is not reset when the running column is the destination). The call shape is vLLM's own:
+  `num_computed_tokens` defaults to None and the dummy-run call site omits it (model_runner.py:2184); a real
+  step's call passes it (:1750). Bug class of the V1 align post-copy fixes (vllm-project/vllm#53912 / PR
+  #47861: hybrid prefix caching + MTP caching states that were never written).
 - v2-stale-accepted-on-add: `add_request` leaves the request slot's previous accepted count in place (it resets
   it, mamba_hybrid.py:114-115: "Must reset the speculative acceptance count in this idx which could be
   stale"): a request admitted into a slot a spec-decode request used reads, and pre-copies with, that
@@ -18,6 +19,12 @@ does, whichever kernel set (`--kernels torch|triton`) moves the bytes.
   0..n-1 instead of the request slots `idx_mapping` names (mamba_hybrid.py:363-367; the kernel scatters
   through idx_mapping, which differs from batch order once slots are reused or the batch is reordered):
   requests read each other's counts. Synthetic (no public report).
+
+Tried and dropped: keeping the accepted count across a block crossing in `preprocess_state` (the kernel's
+reset, mamba_utils.py:541-545): the post-copy already resets the count wherever a spec step reaches a
+boundary, so the reset matters only after a prompt-final chunk that starts mid-block, the territory of known
+issue checkpoint-midblock-start, whose fix replay then explains the findings; it survived a 2-minute
+`mutants check`.
 
 The attention-block seeding of `add_request` (vLLM issue #53142 / PR #55601: the running column seeded with
 `cache_config.block_size` instead of the Mamba block size) is not among them: in align mode the harness's
@@ -35,16 +42,10 @@ def _state_class():
     return MambaHybridModelState
 
 
-def _keep_accepted_on_crossing(original):
-    def preprocess_state(self, input_batch, *args, **kwargs):
-        if not getattr(self, "_align_mode", False) or not input_batch.num_reqs:
-            return original(self, input_batch, *args, **kwargs)
-        idx = input_batch.idx_mapping[: input_batch.num_reqs].long()
-        before = self.num_accepted_tokens_gpu[idx].clone()
-        out = original(self, input_batch, *args, **kwargs)
-        self.num_accepted_tokens_gpu[idx] = before  # the crossing's reset to 1 is lost
-        return out
-    return preprocess_state
+def _skip_postcopy(original):
+    def postprocess_state(self, idx_mapping, num_sampled, num_computed_tokens=None):
+        return original(self, idx_mapping, num_sampled)  # the post-step counts dropped: no align post-copy
+    return postprocess_state
 
 
 def _stale_on_add(original):
@@ -80,11 +81,10 @@ def _mutant(name: str, bug_class: str, method: str, make, origin: str) -> Mutant
 
 
 V2_MUTANTS = (
-    _mutant("v2-accepted-kept-on-crossing", "stale offset: V2's preprocess_state keeps the accepted count across a "
-            "block crossing; the decode kernels read the migrated state at a wrong offset", "preprocess_state",
-            _keep_accepted_on_crossing,
-            "vLLM V2 align preprocess (mamba_utils.py preprocess_mamba_align_fused_kernel accepted reset); bug class "
-            "of vllm-project/vllm#53912 / PR #47861"),
+    _mutant("v2-postcopy-skipped", "missed copy: V2's postprocess_state skips the align post-copy; the boundary "
+            "block an accepted spec-decode step reaches never gets its state", "postprocess_state", _skip_postcopy,
+            "vLLM V2 MambaHybridModelState.postprocess_state (num_computed_tokens=None skips the align post-copy, "
+            "mamba_hybrid.py:391-402); bug class of vllm-project/vllm#53912 / PR #47861"),
     _mutant("v2-stale-accepted-on-add", "stale slot state: V2's add_request keeps the slot's previous accepted count; "
             "the new request's pre-copy and first decode use it", "add_request", _stale_on_add,
             "vLLM V2 MambaHybridModelState.add_request reset (mamba_hybrid.py:114, 'could be stale'); V2 counterpart "
