@@ -133,3 +133,26 @@ def test_v2_worker_mutant_killed_and_absent_on_stock(name):
             bad = sigs(sc, name)
         return bool(bad - sigs(sc))
     assert _first_seed(killed) is not None, f"{name} survived 300 generated scenarios on the V2 worker"
+
+
+def test_auto_follows_a_v1_pick_with_vllms_v1_runner():
+    """Where vLLM picks its V1 runner (`use_v2_model_runner` false: no Triton, a release before V2, a config
+    V2 refuses) `auto` is the V1 worker (vLLM's own V1 runner), never the mirror; a scenario it cannot follow
+    is bad input naming the pick."""
+    from harness.engine.scheduler import EngineDriver
+    from harness.engine.workers import make_worker
+
+    driver = EngineDriver(load_scenario(SEED), None, EngineOptions(runner="v1"))
+    driver.sched.use_v2_model_runner = False  # vLLM's pick, as the Scheduler records it
+    assert make_worker(driver, "auto").runner_name == "v1"
+    sc = load_scenario(SEED)
+    sc = sc.model_copy(update={"geometry": sc.geometry.model_copy(update={"prefill_checkpoint": True})})
+    try:
+        driver = EngineDriver(sc, None, EngineOptions(runner="mirror"))
+    except BadInput:
+        pytest.skip("this release has no prefill checkpoint blocks")
+    driver.sched.use_v2_model_runner = False
+    try:  # the V1 worker did not simulate prefill checkpoints when this was written
+        assert make_worker(driver, "auto").runner_name == "v1"
+    except BadInput as exc:
+        assert "--runner auto" in str(exc) and "V1 model runner" in str(exc), exc
