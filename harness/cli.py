@@ -433,7 +433,8 @@ def _engine_flags(parser: argparse.ArgumentParser) -> None:
                         "model tier's tiny LM on the worker's state pages, greedy verification of its own drafts, "
                         "scored against the uncached reference; --runner mirror; --model picks the model)")
     parser.add_argument("--async-scheduling", dest="async_scheduling", choices=ASYNC_MODES,
-                        help="engine tier: async scheduling (auto = vLLM's default for the config)")
+                        help="engine tier: async scheduling; not driven yet: auto and off run synchronously, on is "
+                        "bad input (exit 2)")
     parser.add_argument("--kernels", choices=KERNELS, help="engine tier: torch replacements of vLLM's Triton kernels "
                         "(default) or the Triton kernels themselves (interpreter on CPU)")
 

@@ -156,3 +156,41 @@ def test_auto_follows_a_v1_pick_with_vllms_v1_runner():
         assert make_worker(driver, "auto").runner_name == "v1"
     except BadInput as exc:
         assert "--runner auto" in str(exc) and "V1 model runner" in str(exc), exc
+
+
+FINDING = SCENARIOS / "findings" / "v2-draftless-decode-after-short-prefill.json"
+FINDING_INPUT = Path(__file__).resolve().parent / "data" / "engine-v2-draftless-decode.bin"
+
+
+@pytest.mark.skipif(not installed_version().startswith("0.33."), reason="found on 0.33.0 with prefill checkpoints")
+def test_v2_finding_revealed_behind_the_checkpoint_issue_reproduces():
+    """The 10-minute engine campaign's new finding (README: What it has found): on V2 the known checkpoint
+    issue's fix reveals a draft-less decode row read through the prefill path (provenance:initial); the
+    mirror worker (V1's rules) shows only the known issue. From the scenario file and from the input bytes."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from harness.known import judge_scenario
+
+    sc = load_scenario(FINDING)
+    for runner, revealed in (("v2", ["provenance:initial"]), ("mirror", [])):
+        os.environ["HH_ENGINE_RUNNER"] = runner  # the verdict's fix replays read the process's options
+        try:
+            findings = judge(_replay(FINDING, EngineOptions(runner=runner)))
+            verdict = judge_scenario(sc, findings, None, "engine")
+        finally:
+            del os.environ["HH_ENGINE_RUNNER"]
+        assert verdict.known == {"cache-integrity": "checkpoint-midblock-start"}
+        assert verdict.revealed == revealed, runner
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, HH_ARTIFACTS="art", PYTHONPATH=str(root), HH_ENGINE_RUNNER="v2", HH_MUTANT="")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run([sys.executable, str(root / "fuzz" / "engine_target.py"), str(FINDING_INPUT)], env=env,
+                              capture_output=True, text=True, timeout=600, cwd=tmp)
+        assert proc.returncode != 0, proc.stderr[-2000:]
+        (doc,) = [json.loads(p.read_text()) for p in Path(tmp, "art").glob("finding-*/finding.json")]
+    assert doc["verdict"]["revealed"] == ["provenance:initial"] and doc["engine"]["runner"] == "v2"

@@ -8,7 +8,9 @@ with fixes applied and minimization all replay an input the way it was found; th
   (`VllmConfig.use_v2_model_runner`, config/vllm.py:748-767 in 0.33.0), as the V2 or V1 worker (vLLM's own
   runner code, harness/engine/runner_v2.py / runner_v1.py); `v1` / `v2` force one; `mirror` = the harness's V1 worker shadow
   (harness/worker.py) on the real scheduler's output, the mirrored worker checked by `hybrid-harness diff`.
-- async_scheduling: `auto` = vLLM's default for the config (config/vllm.py:1719), `on` / `off` force it.
+- async_scheduling: not driven yet: `auto` and `off` run vLLM's scheduler synchronously (EngineCore.step);
+  `on` (vLLM's default where the platform allows it, config/vllm.py:1719) is bad input until the engine
+  loop runs step_with_batch_queue.
 - kernels: `torch` = CPU replacements of vLLM's Triton kernels (registered through vLLM's own
   `vllm.triton_utils.dispatcher.register_kernels`), `triton` = the real kernels (interpreter on CPU).
 - forward: `symbolic` = the harness's token rule over prefix fingerprints (tokens and drafts from the

@@ -221,6 +221,8 @@ def _vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: 
     try:
         sched_cfg = SchedulerConfig(
             max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len,
+            # synchronous for now (EngineDriver refuses --async-scheduling on); vLLM's default is on where
+            # the platform allows it (config/vllm.py:1719): README, Engine tier, what is not driven yet
             enable_chunked_prefill=True, is_encoder_decoder=False, async_scheduling=False)
         cache_kwargs = dict(block_size=B, enable_prefix_caching=True, mamba_cache_mode="align")
         if supports_prefix_match_unit():
@@ -290,6 +292,9 @@ class EngineDriver:
         self.eg = eg = derive_geometry(scenario)
         self.K = eg.num_speculative_tokens
         self.options = options or current_options()
+        if self.options.async_scheduling == "on":  # not silently run synchronously
+            raise BadInput("--async-scheduling on: the engine tier drives vLLM's step loop synchronously for now "
+                           "(EngineCore.step, not step_with_batch_queue); auto and off run async_scheduling=False")
         self.vc, self.sched = build_scheduler(scenario, eg, self.options.runner)
         self.geometry = scenario.geometry.model_copy(update={"attn_block_size": eg.block_size})
         self.alloc = adopt_manager(self.geometry, self.sched.kv_cache_manager)
