@@ -393,11 +393,13 @@ def _cmd_known(args: argparse.Namespace) -> int:
         with fixes_applied(issues):
             trace = replay(load_scenario(ROOT / repro), None, args.tier)
             if runner == "auto":  # the runner vLLM picked for this repro's config
-                runner_seen.add(getattr(trace, "runner", None) or "auto")
+                last_pick[0] = getattr(trace, "runner", None)
+                runner_seen.add(last_pick[0] or "auto")
             return judge(trace)
 
     runner_seen: set = set()
-    rows = check_known(replay_findings, runner)
+    last_pick: list = [None]
+    rows = check_known(replay_findings, runner, picked=lambda: last_pick[0])
     for row in rows:
         print(f"{row['id']:38s} {row['status']}" + (f"  (shows {row['shown']}; with the fix {row['with_fix']})"
                                                      if "shown" in row else ""))

@@ -344,11 +344,12 @@ def judge_scenario(scenario, findings, mutant: str | None, tier: str) -> Verdict
     return classify([f.signature for f in findings], replay_signatures)
 
 
-def check_known(replay_findings, runner: str | None = None) -> list[dict]:
+def check_known(replay_findings, runner: str | None = None, picked=None) -> list[dict]:
     """For every known issue the installed release should show: does its repro still show it, and does its
     fix remove it? `replay_findings(path, issues)` replays a repro with those fixes applied. `runner`: the
-    engine tier's model runner (None: the mirrored tiers); an issue in another runner's code is not expected,
-    a repro the tier cannot express (BadInput) says why."""
+    engine tier's model runner (None: the mirrored tiers; "auto": `picked()` names the runner vLLM chose for the
+    last replay); an issue in another runner's code is not expected, a repro the tier cannot express
+    (BadInput) says why."""
     from harness.errors import BadInput
 
     rows = []
@@ -356,13 +357,18 @@ def check_known(replay_findings, runner: str | None = None) -> list[dict]:
         if not issue.repro_expected():
             rows.append({"id": issue.id, "status": "not expected on this release"})
             continue
-        if runner is not None and issue.runners is not None and runner not in issue.runners:
+        if runner not in (None, "auto") and issue.runners is not None and runner not in issue.runners:
             rows.append({"id": issue.id, "status": f"not expected with runner {runner} (in {'/'.join(issue.runners)} code)"})
             continue
         try:
             shown = [f.signature for f in replay_findings(issue.repro, [])]
         except BadInput as exc:
             rows.append({"id": issue.id, "status": f"not expressible here: {exc}"})
+            continue
+        pick = picked() if (runner == "auto" and picked is not None) else None
+        if pick and issue.runners is not None and pick not in issue.runners:  # `picked`: the runner vLLM chose
+            rows.append({"id": issue.id, "status": f"not expected: vLLM picked runner {pick} for the repro (the issue is "
+                                                   f"in {'/'.join(issue.runners)} code)"})
             continue
         fixed = [f.signature for f in replay_findings(issue.repro, [issue])]
         status = ("reproduces, fix removes it" if shown and not fixed else
