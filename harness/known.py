@@ -98,6 +98,8 @@ def _keep_accepted_on_readd_v1():
     from vllm.v1.worker.gpu_input_batch import InputBatch
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
+    from harness.engine.workers import resumed_ids
+
     kept: dict[str, int] = {}
 
     def remove(original):
@@ -119,10 +121,7 @@ def _keep_accepted_on_readd_v1():
 
     def update(original):
         def _update_states(self, so):
-            cr = so.scheduled_cached_reqs
-            resumed = getattr(cr, "resumed_req_ids", None) or {
-                r for r, f in zip(cr.req_ids, getattr(cr, "resumed_from_preemption", None) or ()) if f}
-            for rid in resumed:
+            for rid in resumed_ids(so.scheduled_cached_reqs):
                 kept.pop(rid, None)
             out = original(self, so)
             for rid in set(so.finished_req_ids) | set(getattr(so, "preempted_req_ids", None) or ()):
