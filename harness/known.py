@@ -45,6 +45,20 @@ class KnownIssue:
     def applicable(self) -> bool:
         return self.applies is None or bool(self.applies())
 
+    def runs_on(self, tier: str, runner: str | None = None) -> bool:
+        """Whether the code carrying the bug runs on this tier: the mirrored tiers run the harness's V1 worker
+        shadow ("mirror"); the engine tier runs `runner` (None: the engine options' runner; "auto" may pick
+        either of vLLM's runners)."""
+        if self.runners is None:
+            return True
+        if tier != "engine":
+            return "mirror" in self.runners
+        if runner is None:
+            from harness.engine.options import current
+
+            runner = current().runner
+        return runner in self.runners or (runner == "auto" and bool({"v1", "v2"} & set(self.runners)))
+
     def repro_expected(self) -> bool:
         """Should the repro show this issue on the installed release?"""
         from harness.vllm_adapter import _parse_version, installed_version
@@ -159,6 +173,48 @@ def _keep_accepted_fix() -> Mutant:
                   is_applied=lambda: method_wrapped(_worker_shadow(), "readded_num_accepted"))
 
 
+# -- fix: V2 keeps draft-less decode rows ahead of prefill rows (model_runner.py:2507-2519 in 0.33.0) ----------
+def _v2_runner_module():
+    import vllm.v1.worker.gpu.model_runner as module
+
+    return module
+
+
+def _decode_rows_lead(original):
+    """`gather_batch_req_state` with a batch order in which no prefilling row without drafts precedes a decode
+    row: `sort_batch_req_ids` ranks a (1+K)-token prefill chunk as decode-like, but the Mamba builder
+    (mamba_attn.py:451-455, treat_short_extends_as_decodes=False) splits at the first prefilling row, so a
+    decode row after it went to the prefill kernels (mamba_mixer2.py:838-855), which ignore its accepted count.
+    The fix ranks by `is_prefilling` first (the runner's own counts, model_runner.py:1334-1338), keeping
+    vLLM's order otherwise (a stable sort)."""
+    def gather_batch_req_state(self, scheduler_output, dummy_run):
+        module = _v2_runner_module()
+        vllm_sort = module.sort_batch_req_ids
+        rs = self.req_states
+
+        def prefill_without_drafts(req_id, drafts):
+            i = rs.req_id_to_index[req_id]
+            return bool(rs.num_computed_prefill_tokens[i] < rs.prefill_len.np[i]) and not drafts.get(req_id)
+
+        def sort_batch_req_ids(num_tokens_per_req, draft_tokens, decode_query_len):
+            order = vllm_sort(num_tokens_per_req, draft_tokens, decode_query_len)
+            return sorted(order, key=lambda r: prefill_without_drafts(r, draft_tokens))
+
+        module.sort_batch_req_ids = sort_batch_req_ids
+        try:
+            return original(self, scheduler_output, dummy_run)
+        finally:
+            module.sort_batch_req_ids = vllm_sort
+    return gather_batch_req_state
+
+
+def _v2_gather_exists() -> bool:
+    try:
+        return hasattr(_v2_runner_module().GPUModelRunner, "gather_batch_req_state")
+    except ImportError:
+        return False
+
+
 def _mamba_manager():
     from harness.vllm_adapter import mamba_manager_class
 
@@ -232,6 +288,26 @@ KNOWN_ISSUES = (
         runners=("v1", "mirror"),  # V2 keeps the count per request slot (model_states/mamba_hybrid.py:112-115)
         repro_from=(0, 27, 0),  # 0.26's chunk rule schedules nothing under the repro's 3-token budget
     ),
+    KnownIssue(
+        id="v2-draftless-decode-after-prefill",
+        summary="V2's sort_batch_req_ids ranks a prefill chunk of exactly 1+K tokens ahead of a decode row without "
+                "drafts; the Mamba metadata builder splits decodes from prefills at the first prefilling row, so the "
+                "decode row runs through the prefill kernels, which start from its running column and ignore its "
+                "accepted count: after an accepted draft the request continues from a state missing the accepted "
+                "tokens",
+        releases="seen on 0.33.0 with vLLM's own V2 runner (the same sort and split in 0.29.0-0.32.x, by reading); "
+                 "V1 reorders decodes first (utils.py reorder_batch_to_split_decodes_and_prefills) and is clean",
+        repro="scenarios/v2-draftless-decode-after-prefill.json",
+        reached_by="the V2 model runner (vLLM's default for hybrid models with speculative decoding) in align mode, "
+                   "K >= 1: a request whose previous step accepted a draft is scheduled without drafts (trimmed by "
+                   "max_model_len, or by the token budget under load) in the same step as a prefill chunk of exactly "
+                   "1+K tokens (e.g. a new (1+K)-token prompt)",
+        fix=_fix("fix-decode-rows-lead", lambda: _v2_runner_module().GPUModelRunner, "gather_batch_req_state",
+                 _decode_rows_lead, "V2 orders decode rows ahead of prefilling rows without drafts"),
+        applies=_v2_gather_exists,
+        runners=("v2",),
+        repro_from=(0, 33, 0),  # the V2 worker follows vLLM's V2 runner from 0.33.0 (harness/engine/runner_v2.py)
+    ),
 )
 
 
@@ -300,15 +376,23 @@ def new_signatures(verdict: dict) -> list[str]:
     return list(verdict.get("unexplained", [])) + [f"revealed:{s}" for s in verdict.get("revealed", [])]
 
 
-def classify(signatures, replay_signatures) -> Verdict:
+def issues_for(tier: str) -> list[KnownIssue]:
+    """The known issues whose fixes can change a replay on this tier: the fix's target exists in the installed
+    release and the code carrying the bug runs there (a V2-runner issue is not judged on the mirrored tiers)."""
+    return [k for k in KNOWN_ISSUES if k.runs_on(tier) and k.applicable()]
+
+
+def classify(signatures, replay_signatures, issues=None) -> Verdict:
     """Judge an input's signatures by the known fixes. `replay_signatures(issues)` replays the input with
-    those issues' fixes applied (and the input's mutant, if any) and returns the signatures it shows."""
+    those issues' fixes applied (and the input's mutant, if any) and returns the signatures it shows.
+    `issues`: the candidates (default: every applicable one)."""
     ordered = list(dict.fromkeys(signatures))  # oracle order: the first new one heads the report
     shown = set(ordered)
     verdict = Verdict(ordered)
     if not shown:
         return verdict
-    issues = [k for k in KNOWN_ISSUES if k.applicable()]
+    if issues is None:
+        issues = [k for k in KNOWN_ISSUES if k.applicable()]
     if not issues:
         verdict.unexplained = ordered
         return verdict
@@ -340,7 +424,7 @@ def judge_scenario(scenario, findings, mutant: str | None, tier: str) -> Verdict
         with fixes_applied(issues):
             return {f.signature for f in judge(replay(scenario, mutant, tier))}
 
-    return classify([f.signature for f in findings], replay_signatures)
+    return classify([f.signature for f in findings], replay_signatures, issues_for(tier))
 
 
 def check_known(replay_findings, runner: str | None = None, picked=None) -> list[dict]:
@@ -356,8 +440,9 @@ def check_known(replay_findings, runner: str | None = None, picked=None) -> list
         if not issue.repro_expected():
             rows.append({"id": issue.id, "status": "not expected on this release"})
             continue
-        if runner not in (None, "auto") and issue.runners is not None and runner not in issue.runners:
-            rows.append({"id": issue.id, "status": f"not expected with runner {runner} (in {'/'.join(issue.runners)} code)"})
+        if not issue.runs_on("engine" if runner else "symbolic", runner):
+            where = f"with runner {runner}" if runner else "on the mirrored tiers (the V1 worker shadow)"
+            rows.append({"id": issue.id, "status": f"not expected {where} (in {'/'.join(issue.runners)} code)"})
             continue
         try:
             shown = [f.signature for f in replay_findings(issue.repro, [])]

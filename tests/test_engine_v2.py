@@ -158,39 +158,68 @@ def test_auto_follows_a_v1_pick_with_vllms_v1_runner():
         assert "--runner auto" in str(exc) and "V1 model runner" in str(exc), exc
 
 
+DRAFTLESS = SCENARIOS / "v2-draftless-decode-after-prefill.json"
 FINDING = SCENARIOS / "findings" / "v2-draftless-decode-after-short-prefill.json"
 FINDING_INPUT = Path(__file__).resolve().parent / "data" / "engine-v2-draftless-decode.bin"
 
 
+def _verdict(path: Path, runner: str):
+    import os
+
+    from harness.known import judge_scenario
+
+    os.environ["HH_ENGINE_RUNNER"] = runner  # the verdict's fix replays read the process's options
+    try:
+        findings = judge(_replay(path, EngineOptions(runner=runner)))
+        return findings, judge_scenario(load_scenario(path), findings, None, "engine")
+    finally:
+        del os.environ["HH_ENGINE_RUNNER"]
+
+
+@pytest.mark.skipif(not installed_version().startswith("0.33."), reason="the V2 worker follows 0.33.x")
+def test_v2_draftless_decode_after_prefill_is_a_v2_bug_its_fix_removes():
+    """Known issue v2-draftless-decode-after-prefill, stock: a decode row without drafts (max_model_len trims
+    it) after an accepted draft, batched with a new (1+K)-token prompt, reads its running column through the
+    prefill path on V2 (provenance:initial); the fix (decode rows lead) removes it; V1 and the mirror worker
+    run the same schedule clean."""
+    from harness.known import fixes_applied, known_issue_by_id
+
+    issue = known_issue_by_id("v2-draftless-decode-after-prefill")
+    findings, verdict = _verdict(DRAFTLESS, "v2")
+    assert [f.signature for f in findings] == ["provenance:initial"]
+    assert verdict.known == {"provenance:initial": issue.id} and not verdict.is_new
+    with fixes_applied([issue]):
+        assert judge(_replay(DRAFTLESS, V2)) == []
+    for runner in ("v1", "mirror"):
+        assert judge(_replay(DRAFTLESS, EngineOptions(runner=runner))) == [], runner
+
+
 @pytest.mark.skipif(not installed_version().startswith("0.33."), reason="found on 0.33.0 with prefill checkpoints")
-def test_v2_finding_revealed_behind_the_checkpoint_issue_reproduces():
-    """The 10-minute engine campaign's new finding (README: What it has found): on V2 the known checkpoint
-    issue's fix reveals a draft-less decode row read through the prefill path (provenance:initial); the
-    mirror worker (V1's rules) shows only the known issue. From the scenario file and from the input bytes."""
+def test_campaign_finding_behind_the_checkpoint_issue_is_the_draftless_decode_issue():
+    """The 10-minute engine campaign's input that first showed the bug (revealed behind checkpoint-midblock-start
+    before the V2 issue was known): with both fixes known it is all known, from the scenario file and from the
+    input bytes; the V2 fix alone removes its provenance finding once the checkpoint fix lets it show."""
     import json
     import os
     import subprocess
     import sys
-
-    from harness.known import judge_scenario
-
-    sc = load_scenario(FINDING)
-    for runner, revealed in (("v2", ["provenance:initial"]), ("mirror", [])):
-        os.environ["HH_ENGINE_RUNNER"] = runner  # the verdict's fix replays read the process's options
-        try:
-            findings = judge(_replay(FINDING, EngineOptions(runner=runner)))
-            verdict = judge_scenario(sc, findings, None, "engine")
-        finally:
-            del os.environ["HH_ENGINE_RUNNER"]
-        assert verdict.known == {"cache-integrity": "checkpoint-midblock-start"}
-        assert verdict.revealed == revealed, runner
-    root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, HH_ARTIFACTS="art", PYTHONPATH=str(root), HH_ENGINE_RUNNER="v2", HH_MUTANT="")
     import tempfile
 
+    from harness.known import fixes_applied, known_issue_by_id
+
+    for runner in ("v2", "mirror"):
+        _, verdict = _verdict(FINDING, runner)
+        assert verdict.known == {"cache-integrity": "checkpoint-midblock-start"} and not verdict.is_new, runner
+    checkpoint = known_issue_by_id("checkpoint-midblock-start")
+    with fixes_applied([checkpoint]):
+        assert [f.signature for f in judge(_replay(FINDING, V2))] == ["provenance:initial"]
+        with fixes_applied([known_issue_by_id("v2-draftless-decode-after-prefill")]):
+            assert judge(_replay(FINDING, V2)) == []
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, HH_ARTIFACTS="art", PYTHONPATH=str(root), HH_ENGINE_RUNNER="v2", HH_MUTANT="")
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.run([sys.executable, str(root / "fuzz" / "engine_target.py"), str(FINDING_INPUT)], env=env,
                               capture_output=True, text=True, timeout=600, cwd=tmp)
-        assert proc.returncode != 0, proc.stderr[-2000:]
+        assert proc.returncode == 0, proc.stderr[-2000:]  # all known: the target does not crash
         (doc,) = [json.loads(p.read_text()) for p in Path(tmp, "art").glob("finding-*/finding.json")]
-    assert doc["verdict"]["revealed"] == ["provenance:initial"] and doc["engine"]["runner"] == "v2"
+    assert doc["verdict"]["new"] is False and doc["engine"]["runner"] == "v2"
