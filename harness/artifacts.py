@@ -46,9 +46,9 @@ def finding_artifact(scenario: Scenario, findings: list[Finding], vllm_version: 
 
 
 def _engine_options() -> dict:
-    from harness.engine.options import current
+    from harness.engine.options import resolved
 
-    return current().as_json()
+    return resolved().as_json()  # `auto` as it resolved: the replay runs the input the same way
 
 
 def write_finding(directory: Path, stem: str, artifact: dict) -> Path:

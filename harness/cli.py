@@ -332,6 +332,10 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         from harness.engine import options  # worker by default (the engine's default is vLLM's own runner)
 
         options.use(runner="mirror")
+    if getattr(args, "async_scheduling", None) is None and "HH_ENGINE_ASYNC" not in os.environ:
+        from harness.engine import options  # the mirrored tier is synchronous: so is the engine side it is
+
+        options.use(async_scheduling="off")  # compared with, unless asked (V2's async schedule differs by design)
     if args.scenario:
         report = diff(load_scenario(args.scenario), args.mutant)
         print(report.describe(limit=args.limit))
@@ -435,8 +439,9 @@ def _engine_flags(parser: argparse.ArgumentParser) -> None:
                         "model tier's tiny LM on the worker's state pages, greedy verification of its own drafts, "
                         "scored against the uncached reference; --runner mirror; --model picks the model)")
     parser.add_argument("--async-scheduling", dest="async_scheduling", choices=ASYNC_MODES,
-                        help="engine tier: async scheduling; not driven yet: auto and off run synchronously, on is "
-                        "bad input (exit 2)")
+                        help="engine tier: async scheduling (vLLM's EngineCore.step_with_batch_queue, two batches in "
+                        "flight): auto (default) = vLLM's decision for the config, on for its V2 runner; the V1 and "
+                        "mirror workers run synchronously (on is bad input there, exit 2)")
     parser.add_argument("--kernels", choices=KERNELS, help="engine tier: torch replacements of vLLM's Triton kernels "
                         "(default) or the Triton kernels themselves (interpreter on CPU)")
 

@@ -20,6 +20,8 @@ SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 SEED = SCENARIOS / "seed-external-hit-same-block.json"
 SPEC = SCENARIOS / "spec-unscheduled-accepted-reset.json"
 V2 = EngineOptions(runner="v2", kernels="torch")  # tests/test_engine_kernels.py compares torch with triton
+# async scheduling as vLLM decides (on for V2) shifts schedules by a step; compared with the mirror, synchronous
+V2_SYNC = EngineOptions(runner="v2", kernels="torch", async_scheduling="off")
 
 
 def _replay(path: Path, options: EngineOptions):
@@ -43,7 +45,7 @@ pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 def test_v2_seed_rows_and_reads_equal_the_mirror():
     """On the seed scenario (external hit inside one Mamba block) V2 keeps the same rows, reads the same
     states at the same columns (a pre-copy at step 4 included) and every oracle holds on 0.33.0."""
-    v2 = _replay(SEED, V2)
+    v2 = _replay(SEED, V2_SYNC)
     mirror = _replay(SEED, EngineOptions(runner="mirror"))
     assert v2.runner == "v2" and mirror.runner == "mirror"
     assert [astuple(r) for r in v2.rows] == [astuple(r) for r in mirror.rows]
@@ -135,6 +137,69 @@ def test_v2_worker_mutant_killed_and_absent_on_stock(name):
     assert _first_seed(killed) is not None, f"{name} survived 300 generated scenarios on the V2 worker"
 
 
+def test_async_only_mutant_killed_with_async_scheduling_and_invisible_without():
+    """v2-async-trusts-scheduler-computed is harmless when the scheduler's count is exact (synchronous) and
+    wrong under async scheduling (the count is optimistic before the previous step's drafts are verified):
+    only the batch-queue loop can kill it."""
+    from harness.engine.scheduler import EngineDriver
+    from harness.mutants import mutant_applied
+
+    name = "v2-async-trusts-scheduler-computed"
+
+    def shows(sc, options):
+        with mutant_applied(name):
+            return bool(judge(EngineDriver(sc, name, options).run()))
+
+    seed = _first_seed(lambda sc: shows(sc, V2) and not judge(EngineDriver(sc, None, V2).run()))
+    assert seed is not None, f"{name} survived 300 generated scenarios with async scheduling"
+    assert _first_seed(lambda sc: shows(sc, V2_SYNC), limit=40) is None
+
+
+def test_async_scheduling_is_vllms_decision_and_v2_follows_it():
+    """`auto`: vLLM's decision for the config (on for V2: AsyncScheduler, two batches in flight); the V1 and
+    mirror workers run synchronously and refuse `on`; `off` is EngineCore.step."""
+    from harness.engine.scheduler import EngineDriver
+
+    sc = load_scenario(SPEC)
+    d = EngineDriver(sc, None, V2)
+    assert d.asynchronous and type(d.sched).__name__ == "AsyncScheduler" and d.vc.max_concurrent_batches == 2
+    assert not EngineDriver(sc, None, V2_SYNC).asynchronous
+    for runner in ("v1", "mirror"):
+        assert not EngineDriver(sc, None, EngineOptions(runner=runner)).asynchronous
+        with pytest.raises(BadInput, match="(?i)async"):
+            EngineDriver(sc, None, EngineOptions(runner=runner, async_scheduling="on"))
+
+
+@pytest.mark.parametrize("path", [SPEC, SEED, SCENARIOS / "checkpoint-midblock-start.json"], ids=lambda p: p.stem)
+def test_async_v2_schedules_a_step_ahead_and_generates_what_sync_does(path):
+    """Under async scheduling the scheduler runs a step ahead of the outputs (a request still holds output
+    placeholders when the next step is scheduled, its drafts are -1 placeholders), yet every request
+    generates the same tokens as synchronously and the same oracles hold."""
+    from harness.engine.scheduler import EngineDriver
+
+    runs = {}
+    for options in (V2, V2_SYNC):
+        d = EngineDriver(load_scenario(path), None, options)
+        ahead, placeholders = [], []
+        schedule = d.sched.schedule
+
+        def scheduled(*args, d=d, schedule=schedule, ahead=ahead, placeholders=placeholders, **kwargs):
+            ahead.append(any(r.num_output_placeholders for r in d.sched.requests.values()))
+            so = schedule(*args, **kwargs)
+            placeholders.extend(t for ts in so.scheduled_spec_decode_tokens.values() for t in ts)
+            return so
+
+        d.sched.schedule = scheduled
+        trace = d.run()
+        runs[options.async_scheduling] = (any(ahead), set(placeholders), {f.signature for f in judge(trace)},
+                                          {rid: list(r.vreq.all_token_ids) for rid, r in d.reqs.items()})
+    (ahead_on, drafts_on, sigs_on, tokens_on), (ahead_off, _, sigs_off, tokens_off) = runs["auto"], runs["off"]
+    assert ahead_on and not ahead_off
+    if path == SPEC:
+        assert drafts_on == {-1}
+    assert tokens_on == tokens_off and sigs_on == sigs_off
+
+
 def test_auto_follows_a_v1_pick_with_vllms_v1_runner():
     """Where vLLM picks its V1 runner (`use_v2_model_runner` false: no Triton, a release before V2, a config
     V2 refuses) `auto` is the V1 worker (vLLM's own V1 runner), never the mirror; a scenario it cannot follow
@@ -170,7 +235,8 @@ def _verdict(path: Path, runner: str):
 
     os.environ["HH_ENGINE_RUNNER"] = runner  # the verdict's fix replays read the process's options
     try:
-        findings = judge(_replay(path, EngineOptions(runner=runner)))
+        findings = judge(_replay(path, EngineOptions(runner=runner, async_scheduling=os.environ.get("HH_ENGINE_ASYNC",
+                                                                                                   "auto"))))
         return findings, judge_scenario(load_scenario(path), findings, None, "engine")
     finally:
         del os.environ["HH_ENGINE_RUNNER"]
@@ -205,6 +271,24 @@ def test_campaign_finding_behind_the_checkpoint_issue_is_the_draftless_decode_is
     import sys
     import tempfile
 
+    os.environ["HH_ENGINE_ASYNC"] = "off"  # found when the engine tier ran synchronously only
+    try:
+        _campaign_finding_verdicts()
+    finally:
+        del os.environ["HH_ENGINE_ASYNC"]
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, HH_ARTIFACTS="art", PYTHONPATH=str(root), HH_ENGINE_RUNNER="v2", HH_MUTANT="",
+               HH_ENGINE_ASYNC="off")
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run([sys.executable, str(root / "fuzz" / "engine_target.py"), str(FINDING_INPUT)], env=env,
+                              capture_output=True, text=True, timeout=600, cwd=tmp)
+        assert proc.returncode == 0, proc.stderr[-2000:]  # all known: the target does not crash
+        (doc,) = [json.loads(p.read_text()) for p in Path(tmp, "art").glob("finding-*/finding.json")]
+    assert doc["verdict"]["new"] is False and doc["engine"]["runner"] == "v2"
+    assert doc["engine"]["async_scheduling"] == "off"
+
+
+def _campaign_finding_verdicts():
     from harness.known import fixes_applied, known_issue_by_id
 
     for runner in ("v2", "mirror"):
@@ -212,14 +296,6 @@ def test_campaign_finding_behind_the_checkpoint_issue_is_the_draftless_decode_is
         assert verdict.known == {"cache-integrity": "checkpoint-midblock-start"} and not verdict.is_new, runner
     checkpoint = known_issue_by_id("checkpoint-midblock-start")
     with fixes_applied([checkpoint]):
-        assert [f.signature for f in judge(_replay(FINDING, V2))] == ["provenance:initial"]
+        assert [f.signature for f in judge(_replay(FINDING, V2_SYNC))] == ["provenance:initial"]
         with fixes_applied([known_issue_by_id("v2-draftless-decode-after-prefill")]):
-            assert judge(_replay(FINDING, V2)) == []
-    root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, HH_ARTIFACTS="art", PYTHONPATH=str(root), HH_ENGINE_RUNNER="v2", HH_MUTANT="")
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run([sys.executable, str(root / "fuzz" / "engine_target.py"), str(FINDING_INPUT)], env=env,
-                              capture_output=True, text=True, timeout=600, cwd=tmp)
-        assert proc.returncode == 0, proc.stderr[-2000:]  # all known: the target does not crash
-        (doc,) = [json.loads(p.read_text()) for p in Path(tmp, "art").glob("finding-*/finding.json")]
-    assert doc["verdict"]["new"] is False and doc["engine"]["runner"] == "v2"
+            assert judge(_replay(FINDING, V2_SYNC)) == []

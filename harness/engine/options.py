@@ -8,9 +8,11 @@ with fixes applied and minimization all replay an input the way it was found; th
   (`VllmConfig.use_v2_model_runner`, config/vllm.py:748-767 in 0.33.0), as the V2 or V1 worker (vLLM's own
   runner code, harness/engine/runner_v2.py / runner_v1.py); `v1` / `v2` force one; `mirror` = the harness's V1 worker shadow
   (harness/worker.py) on the real scheduler's output, the mirrored worker checked by `hybrid-harness diff`.
-- async_scheduling: not driven yet: `auto` and `off` run vLLM's scheduler synchronously (EngineCore.step);
-  `on` (vLLM's default where the platform allows it, config/vllm.py:1719) is bad input until the engine
-  loop runs step_with_batch_queue.
+- async_scheduling: `auto` (the default) = vLLM's own decision for the config on a GPU platform
+  (config/vllm.py:1668-1719: on for V2; off for the V1 runner with n-gram drafting), where the worker follows
+  it: vLLM's V2 runner does (the engine loop is then `EngineCore.step_with_batch_queue`, two batches in
+  flight); the V1 and mirror workers run synchronously (`auto` resolves to off there, `on` is bad input).
+  `off` = `EngineCore.step`. Artifacts record what `auto` resolved to (`resolved`).
 - kernels: `torch` = CPU replacements of vLLM's Triton kernels (registered through vLLM's own
   `vllm.triton_utils.dispatcher.register_kernels`), `triton` = the real kernels (interpreter on CPU).
 - forward: `symbolic` = the harness's token rule over prefix fingerprints (tokens and drafts from the
@@ -63,6 +65,20 @@ def current() -> EngineOptions:
     if values["forward"] == "model" and _ENV["runner"] not in os.environ:
         values["runner"] = "mirror"  # the model forward runs on the mirror worker only: its default there
     return EngineOptions(**values)
+
+
+_RESOLVED: dict = {}  # what `auto` meant in this process's last engine replay (EngineDriver sets it)
+
+
+def resolved(**ran) -> EngineOptions:
+    """The options as the last engine replay ran them (`async_scheduling` auto -> on|off, vLLM's decision for
+    the config): what a finding artifact records, so a replay runs it the same way even where `auto` would
+    decide otherwise (another release, another runner). `ran` (keyword args) records them."""
+    _RESOLVED.update(ran)
+    opts = current()
+    if opts.async_scheduling == "auto" and "async_scheduling" in _RESOLVED:
+        opts = EngineOptions(**{**opts.as_json(), "async_scheduling": _RESOLVED["async_scheduling"]})
+    return opts
 
 
 def use(runner: str | None = None, async_scheduling: str | None = None, kernels: str | None = None,

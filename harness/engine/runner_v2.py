@@ -386,10 +386,14 @@ def _runner_vc(driver):
     checkpoint = ((eg.hash_block_size, driver.alloc.mamba_manager.cache_hit_alignment_tokens)
                   if g.prefill_checkpoint else None)
     # what the runner's behaviour depends on: block, spec width and method, the connector's failure policy, the
-    # checkpoint export (the hash block only through it: the builder reads cache_config.hash_block_size)
-    shape = (eg.block_size, eg.num_speculative_tokens, g.eagle_block_drop, g.kv_load_failure_policy, checkpoint)
+    # checkpoint export (the hash block only through it: the builder reads cache_config.hash_block_size), async
+    # scheduling (the runner's async output path and its own fill of the scheduler's placeholders)
+    asynchronous = bool(vc.scheduler_config.async_scheduling)
+    shape = (eg.block_size, eg.num_speculative_tokens, g.eagle_block_drop, g.kv_load_failure_policy, checkpoint,
+             asynchronous)
     return shape, sizes, _vllm_config(*sizes, eg.block_size, eg.hash_block_size, eg.num_speculative_tokens,
-                                      g.eagle_block_drop, driver.options.runner, failure_policy=shape[3])
+                                      g.eagle_block_drop, driver.options.runner, failure_policy=shape[3],
+                                      async_scheduling=asynchronous)
 
 
 def runner_for(driver) -> _Runner:
@@ -457,15 +461,23 @@ class V2Worker:
             self._empty = None
 
     def sample(self, so, step: int, sampled, accepted, seq_fps):
+        return self.collect(self.sample_later(so, step, seq_fps))
+
+    def sample_later(self, so, step: int, seq_fps=None):
+        """`sample_tokens` (v1/engine/core.py:753): under async scheduling an AsyncOutput whose tokens are
+        read (`collect`) only when the engine takes this batch off its queue."""
         if self._empty is not None:
-            out = self._empty
-            return list(out.req_ids or ()), list(out.sampled_token_ids or ())
-        self.step, self._seq_fps = step, seq_fps
+            return self._empty
+        self.step, self._seq_fps = step, seq_fps or {}
         self._kernels_v1.OBSERVER = self._observe_copy
         with self._kernels_v2.mode(self.kernels):
-            out = self.runner.sample_tokens(None)
-        out = out.get_output() if hasattr(out, "get_output") else out
-        return list(out.req_ids), [list(t) for t in out.sampled_token_ids]
+            return self.runner.sample_tokens(None)
+
+    def collect(self, out):
+        """A batch's sampled tokens as the scheduler gets them (`future.result()`, core.py:783)."""
+        with self._kernels_v2.mode(self.kernels):
+            out = out.get_output() if hasattr(out, "get_output") else out
+        return list(out.req_ids or ()), [list(t) for t in (out.sampled_token_ids or ())]
 
     def take_drafts(self):
         """What V2 gives the scheduler after a step (EngineCore.post_step, v1/engine/core.py:699-706)."""
@@ -512,12 +524,12 @@ class V2Worker:
             if ns == 0:
                 continue
             nc = pos[qs]
-            r = self.driver.reqs[rid]
-            fps = chain([r.fps[nc]], ids[qs:qe])  # fps[j]: the prefix of nc + j tokens as fed
+            start = self.driver.prefix_fp(rid, nc)
+            fps = chain([start], ids[qs:qe])  # fps[j]: the prefix of nc + j tokens as fed
             targets = [true_token(fps[j + 1]) for j in range(ns)]
             hidden[qs:qe, 0] = torch.tensor(targets, dtype=torch.float32)
             slot = int(slots[i])
-            want = (nc, r.fps[nc])
+            want = (nc, start)
             if i < nd_:  # decode kernels (ops/mamba_ssm.py selective_state_update, causal_conv1d_update)
                 idx = si_d[i]
                 na = acc[i] if acc else 1
@@ -579,9 +591,8 @@ class V2Worker:
             conv_b, ssm_b = col(src[i]), col(src[i] + off[i])
             conv, ssm = self.states.read(conv_b, off[i], ssm_b)
             nc = int(nc_all[i])
-            r = self.driver.reqs[rid]
             self.trace.reads.append(Read(self.step, rid, "precopy", MAMBA_GROUP, src[i], conv_b, conv, ssm,
-                                         (nc, r.fps[nc])))
+                                         (nc, self.driver.prefix_fp(rid, nc))))
 
     def _observe_copy(self, kind: str, slot: int, src_col: int, dst_col: int, bias: int) -> None:
         """A fused copy's source, told by the torch kernel before it moves the bytes (kernels_v1's OBSERVER:
@@ -604,7 +615,7 @@ class V2Worker:
         # the prefix of A tokens as this step fed them (drafts included: V2's scheduler holds placeholders)
         fed = self.rows.get(rid)
         nc = self._fed_from.get(rid, 0)
-        want = (A, fed[0][A - nc]) if fed is not None and 0 <= A - nc < len(fed[0]) else (A, self._seq_fps[rid][A])
+        want = (A, fed[0][A - nc]) if fed is not None and 0 <= A - nc < len(fed[0]) else (A, self.driver.prefix_fp(rid, A))
         self.trace.reads.append(Read(self.step, rid, "postcopy", MAMBA_GROUP, src_col, conv_b, conv, ssm, want))
 
     def postcopies_before_launch(self, num_reqs, num_accepted, state_idx, new_computed, idx_mapping) -> None:
@@ -657,7 +668,8 @@ class V2Worker:
             last = ns - nd - 1 + k - 1  # the last sampled token's row position
             new_fp = hash((fps[last + 1], targets[last]))
             r = self.driver.reqs[rid]
-            outputs = r.vreq.num_output_tokens + k
+            # output tokens once this step's are in (not the scheduler's count: under async scheduling it lags)
+            outputs = self._fed_from[rid] + ns - nd + k - r.vreq.num_prompt_tokens
             if outputs >= r.spec.max_tokens:
                 continue
             plan = min(self.K, r.spec.max_tokens - outputs - 1)

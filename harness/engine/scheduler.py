@@ -27,6 +27,7 @@ A scenario feature vLLM has no knob for is BadInput (exit 2), with the reason: a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -60,6 +61,7 @@ from harness.vllm_adapter import (  # noqa: E402
 )
 from harness.engine.options import EngineOptions  # noqa: E402
 from harness.engine.options import current as current_options  # noqa: E402
+from harness.engine.options import resolved as resolved_options  # noqa: E402
 from harness.engine.workers import make_worker  # noqa: E402
 
 CONNECTOR_MODULE = "harness.engine.connector"
@@ -182,16 +184,34 @@ def _pick_runner(runner: str) -> None:
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = value
 
 
-def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirror"):
-    """vLLM's Scheduler from a real VllmConfig for this scenario (BadInput if vLLM refuses the config)."""
+ASYNC_WANTED = {"auto": None, "on": True, "off": False}  # --async-scheduling -> SchedulerConfig.async_scheduling
+
+
+def follows_async(vc, runner: str) -> bool:
+    """Whether the worker for `runner` follows async scheduling: vLLM's V2 runner does (its own request state
+    fills the scheduler's placeholders); the V1 runner's async path (async output copies racing the
+    persistent batch) and the mirror worker are driven synchronously only."""
+    return runner == "v2" or (runner == "auto" and bool(getattr(vc, "use_v2_model_runner", False)))
+
+
+def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirror", async_mode: str = "off"):
+    """vLLM's scheduler (the class vLLM picks: `AsyncScheduler` under async scheduling) from a real VllmConfig
+    for this scenario (BadInput if vLLM refuses the config). `async_mode` auto: vLLM's decision for this
+    config, where the worker follows it (else synchronous); on: asked for."""
     v = vllm_namespace()
     from vllm.v1.structured_output import StructuredOutputManager
 
     g = scenario.geometry
     B, H, K = eg.block_size, eg.hash_block_size, eg.num_speculative_tokens
     _pick_runner(runner)
-    vc = _vllm_config(max(1, min(len(scenario.requests), g.token_budget)), g.token_budget, g.max_model_len, B, H, K,
-                      g.eagle_block_drop, runner, failure_policy=g.kv_load_failure_policy)
+    args = (max(1, min(len(scenario.requests), g.token_budget)), g.token_budget, g.max_model_len, B, H, K,
+            g.eagle_block_drop, runner)
+    vc = _vllm_config(*args, failure_policy=g.kv_load_failure_policy, async_scheduling=ASYNC_WANTED[async_mode])
+    if vc.scheduler_config.async_scheduling and not follows_async(vc, runner):
+        if async_mode == "on":
+            raise BadInput(f"--async-scheduling on: the {runner} worker is driven with synchronous scheduling only "
+                           "(vLLM's V2 runner follows async scheduling: --runner v2, or auto where vLLM picks V2)")
+        vc = _vllm_config(*args, failure_policy=g.kv_load_failure_policy, async_scheduling=False)
     vc.cache_config.num_gpu_blocks = g.num_blocks  # the Scheduler reads it once, when built
     kci, torch = v.kci, v.torch
     mamba_kwargs = dict(block_size=B, shapes=((1, 1),), dtypes=(torch.float32,), mamba_cache_mode="align",
@@ -203,27 +223,54 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirro
                                                              dtype=torch.float32)),
         kci.KVCacheGroupSpec(["mamba"], kci.MambaSpec(**mamba_kwargs))])
     try:
-        sched = v.Scheduler(vllm_config=vc, kv_cache_config=kvc, structured_output_manager=StructuredOutputManager(vc),
-                            block_size=B, hash_block_size=H, log_stats=False)
+        sched = vc.scheduler_config.get_scheduler_cls()(
+            vllm_config=vc, kv_cache_config=kvc, structured_output_manager=StructuredOutputManager(vc),
+            block_size=B, hash_block_size=H, log_stats=False)
     except (ValueError, AssertionError) as exc:
         raise BadInput(f"vLLM {installed_version()}'s Scheduler refuses this geometry: {exc!r}") from None
     return vc, sched
 
 
+@contextlib.contextmanager
+def _gpu_async_decision(decided: list):
+    """vLLM decides async scheduling in VllmConfig.__post_init__ (config/vllm.py:1668-1719: on unless the
+    executor, a pooling model or a V1-runner feature rules it out), then the CPU platform turns it off
+    ("async scheduling is not required on CPU", platforms/cpu.py:346-348). The harness stands in for a GPU
+    deployment: record the decision as the platform hook receives it, so it can be restored."""
+    from vllm.platforms import current_platform
+
+    cls = type(current_platform)
+    hook = cls.__dict__.get("check_and_update_config")
+
+    def check_and_update_config(klass, vllm_config):
+        decided.append(vllm_config.scheduler_config.async_scheduling)
+        return hook.__func__(klass, vllm_config)
+
+    if not isinstance(hook, classmethod):
+        yield
+        return
+    cls.check_and_update_config = classmethod(check_and_update_config)
+    try:
+        yield
+    finally:
+        cls.check_and_update_config = hook
+
+
 @functools.lru_cache(maxsize=64)
 def _vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: int, K: int, eagle: bool,
-                 runner: str = "mirror", failure_policy: str = "fail"):
+                 runner: str = "mirror", failure_policy: str = "fail", async_scheduling: bool | None = False):
     """The VllmConfig for one geometry (validated by vLLM, then the stand-ins set); built once per geometry
-    in a process: pydantic validation of the config tree costs more than a short replay."""
+    in a process: pydantic validation of the config tree costs more than a short replay. `async_scheduling`:
+    None = vLLM's own decision for this config on a GPU platform (_gpu_async_decision); True = asked for
+    (vLLM refuses it where its checks fail)."""
     from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, SchedulerConfig, VllmConfig
 
     _quiet_vllm()
+    decided: list = []
     try:
         sched_cfg = SchedulerConfig(
             max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len,
-            # synchronous for now (EngineDriver refuses --async-scheduling on); vLLM's default is on where
-            # the platform allows it (config/vllm.py:1719): README, Engine tier, what is not driven yet
-            enable_chunked_prefill=True, is_encoder_decoder=False, async_scheduling=False)
+            enable_chunked_prefill=True, is_encoder_decoder=False, async_scheduling=async_scheduling)
         cache_kwargs = dict(block_size=B, enable_prefix_caching=True, mamba_cache_mode="align")
         if supports_prefix_match_unit():
             cache_kwargs["prefix_match_unit"] = H
@@ -243,13 +290,16 @@ def _vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: 
             from vllm.config import SpeculativeConfig
 
             extra["speculative_config"] = _speculative_config(SpeculativeConfig, K)
-        vc = VllmConfig(scheduler_config=sched_cfg, cache_config=cache_cfg, device_config=DeviceConfig(device="cpu"),
-                        kv_transfer_config=kv_cfg, **extra)
+        with _gpu_async_decision(decided):
+            vc = VllmConfig(scheduler_config=sched_cfg, cache_config=cache_cfg,
+                            device_config=DeviceConfig(device="cpu"), kv_transfer_config=kv_cfg, **extra)
     except BadInput:
         raise
     except (ValueError, AssertionError, TypeError) as exc:
         raise BadInput(f"vLLM {installed_version()} refuses the engine config for this geometry: {exc}") from None
     _quiet_vllm()  # VllmConfig may have re-applied vLLM's logging config
+    if decided:  # the GPU platform leaves vLLM's decision in place
+        sched_cfg.async_scheduling = bool(decided[-1])
     if eagle:
         _as_eagle(vc.speculative_config)
     object.__setattr__(vc, "model_config", _ModelConfigStandIn(max_model_len))
@@ -292,10 +342,11 @@ class EngineDriver:
         self.eg = eg = derive_geometry(scenario)
         self.K = eg.num_speculative_tokens
         self.options = options or current_options()
-        if self.options.async_scheduling == "on":  # not silently run synchronously
-            raise BadInput("--async-scheduling on: the engine tier drives vLLM's step loop synchronously for now "
-                           "(EngineCore.step, not step_with_batch_queue); auto and off run async_scheduling=False")
-        self.vc, self.sched = build_scheduler(scenario, eg, self.options.runner)
+        self.vc, self.sched = build_scheduler(scenario, eg, self.options.runner, self.options.async_scheduling)
+        # vLLM's engine loop: EngineCore.step, or step_with_batch_queue (two batches in flight) under async
+        # scheduling (v1/engine/core.py:232-236, :708-822; max_concurrent_batches, config/vllm.py:588-598)
+        self.asynchronous = bool(self.vc.scheduler_config.async_scheduling)
+        self.batch_queue: list = []  # (pending output, SchedulerOutput, step), oldest last
         self.geometry = scenario.geometry.model_copy(update={"attn_block_size": eg.block_size})
         self.alloc = adopt_manager(self.geometry, self.sched.kv_cache_manager)
         self.v = vllm_namespace()
@@ -311,6 +362,8 @@ class EngineDriver:
                            f"{getattr(self.worker, 'runner_name', self.options.runner)})")
         self.worker_drafts = getattr(self.worker, "proposes_drafts", False)
         self.trace.runner = getattr(self.worker, "runner_name", self.options.runner)
+        self.trace.async_scheduling = self.asynchronous
+        resolved_options(async_scheduling="on" if self.asynchronous else "off")
         self.states = self.worker.states  # what the oracles read: the worker's state pages
         connector = self.sched.connector
         if connector is None or not hasattr(connector, "plan"):
@@ -352,6 +405,18 @@ class EngineDriver:
         backend = ModelBackend(self.geometry)
         backend.step_tokens = self._step_tokens
         return backend
+
+    def prefix_fp(self, rid: str, n: int) -> int:
+        """The fingerprint of request `rid`'s first n tokens: vLLM's record of its tokens and, past it, the true
+        continuation by the token rule (under async scheduling the worker runs a step ahead of the scheduler's
+        record; a wrong token fed there shows as a state read that does not hold this prefix)."""
+        fps = self.reqs[rid].fps
+        if n < len(fps):
+            return fps[n]
+        last = fps[-1]
+        for _ in range(n - len(fps) + 1):
+            last = hash((last, true_token(last)))
+        return last
 
     def _step_tokens(self, rid: str) -> list[int]:
         """A request's tokens followed by this step's scheduled drafts (what the backend's forward consumes)."""
@@ -428,8 +493,15 @@ class EngineDriver:
         self.trace.copies.extend((step, c.src_block_id, c.dst_block_id)
                                  for c in (getattr(so, "kv_cache_block_copies", None) or ()))
         self.worker.execute(so, step, seq_fps, core_tables)
+        if self.asynchronous:
+            self._queue_batch(so, step)
+            return
         sampled, accepted = self._sample(so)
         ids, sampled_ids = self.worker.sample(so, step, sampled, accepted, seq_fps)
+        self._update(so, step, ids, sampled_ids)
+
+    def _update(self, so, step: int, ids: list[str], sampled_ids: list) -> None:
+        """`update_from_output` with a step's sampled tokens and the async loads finished by now."""
         done = {rid for rid, s in self.loads.items() if s <= step}
         for rid in done:
             del self.loads[rid]
@@ -437,9 +509,25 @@ class EngineDriver:
         out = self.ModelRunnerOutput(
             req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)}, sampled_token_ids=sampled_ids,
             kv_connector_output=self._loads_output(done) if done else None)
-        self._call("", "update_from_output", sched.update_from_output, so, out)
+        self._call("", "update_from_output", self.sched.update_from_output, so, out)
         self._after_output(ids)
         self._check_cache(step)
+
+    def _queue_batch(self, so, step: int) -> None:
+        """EngineCore.step_with_batch_queue (v1/engine/core.py:734-795): this step's batch joins the queue; the
+        oldest batch's output is taken (and the scheduler updated) only once the queue is full, or when
+        nothing more can be scheduled. The next `schedule()` therefore runs before this step's tokens are
+        known: the scheduler holds placeholders, the worker fills them from its own state."""
+        executed = so.total_num_scheduled_tokens > 0
+        self.batch_queue.insert(0, (self.worker.sample_later(so, step) if executed else None, so, step))
+        if len(self.batch_queue) < self.vc.max_concurrent_batches and (executed or self.sched.has_requests()):
+            return
+        self._take_oldest_batch()
+
+    def _take_oldest_batch(self) -> None:
+        pending, so, step = self.batch_queue.pop()
+        ids, sampled_ids = self.worker.collect(pending) if pending is not None else ([], [])
+        self._update(so, step, ids, sampled_ids)
 
     def _check_output(self, so) -> None:
         """A SchedulerOutput no runner can execute is vLLM's fault: a request with as many spec-decode rows as
@@ -513,6 +601,8 @@ class EngineDriver:
                 nd = min(self.K, r.spec.max_tokens - v.num_output_tokens - 1)
                 draft_ids.append(rid)
                 drafts.append(self._propose(r, nd) if nd > 0 else [])
+        if self.asynchronous:  # the worker keeps its drafts; the scheduler holds placeholders (core.py:699-706)
+            return
         if self.worker_drafts and self.K:  # V2: the runner's drafter proposed; the scheduler gets V2's answer
             taken = self._call("", "take_draft_token_ids", self.worker.take_drafts)
             if taken is not None:
@@ -553,6 +643,8 @@ class EngineDriver:
             r.finished = True
 
     def _shutdown(self) -> None:
+        while self.batch_queue:  # the batches still in flight report first
+            self._take_oldest_batch()
         live = [r.id for r in self.reqs.values() if r.arrived and not r.finished]
         if live:
             self._call("", "finish_requests", self.sched.finish_requests, live, self.v.RequestStatus.FINISHED_ABORTED)

@@ -20,6 +20,11 @@ does, whichever kernel set (`--kernels torch|triton`) moves the bytes.
   through idx_mapping, which differs from batch order once slots are reused or the batch is reordered):
   requests read each other's counts. Synthetic (no public report).
 
+- v2-async-trusts-scheduler-computed: `update_requests` writes the scheduler's `num_computed_tokens` into the
+  runner's own GPU count. Synchronously the two agree, so only async scheduling (the engine tier's default
+  with V2) can show it: the scheduler counts the previous step's drafts as computed before they are
+  verified. The class of the V1 async races (a CPU mirror that is right only when the step is synchronous).
+
 Tried and dropped: keeping the accepted count across a block crossing in `preprocess_state` (the kernel's
 reset, mamba_utils.py:541-545): the post-copy already resets the count wherever a spec step reaches a
 boundary, so the reset matters only after a prompt-final chunk that starts mid-block, the territory of known
@@ -74,10 +79,26 @@ def _scatter_by_batch_row(original):
     return postprocess_state
 
 
-def _mutant(name: str, bug_class: str, method: str, make, origin: str) -> Mutant:
+def _runner_class():
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+
+    return GPUModelRunner
+
+
+def _trust_scheduler_computed(original):
+    def update_requests(self, scheduler_output):
+        original(self, scheduler_output)
+        rs = self.req_states
+        for req_id in scheduler_output.scheduled_cached_reqs.req_ids:
+            i = rs.req_id_to_index[req_id]
+            rs.num_computed_tokens.gpu[i] = int(rs.num_computed_tokens_np[i])  # the scheduler's count, as sent
+    return update_requests
+
+
+def _mutant(name: str, bug_class: str, method: str, make, origin: str, owner=_state_class) -> Mutant:
     return Mutant(name=name, bug_class=bug_class, releases="0.31.0-0.33.x", origin=origin,
-                  patch=lambda: wrap_method(_state_class(), method, make),
-                  is_applied=lambda: method_wrapped(_state_class(), method), runner="v2")
+                  patch=lambda: wrap_method(owner(), method, make),
+                  is_applied=lambda: method_wrapped(owner(), method), runner="v2")
 
 
 V2_MUTANTS = (
@@ -91,4 +112,13 @@ V2_MUTANTS = (
             "of known issue v1-readd-resets-num-accepted"),
     _mutant("v2-accepted-scattered-by-batch-row", "wrong index: V2's postprocess_state writes accepted counts to batch "
             "rows instead of request slots", "postprocess_state", _scatter_by_batch_row, ""),
+    _mutant("v2-async-trusts-scheduler-computed", "stale mirror under async scheduling: V2's update_requests copies the "
+            "scheduler's num_computed_tokens into the runner's own count; under async scheduling that count is "
+            "optimistic (the previous step's drafts not yet verified), so after a rejected draft positions, state "
+            "columns and copies run ahead; synchronously the two counts agree", "update_requests",
+            _trust_scheduler_computed,
+            "vLLM V2 GPUModelRunner.update_requests keeps the scheduler's count on the CPU mirror only "
+            "(model_runner.py:1270-1290; mamba_hybrid.py:203-208: 'num_computed_tokens_np is an optimistic mirror "
+            "under async scheduling'); bug class of the V1 async-scheduling races (accepted counts copied back "
+            "racing condense())", owner=_runner_class),
 )
