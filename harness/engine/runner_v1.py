@@ -239,7 +239,10 @@ class V1Worker:
         self.driver, self.trace = driver, driver.trace
         # --forward model: the model tier's backend (harness.model_tier) runs at the indices vLLM's runner computes
         self.backend = getattr(driver, "backend", None)
-        self.vc = vc = driver.vc
+        from harness.engine.workers import runner_config
+
+        _sizes, vc = runner_config(driver)  # the runner's buffers at the shared floors: one runner per shape
+        self.vc = vc
         self.K = K = driver.eg.num_speculative_tokens
         self.bs = driver.eg.block_size
         _init_process(vc, opts)

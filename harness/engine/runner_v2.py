@@ -367,39 +367,29 @@ class _Runner:
         self.states.reset()
 
 
-# A runner's buffers are sized by max_num_seqs, max_num_batched_tokens and max_model_len (request slots, input
-# and token-id buffers); nothing it does with a step depends on them beyond those extents. A deployment sizes
-# them once: so does the harness, per block / hash-block / spec shape, at these floors (or the scenario's own
-# values when larger), instead of building a runner (~0.1 s) for every geometry a sweep draws.
-RUNNER_FLOORS = {"max_num_seqs": 32, "budget": 2048, "max_model_len": 4096, "num_blocks": 256}
-
-
 def _runner_vc(driver):
-    """The VllmConfig the worker's runner is built from: the scenario's, with the buffer extents above."""
-    from harness.engine.scheduler import _vllm_config
+    """The VllmConfig the worker's runner is built from (harness.engine.workers.runner_config) and the shape
+    it is kept under."""
+    from harness.engine.workers import runner_config
 
-    vc, g, eg = driver.vc, driver.sc.geometry, driver.eg
-    f = RUNNER_FLOORS
-    sizes = (max(vc.scheduler_config.max_num_seqs, f["max_num_seqs"]),
-             max(vc.scheduler_config.max_num_batched_tokens, f["budget"]),
-             max(g.max_model_len, f["max_model_len"]))
+    g, eg = driver.sc.geometry, driver.eg
+    sizes, vc = runner_config(driver)
     checkpoint = ((eg.hash_block_size, driver.alloc.mamba_manager.cache_hit_alignment_tokens)
                   if g.prefill_checkpoint else None)
     # what the runner's behaviour depends on: block, spec width and method, the connector's failure policy, the
     # checkpoint export (the hash block only through it: the builder reads cache_config.hash_block_size), async
     # scheduling (the runner's async output path and its own fill of the scheduler's placeholders)
-    asynchronous = bool(vc.scheduler_config.async_scheduling)
     shape = (eg.block_size, eg.num_speculative_tokens, g.eagle_block_drop, g.kv_load_failure_policy, checkpoint,
-             asynchronous)
-    return shape, sizes, _vllm_config(*sizes, eg.block_size, eg.hash_block_size, eg.num_speculative_tokens,
-                                      g.eagle_block_drop, driver.options.runner, failure_policy=shape[3],
-                                      async_scheduling=asynchronous)
+             bool(vc.scheduler_config.async_scheduling))
+    return shape, sizes, vc
 
 
 def runner_for(driver) -> _Runner:
     """One runner per block/spec shape in a process, reset between scenarios (rebuilt larger when a scenario
     needs more slots, tokens or blocks than it has)."""
     import gc
+
+    from harness.engine.workers import RUNNER_FLOORS
 
     shape, sizes, vc = _runner_vc(driver)
     num_blocks = driver.sc.geometry.num_blocks

@@ -206,7 +206,10 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirro
     _pick_runner(runner)
     args = (max(1, min(len(scenario.requests), g.token_budget)), g.token_budget, g.max_model_len, B, H, K,
             g.eagle_block_drop, runner)
-    vc = _vllm_config(*args, failure_policy=g.kv_load_failure_policy, async_scheduling=ASYNC_WANTED[async_mode])
+    wanted = ASYNC_WANTED[async_mode]
+    if runner in ("v1", "mirror") and wanted is None:  # synchronous workers: vLLM's decision cannot be followed
+        wanted = False
+    vc = _vllm_config(*args, failure_policy=g.kv_load_failure_policy, async_scheduling=wanted)
     if vc.scheduler_config.async_scheduling and not follows_async(vc, runner):
         if async_mode == "on":
             raise BadInput(f"--async-scheduling on: the {runner} worker is driven with synchronous scheduling only "
@@ -256,7 +259,7 @@ def _gpu_async_decision(decided: list):
         cls.check_and_update_config = hook
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=512)  # a few hundred KB each; a fuzz campaign revisits its geometries
 def _vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: int, K: int, eagle: bool,
                  runner: str = "mirror", failure_policy: str = "fail", async_scheduling: bool | None = False):
     """The VllmConfig for one geometry (validated by vLLM, then the stand-ins set); built once per geometry
