@@ -374,7 +374,7 @@ def _diff_checkpoints(mode: str) -> bool:
 
 
 def _cmd_known(args: argparse.Namespace) -> int:
-    from harness.known import KNOWN_ISSUES, ROOT, check_known, fixes_applied
+    from harness.known import BLOCKED, KNOWN_ISSUES, ROOT, check_known, fixes_applied
 
     if args.action == "list":
         for k in KNOWN_ISSUES:
@@ -411,7 +411,7 @@ def _cmd_known(args: argparse.Namespace) -> int:
           + (f" (vLLM picked {'/'.join(sorted(runner_seen))})" if runner_seen else ""))
     if any(r["status"] == "FIX DOES NOT REMOVE IT" for r in rows):
         return EXIT_HARNESS_ERROR  # the harness's fix is wrong
-    return EXIT_FINDING if any(r["status"] == "NO LONGER REPRODUCES" for r in rows) else EXIT_OK
+    return EXIT_FINDING if any(r["status"] in ("NO LONGER REPRODUCES", BLOCKED) for r in rows) else EXIT_OK
 
 
 def _cmd_workload(args: argparse.Namespace) -> int:
