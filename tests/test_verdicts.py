@@ -176,3 +176,18 @@ def test_known_check_passes_on_this_release(capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "NO LONGER" not in out and "DOES NOT REMOVE" not in out
+
+
+def test_known_check_tells_a_repro_blocked_by_another_finding_from_a_broken_fix():
+    """A repro that shows the same findings with its fix applied never reached the issue (another finding
+    stopped it first): reported as blocked, not as a fix that no longer works (that exit is a harness error)."""
+    from types import SimpleNamespace
+
+    from harness.known import BLOCKED, check_known
+
+    other = [SimpleNamespace(signature="vllm-exception:elsewhere")]
+    rows = check_known(lambda repro, issues: other)
+    replayed = [r for r in rows if "shown" in r]
+    assert replayed and all(r["status"] == BLOCKED for r in replayed)
+    partly = check_known(lambda repro, issues: other if issues else other + [SimpleNamespace(signature="x")])
+    assert all(r["status"] == "FIX DOES NOT REMOVE IT" for r in partly if "shown" in r)
