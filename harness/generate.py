@@ -39,6 +39,7 @@ def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False)
     mamba, k = geo["mamba_block_size"], geo["num_speculative_tokens"]
     requests = []
     lengths: dict[str, int] = {}
+    sampling = random.Random(f"{seed}:temperature")
     for i in range(rng.choice([1, 2, 2, 3, 4])):
         rid = "abcdefgh"[i]
         length = rng.randint(2, (3 if small else 5) * mamba)
@@ -58,6 +59,9 @@ def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False)
             req["external"] = {"tokens": hit, "async": rng.random() < 0.7, "load_steps": rng.choice([1, 1, 2])}
         if k:
             req["acceptance"] = [rng.randint(0, k) for _ in range(rng.randint(1, 4))]
+        # half the requests greedy (vLLM's greedy sampling and rejection paths), from a stream of its own: the
+        # draws above stay what they were for every seed
+        req["temperature"] = 0.0 if sampling.random() < 0.5 else 1.0
         lengths[rid] = length
         requests.append(req)
     events = []

@@ -101,12 +101,13 @@ def decode(data: bytes, budget: Budget = Budget()) -> Scenario:
         ext_mode = r.byte()
         max_tokens = r.range(2 if budget.small else 1, 6)
         accept = [r.range(0, k) for _ in range(4)]
-        r.byte()  # reserved (keeps requests 12 bytes wide)
+        greedy = r.byte() & 1  # vLLM's greedy sampling paths (engine tier, V2 runner); keeps requests 12 bytes wide
         prompt: dict = {"length": length, "seed": i + 1}
         if share_from:
             other = share_from - 1
             prompt["share"] = {"request": "abcd"[other], "tokens": 1 + (share_len - 1) % min(length, lengths[other])}
-        req: dict = {"id": rid, "prompt": prompt, "arrival_step": arrival, "max_tokens": max_tokens}
+        req: dict = {"id": rid, "prompt": prompt, "arrival_step": arrival, "max_tokens": max_tokens,
+                     "temperature": 0.0 if greedy else 1.0}
         if ext and length > 1:
             req["external"] = {"tokens": 1 + (ext - 1) % (length - 1), "async": not ext_mode & 1,
                                "load_steps": 1 + (ext_mode >> 1) % 2,

@@ -410,8 +410,13 @@ def classify(signatures, replay_signatures, issues=None) -> Verdict:
         for sig in removed:
             verdict.known[sig] = issue.id
         gone -= removed
-    for sig in gone:  # removed only by the fixes together
-        verdict.known[sig] = "+".join(k.id for k in issues)
+    for sig in sorted(gone):  # removed only by fixes together: the smallest set found by dropping one at a time
+        needed = list(issues)
+        for issue in list(issues):
+            trial = [k for k in needed if k is not issue]
+            if trial and sig not in set(replay_signatures(trial)):
+                needed = trial
+        verdict.known[sig] = "+".join(k.id for k in needed)
     return verdict
 
 

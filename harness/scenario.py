@@ -104,6 +104,10 @@ class RequestSpec(_Strict):
     chunks: list[int] | None = None
     max_tokens: int = Field(default=1, ge=1, le=100_000)
     acceptance: list[int] = Field(default_factory=list)
+    # the temperature vLLM's own sampler runs with (engine tier, vLLM's V2 runner: 0 takes its greedy sampling
+    # and rejection paths, otherwise seeded Gumbel sampling and the random rejection path; vLLM's default is
+    # 1.0). The tokens are the harness's either way: the forward's logits are one-hot.
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
 
     @model_validator(mode="after")
     def _positive_chunks(self) -> RequestSpec:

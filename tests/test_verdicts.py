@@ -191,3 +191,17 @@ def test_known_check_tells_a_repro_blocked_by_another_finding_from_a_broken_fix(
     assert replayed and all(r["status"] == BLOCKED for r in replayed)
     partly = check_known(lambda repro, issues: other if issues else other + [SimpleNamespace(signature="x")])
     assert all(r["status"] == "FIX DOES NOT REMOVE IT" for r in partly if "shown" in r)
+
+
+def test_a_finding_only_fixes_together_remove_is_attributed_to_the_smallest_such_set():
+    """A signature no single fix removes is credited to the fixes it needs, not to every fix in force."""
+    from types import SimpleNamespace
+
+    issues = [SimpleNamespace(id=n) for n in ("p", "q", "r", "s")]
+
+    def replay(fixes):  # "cache-integrity" goes only with p and r fixed together
+        ids = {k.id for k in fixes}
+        return set() if {"p", "r"} <= ids else {"cache-integrity"}
+
+    v = classify(["cache-integrity"], replay, issues)
+    assert v.known == {"cache-integrity": "p+r"} and not v.is_new

@@ -376,7 +376,7 @@ class EngineDriver:
         prompts = scenario.prompt_tokens()
         self.reqs: dict[str, _Req] = {}
         for spec in scenario.requests:
-            sp = self.v.SamplingParams(max_tokens=spec.max_tokens)
+            sp = self.v.SamplingParams(max_tokens=spec.max_tokens, temperature=spec.temperature)
             vreq = self.v.Request(request_id=spec.id, prompt_token_ids=list(prompts[spec.id]), sampling_params=sp,
                                   pooling_params=None, block_hasher=self.alloc.hasher)
             r = _Req(spec, vreq, chain([0], prompts[spec.id]))
