@@ -50,12 +50,13 @@ def measure(runner: str, kernels: str, count: int, seed: int = 0) -> dict:
             startup = time.perf_counter() - T0
             started, cpu0 = time.perf_counter(), time.process_time()
             used = trace.runner
+            scheduling = "async" if getattr(trace, "async_scheduling", False) else "sync"
             continue
         ran += 1
         steps += trace.steps_run
     elapsed = time.perf_counter() - started
     cpu = time.process_time() - cpu0
-    return {"cpu_seconds": round(cpu, 3), "scenarios_per_cpu_s": round(ran / cpu, 2), "runner": runner, "kernels": kernels, "worker": used, "scenarios": ran, "skipped": skipped,
+    return {"cpu_seconds": round(cpu, 3), "scenarios_per_cpu_s": round(ran / cpu, 2), "runner": runner, "kernels": kernels, "worker": used, "scheduling": scheduling, "scenarios": ran, "skipped": skipped,
             "steps": steps, "seconds": round(elapsed, 3), "scenarios_per_s": round(ran / elapsed, 2),
             "ms_per_step": round(1000 * elapsed / max(steps, 1), 3), "startup_s": round(startup, 2)}
 
@@ -84,11 +85,14 @@ def table(core: int | None, out: Path | None, counts: dict[str, int]) -> int:
              "the first scenario judged (vLLM import, config, first runner build); the rate counts the rest.", "",
              "Wall-clock rates move with the machine's other load (a shared 2-core box here); scenarios per CPU "
              "second is the process's own time.", "",
-             "| runner | kernels | scenarios | skipped (BadInput) | steps | scenarios/s | ms/step | scenarios/CPU-s "
-             "| start-up (s) |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "Scheduling is what `--async-scheduling auto` resolves to: vLLM's decision (async for its V2 runner; the V1 "
+             "and mirror workers run synchronously).", "",
+             "| runner | kernels | scheduling | scenarios | skipped (BadInput) | steps | scenarios/s | ms/step | "
+             "scenarios/CPU-s | start-up (s) |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
-        lines.append(f"| {r['runner']} ({r['worker']}) | {r['kernels']} | {r['scenarios']} | {r['skipped']} | "
+        lines.append(f"| {r['runner']} ({r['worker']}) | {r['kernels']} | {r.get('scheduling', '?')} | {r['scenarios']} | "
+                     f"{r['skipped']} | "
                      f"{r['steps']} | {r['scenarios_per_s']} | {r['ms_per_step']} | {r['scenarios_per_cpu_s']} | "
                      f"{r['startup_s']} |")
     text = "\n".join(lines) + "\n"
@@ -99,7 +103,7 @@ def table(core: int | None, out: Path | None, counts: dict[str, int]) -> int:
 
 
 def _line(r: dict) -> str:
-    return (f"{r['runner']} ({r['worker']}), kernels {r['kernels']}: {r['scenarios']} scenarios "
+    return (f"{r['runner']} ({r['worker']}), kernels {r['kernels']}, {r.get('scheduling', '?')}: {r['scenarios']} scenarios "
             f"({r['skipped']} skipped), {r['steps']} steps in {r['seconds']} s: {r['scenarios_per_s']} scenarios/s, "
             f"{r['ms_per_step']} ms/step; {r['scenarios_per_cpu_s']} scenarios per CPU second; start-up {r['startup_s']} s")
 
