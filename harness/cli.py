@@ -437,7 +437,8 @@ def _engine_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--forward", choices=FORWARDS, help="engine tier: what computes the tokens vLLM's scheduler "
                         "sees: symbolic (default: the token rule, the scenario's acceptance pattern) or model (the "
                         "model tier's tiny LM on the worker's state pages, greedy verification of its own drafts, "
-                        "scored against the uncached reference; --runner mirror; --model picks the model)")
+                        "scored against the uncached reference; runners mirror (its default), v1 and v2; --model picks "
+                        "the model)")
     parser.add_argument("--async-scheduling", dest="async_scheduling", choices=ASYNC_MODES,
                         help="engine tier: async scheduling (vLLM's EngineCore.step_with_batch_queue, two batches in "
                         "flight): auto (default) = vLLM's decision for the config, on for its V2 runner; the V1 and "

@@ -167,7 +167,10 @@ class ModelBackend:
 
     def outputs(self, requests) -> list[OutputRecord]:
         """`requests`: (request, all token ids, prompt length) of each request; one record per generation."""
-        return [self._score(rid, tokens, plen) for rid, tokens, plen in requests if self.cached_logits.get(rid)]
+        # a request whose verified tokens vLLM never recorded (aborted with a step in flight under async
+        # scheduling) has no generation to score
+        return [self._score(rid, tokens, plen) for rid, tokens, plen in requests
+                if self.cached_logits.get(rid) and len(tokens) > plen]
 
     def _score(self, rid: str, tokens: list[int], plen: int) -> OutputRecord:
         """Teacher-forced reference along the cached run's tokens; its own greedy run past a divergence."""

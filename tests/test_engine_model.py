@@ -148,11 +148,7 @@ def test_connector_hit_loads_the_models_state(model_forward):
     assert output_summary(trace)["max_logit_diff"] < LOGIT_TOLERANCE
 
 
-def test_model_forward_needs_the_mirror_or_v1_runner(monkeypatch):
-    monkeypatch.setenv("HH_ENGINE_FORWARD", "model")
-    monkeypatch.setenv("HH_ENGINE_RUNNER", "v2")
-    with pytest.raises(BadInput, match="mirror and v1 runners"):
-        replay(load_scenario(SEED), None, "engine")
+def test_model_forward_option_checked(monkeypatch):
     monkeypatch.setenv("HH_ENGINE_FORWARD", "tensor")
     with pytest.raises(BadInput, match="HH_ENGINE_FORWARD"):
         replay(load_scenario(SEED), None, "engine")

@@ -200,6 +200,24 @@ def test_async_v2_schedules_a_step_ahead_and_generates_what_sync_does(path):
     assert tokens_on == tokens_off and sigs_on == sigs_off
 
 
+@pytest.mark.parametrize("scheduling", ["auto", "off"])
+def test_model_forward_on_v2_reads_and_writes_at_v2s_indices(scheduling):
+    """`--forward model --runner v2`: the tiny LM's states move with V2's own indices and copies, its greedy
+    choices are what vLLM's sampler and rejection sampler pick; stock generations match the uncached reference
+    (async and sync), and the known checkpoint issue reaches the model's logits."""
+    from harness.oracles import output_summary
+
+    options = EngineOptions(runner="v2", forward="model", async_scheduling=scheduling)
+    for path in (SEED, SPEC):
+        trace = _replay(path, options)
+        assert trace.runner == "v2" and judge(trace) == []
+        summary = output_summary(trace)
+        assert summary["generations"] >= 2 and summary["diverged"] == 0, summary
+    if installed_version().startswith("0.33."):
+        bad = judge(_replay(SCENARIOS / "checkpoint-midblock-start.json", options))
+        assert "output" in {f.oracle for f in bad}
+
+
 def test_auto_follows_a_v1_pick_with_vllms_v1_runner():
     """Where vLLM picks its V1 runner (`use_v2_model_runner` false: no Triton, a release before V2, a config
     V2 refuses) `auto` is the V1 worker (vLLM's own V1 runner), never the mirror; a scenario it cannot follow

@@ -19,9 +19,9 @@ with fixes applied and minimization all replay an input the way it was found; th
   scenario's acceptance pattern); `model` = the model tier's forward backend (harness.model_tier.ModelBackend,
   the model HH_MODEL names) on the worker's state pages: the tokens vLLM's scheduler sees are the model's
   greedy verification of the model's own drafts, connector loads carry the model's states, and every
-  generation is scored against the uncached reference (output oracle). Runners `mirror` and `v1` (the model's
-  pages then follow vLLM's own V1 runner: its state indices, accepted counts and copies); not `v2` yet
-  (`mirror` is the default runner when the forward is `model` and no runner is set).
+  generation is scored against the uncached reference (output oracle). Runners `mirror`, `v1` and `v2` (the
+  model's pages then follow vLLM's own runner: its state indices, accepted counts and copies; `mirror` is the
+  default runner when the forward is `model` and no runner is set).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from harness.errors import BadInput, HarnessError
 from harness.states import NULL_BLOCK, ZERO_STATE, chain
 from harness.tokens import true_token
 from harness.trace import Read, RowView
-from harness.vllm_adapter import MAMBA_GROUP, installed_version
+from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, installed_version
 
 ATTN_LAYER = "model.layers.0.attn"  # layer names carry exactly one integer (the runner parses it)
 MAMBA_LAYER = "model.layers.1.mixer"
@@ -432,6 +432,12 @@ class V2Worker:
         self.states = self.run.states
         self.step = 0
         self.kinds: dict[str, str] = {}
+        # --forward model: the model tier's backend (harness.model_tier) at V2's own indices and copies; the tokens
+        # it is fed and samples are this worker's own record (under async scheduling vLLM's lags a step)
+        self.backend = getattr(driver, "backend", None)
+        self.tokens: dict[str, list[int]] = {}
+        if self.backend is not None:
+            self.backend.step_tokens = self._fed_tokens
         if self.runner.speculator is not None:
             self.runner.speculator.propose = self._propose
 
@@ -443,6 +449,10 @@ class V2Worker:
         self._seen.update(self.kinds)
         self.run.input_batch = None
         self._kernels_v1.OBSERVER = self._observe_copy
+        if self.backend is not None:  # the model's pages: zeroing, then the CoW copies (model_runner.py:1290-1304)
+            self.backend.zero(list(so.new_block_ids_to_zero or ()))
+            for c in getattr(so, "kv_cache_block_copies", None) or ():
+                self.backend.copy_page(c.src_block_id, c.dst_block_id)
         with self._kernels_v2.mode(self.kernels):
             out = self.runner.execute_model(so)
         if out is not None:  # no forward this step (nothing scheduled)
@@ -528,6 +538,7 @@ class V2Worker:
                 blocks = idx[:ns]
                 st.write_tokens(cur, blocks, [(nc + j + 1, fps[j + 1]) for j in range(ns)])
                 read = (cur, c_state, s_state)
+                init, checkpoint = (cur, na - 1, idx[na - 1]), None
             else:  # prefill kernels (mamba_mixer2.py: chunked scan from the initial state, final state out)
                 p = i - nd_
                 b = si_p[p]
@@ -541,6 +552,9 @@ class V2Worker:
                     off = ckpt.offsets[p]
                     st.write_final(int(ckpt.state_indices[p]), (nc + off, fps[off]))
                     ckpt_cols[i] = int(ckpt.block_cols[p])
+                init = (b, 0, b) if read is not None else None
+                checkpoint = ((int(ckpt.state_indices[p]), nc + int(ckpt.offsets[p]))
+                              if ckpt is not None and ckpt.offsets[p] > 0 else None)
                 blocks = [b]
             curr = int(ms._mamba_state_idx_gpu[slot]) if getattr(ms, "_align_mode", False) else 0
             prev = prev_cols[i] if i < len(prev_cols) else -1
@@ -558,7 +572,47 @@ class V2Worker:
                                    sorted(set(live)), row, list(core[MAMBA_GROUP]) if core else []))
             self.rows[rid] = (fps, targets, ns)
             self._fed_from[rid] = nc
+            if self.backend is not None:
+                self._model_forward(rid, slot, nc, ids[qs:qe], i < nd_, init, blocks, checkpoint, hidden, qs)
         return hidden
+
+    # -- the model forward (--forward model) --------------------------------------------------------------------
+    def known_tokens(self, rid: str) -> list[int] | None:
+        """The request's tokens as this worker fed and sampled them (the model's, with --forward model)."""
+        return self.tokens.get(rid)
+
+    def _fed_tokens(self, rid: str) -> list[int]:
+        return self._feed[rid]
+
+    def _model_forward(self, rid, slot, nc, fed, decode, init, blocks, checkpoint, hidden, qs) -> None:
+        """The model tier's forward from and to the blocks the Mamba2 kernels use (the metadata's indices and
+        accepted count), its greedy choices as the hidden states vLLM's sampler and rejection sampler act on,
+        its verification of the drafts recorded for scoring (the same decision V2's rejection sampler takes
+        on one-hot logits)."""
+        from harness.worker import Forward
+
+        ns = len(fed)
+        prompt = list(self.driver.reqs[rid].vreq.prompt_token_ids)
+        base = self.tokens.get(rid, prompt)
+        base = base[:nc] if len(base) >= nc else prompt[:nc]
+        self._feed[rid] = base + fed
+        bt = self.runner.block_tables
+        attn = bt.block_tables[ATTN_GROUP].gpu[slot, :int(bt.num_blocks.np[ATTN_GROUP, slot])].tolist()
+        self.backend.forward(Forward(self.step, rid, nc, ns, init, decode, blocks[0], list(blocks) if decode else [],
+                                     checkpoint, attn))
+        targets = self.backend.logits[rid].argmax(-1).tolist()
+        if decode:
+            hidden[qs:qs + ns, 0] = self.torch.tensor(targets, dtype=self.torch.float32)
+        else:
+            hidden[qs + ns - 1, 0] = float(targets[0])
+        nd = len(self.so.scheduled_spec_decode_tokens.get(rid, ()))
+        first = nc + ns - nd
+        if first >= int(self.runner.req_states.prefill_len.np[slot]):  # the step samples: verify the drafts
+            got = self.backend.verify(rid, self.step, first, fed[ns - nd:])
+            self.tokens[rid] = base + fed[:ns - nd] + got
+        else:  # a prefill chunk before the prompt's end samples nothing
+            self.backend.logits.pop(rid, None)
+            self.tokens[rid] = base + fed
 
     def record_precopies(self, input_batch, slots) -> None:
         """The align pre-copy's sources, from the tensors vLLM's fused kernels read: source column
@@ -583,6 +637,8 @@ class V2Worker:
             nc = int(nc_all[i])
             self.trace.reads.append(Read(self.step, rid, "precopy", MAMBA_GROUP, src[i], conv_b, conv, ssm,
                                          (nc, self.driver.prefix_fp(rid, nc))))
+            if self.backend is not None:  # the model's pages make the copy vLLM's kernel made
+                self.backend.shift_copy(col(dst[i]), conv_b, ssm_b, off[i])
 
     def _observe_copy(self, kind: str, slot: int, src_col: int, dst_col: int, bias: int) -> None:
         """A fused copy's source, told by the torch kernel before it moves the bytes (kernels_v1's OBSERVER:
@@ -607,6 +663,8 @@ class V2Worker:
         nc = self._fed_from.get(rid, 0)
         want = (A, fed[0][A - nc]) if fed is not None and 0 <= A - nc < len(fed[0]) else (A, self.driver.prefix_fp(rid, A))
         self.trace.reads.append(Read(self.step, rid, "postcopy", MAMBA_GROUP, src_col, conv_b, conv, ssm, want))
+        if self.backend is not None:  # the model's pages make the copy vLLM's kernel is about to make
+            self.backend.shift_copy(col(dst_col), conv_b, ssm_b, bias)
 
     def postcopies_before_launch(self, num_reqs, num_accepted, state_idx, new_computed, idx_mapping) -> None:
         """`--kernels triton`: the fused postprocess kernel's per-request decision (mamba_utils.py:440-470, the
@@ -663,7 +721,10 @@ class V2Worker:
             if outputs >= r.spec.max_tokens:
                 continue
             plan = min(self.K, r.spec.max_tokens - outputs - 1)
-            if plan > 0:
+            if plan > 0 and self.backend is not None:  # the model tier's drafter, on this worker's tokens
+                proposal = self.backend.propose(rid, list(self.tokens[rid]), plan)
+                drafts[i, :len(proposal)] = torch.tensor(proposal, dtype=torch.int64)
+            elif plan > 0:
                 drafts[i] = torch.tensor(self.driver._propose(r, plan, self.K, new_fp), dtype=torch.int64)
         return drafts
 
@@ -672,4 +733,5 @@ class V2Worker:
     def __new__(cls, *args, **kwargs):
         self = super().__new__(cls)
         self._seen = set()
+        self._feed = {}  # request -> its tokens up to this step's end as fed (the model's forward input)
         return self

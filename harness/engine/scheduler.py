@@ -65,7 +65,7 @@ from harness.engine.options import resolved as resolved_options  # noqa: E402
 from harness.engine.workers import make_worker  # noqa: E402
 
 CONNECTOR_MODULE = "harness.engine.connector"
-MODEL_RUNNERS = ("mirror", "v1")  # the workers that run a forward backend (--forward model)
+MODEL_RUNNERS = ("mirror", "v1", "v2")  # the workers that run a forward backend (--forward model)
 
 
 class _ModelConfigStandIn:
@@ -361,7 +361,7 @@ class EngineDriver:
         self.backend = self._forward_backend()  # --forward model: the model tier's ModelBackend; else None
         self.worker = make_worker(self, self.options.runner)
         if self.backend is not None and getattr(self.worker, "runner_name", None) not in MODEL_RUNNERS:
-            raise BadInput(f"--forward model runs on the mirror and v1 runners only (this config's runner: "
+            raise BadInput(f"--forward model runs on the mirror, v1 and v2 runners only (this config's runner: "
                            f"{getattr(self.worker, 'runner_name', self.options.runner)})")
         self.worker_drafts = getattr(self.worker, "proposes_drafts", False)
         self.trace.runner = getattr(self.worker, "runner_name", self.options.runner)
@@ -401,8 +401,6 @@ class EngineDriver:
         it is given (propose) and what the connector loads (deliver), as with the mirrored scheduler loop."""
         if self.options.forward != "model":
             return None
-        if self.options.runner == "v2":
-            raise BadInput("--forward model runs on the mirror and v1 runners only (--runner v2)")
         from harness.model_tier import ModelBackend  # torch model code only when asked for
 
         backend = ModelBackend(self.geometry)
@@ -416,6 +414,10 @@ class EngineDriver:
         fps = self.reqs[rid].fps
         if n < len(fps):
             return fps[n]
+        known = self.worker.known_tokens(rid) if self.backend is not None and hasattr(self.worker, "known_tokens") \
+            else None
+        if known is not None and len(known) >= n:  # the model's tokens: the worker's own record of them
+            return chain([fps[-1]], known[len(fps) - 1:n])[-1]
         last = fps[-1]
         for _ in range(n - len(fps) + 1):
             last = hash((last, true_token(last)))
@@ -499,7 +501,8 @@ class EngineDriver:
         if self.asynchronous:
             self._queue_batch(so, step)
             return
-        sampled, accepted = self._sample(so)
+        # the driver's token rule (or the model's verification) for workers whose runner does not sample (V2's does)
+        sampled, accepted = ({}, {}) if self.worker_drafts else self._sample(so)
         ids, sampled_ids = self.worker.sample(so, step, sampled, accepted, seq_fps)
         self._update(so, step, ids, sampled_ids)
 
