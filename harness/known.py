@@ -295,7 +295,8 @@ KNOWN_ISSUES = (
                 "decode row runs through the prefill kernels, which start from its running column and ignore its "
                 "accepted count: after an accepted draft the request continues from a state missing the accepted "
                 "tokens",
-        releases="seen on 0.33.0 with vLLM's own V2 runner (the same sort and split in 0.29.0-0.32.x, by reading); "
+        releases="seen on 0.32.0 and 0.33.0 with vLLM's own V2 runner (the same sort and split in 0.29.0-0.31.x, by "
+                 "reading: the harness's V2 worker follows 0.32 on); "
                  "V1 reorders decodes first (utils.py reorder_batch_to_split_decodes_and_prefills) and is clean",
         repro="scenarios/v2-draftless-decode-after-prefill.json",
         reached_by="the V2 model runner (vLLM's default for hybrid models with speculative decoding) in align mode, "
@@ -306,7 +307,7 @@ KNOWN_ISSUES = (
                  _decode_rows_lead, "V2 orders decode rows ahead of prefilling rows without drafts"),
         applies=_v2_gather_exists,
         runners=("v2",),
-        repro_from=(0, 33, 0),  # the V2 worker follows vLLM's V2 runner from 0.33.0 (harness/engine/runner_v2.py)
+        repro_from=(0, 32, 0),  # the V2 worker follows vLLM's V2 runner from 0.32.0 (harness/engine/workers.py)
     ),
 )
 

@@ -62,10 +62,13 @@ _WHY = _unavailable()
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 
 
-def _impl(name: str):
-    from harness.engine.kernels_v2 import KERNELS
+def _impl(name: str, arg_names: tuple | None = None):
+    """The torch replacement; with the installed kernel's parameter names, bound by them as vLLM's dispatcher
+    launches it (kernels_v2._by_name: a release's own parameter order)."""
+    from harness.engine.kernels_v2 import KERNELS, _by_name
 
-    return next(fn for full, fn in KERNELS.items() if full.rsplit(".", 1)[1] == name)
+    fn = next(fn for full, fn in KERNELS.items() if full.rsplit(".", 1)[1] == name)
+    return fn if arg_names is None else _by_name(fn, arg_names)
 
 
 def _clone(x):
@@ -87,7 +90,7 @@ def _record(paths) -> list:
         before = [_clone(a) for a in args]
         kw = {k: _clone(v) for k, v in kwargs.items()}
         out = original(self, *args, grid=grid, warmup=warmup, **kwargs)
-        launches.append((name, before, kw, [_clone(a) for a in args]))
+        launches.append((name, before, kw, [_clone(a) for a in args], tuple(self.arg_names)))
         return out
 
     InterpretedFunction.run = run
@@ -107,10 +110,10 @@ def test_every_tensor_kernel_launch_of_real_runs_matches_triton():
             "_rejection_kernel", "_resample_kernel", "_insert_resampled_kernel", "_gather_draft_sampled_kernel",
             "_compute_local_logits_stats_kernel", "_expand_idx_mapping_kernel",
             "_get_num_sampled_and_rejected_kernel", "_prepare_prefill_inputs_kernel"} <= names
-    for name, before, kw, expected in launches:
+    for name, before, kw, expected, arg_names in launches:
         args = [_clone(a) for a in before]
         kwargs = {k: _clone(v) for k, v in kw.items() if k not in ("num_warps", "num_stages")}
-        _impl(name)(*args, **kwargs)
+        _impl(name, arg_names)(*args, **kwargs)
         for i, (got, want) in enumerate(zip(args, expected)):
             if not isinstance(want, torch.Tensor):
                 continue

@@ -15,7 +15,7 @@ from testlib import ROOT, version_tuple
 SEED = ROOT / "scenarios" / "seed-external-hit-same-block.json"
 RUNS, BAD = "runs", "bad input"
 # runner -> outcome with the default (torch) kernels, per release line; "auto" is the runner vLLM picks
-# (V1 before 0.29 for this config, V2 from 0.29), which the harness follows where it has that worker
+# (V1 before 0.29 for this config, V2 from 0.29), which the harness follows where it has that worker (V2: 0.32 on)
 SUPPORT = {
     (0, 26): {"mirror": RUNS, "v1": RUNS, "v2": BAD, "auto": RUNS},
     (0, 27): {"mirror": RUNS, "v1": RUNS, "v2": BAD, "auto": RUNS},
@@ -23,7 +23,7 @@ SUPPORT = {
     (0, 29): {"mirror": RUNS, "v1": RUNS, "v2": BAD, "auto": BAD},
     (0, 30): {"mirror": RUNS, "v1": RUNS, "v2": BAD, "auto": BAD},
     (0, 31): {"mirror": RUNS, "v1": RUNS, "v2": BAD, "auto": BAD},
-    (0, 32): {"mirror": RUNS, "v1": RUNS, "v2": BAD, "auto": BAD},  # v2 runs with --kernels triton
+    (0, 32): {"mirror": RUNS, "v1": RUNS, "v2": RUNS, "auto": RUNS},
     (0, 33): {"mirror": RUNS, "v1": RUNS, "v2": RUNS, "auto": RUNS},
 }
 RELEASE = version_tuple()[:2]

@@ -71,8 +71,8 @@ def _np(t):
 
 def _gather_block_tables_kernel(batch_idx_to_req_idx, src_block_table_ptrs, dst_block_table_ptrs,
                                 block_table_strides, num_blocks_ptr, num_blocks_stride, num_reqs,
-                                num_computed_tokens_ptr, sliding_window_reach_ptr, block_sizes_ptr,
-                                MASK_SLIDING_WINDOW=False, BLOCK_SIZE=1024, **_):
+                                num_computed_tokens_ptr=None, sliding_window_reach_ptr=None, block_sizes_ptr=None,
+                                MASK_SLIDING_WINDOW=False, BLOCK_SIZE=1024, **_):  # 0.32.x: no sliding window
     """Row b of each group's input table = the request slot's row (first num_blocks entries, leading entries
     below a sliding window nulled), rows past num_reqs zeroed. The grid's row count (max of the padded batch
     and the rows the previous gather dirtied) is not passed; zeroing every row past num_reqs writes the same
@@ -98,7 +98,10 @@ def _gather_block_tables_kernel(batch_idx_to_req_idx, src_block_table_ptrs, dst_
             dst[b, :n] = src[slot, :n]
             if nulls is not None:
                 dst[b, :min(int(nulls[b]), n)] = 0
-        dst[num_reqs:] = 0
+        if num_computed_tokens_ptr is not None:
+            dst[num_reqs:] = 0
+        # 0.32.x (no sliding-window arguments): the grid is the padded batch (block_table.py:162), which is the
+        # batch itself on CPU (eager, no graph padding); rows past it keep what they held
 
 
 def _compute_slot_mappings_kernel(max_num_tokens, idx_mapping, query_start_loc, pos, block_table_ptrs,
@@ -234,7 +237,8 @@ def _get_num_sampled_and_rejected_kernel(num_sampled_ptr, num_rejected_ptr, seq_
 def _post_update_kernel(idx_mapping_ptr, num_computed_tokens_ptr, last_sampled_tokens_ptr, output_bin_counts_ptr,
                         output_bin_counts_stride, sampled_tokens_ptr, sampled_tokens_stride, num_sampled_ptr,
                         num_rejected_ptr, query_start_loc_ptr, all_token_ids_ptr, all_token_ids_stride,
-                        total_len_ptr, draft_tokens_ptr, draft_tokens_out_ptr, num_draft_tokens, **_):
+                        total_len_ptr, draft_tokens_ptr=None, draft_tokens_out_ptr=None, num_draft_tokens=0,
+                        **_):  # 0.32.x: the drafts are not scattered here
     nd = int(num_draft_tokens)
     sampled = sampled_tokens_ptr
     qsl = query_start_loc_ptr.tolist() if query_start_loc_ptr is not None else None
@@ -519,17 +523,22 @@ def _compute_local_logits_stats_kernel(target_local_argmax_ptr, target_local_arg
                                        draft_local_sumexp_stride, target_logits_ptr, target_logits_stride,
                                        draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
                                        expanded_idx_mapping_ptr, expanded_local_pos_ptr, temp_ptr, vocab_size,
-                                       num_logits, BLOCK_SIZE=8192, HAS_DRAFT_LOGITS=False, **_):
+                                       num_logits=None, BLOCK_SIZE=8192, HAS_DRAFT_LOGITS=False,
+                                       num_speculative_steps=None, **_):
+    """0.33: `num_logits` rows, a bonus row is one whose next row starts a request; 0.32.x: the stats buffers'
+    rows (allocated num_logits long), a bonus row one whose draft step reaches num_speculative_steps."""
     if HAS_DRAFT_LOGITS:
         raise NotImplementedError("rejection sampling with draft logits is not replaced (--kernels triton)")
-    n, V, bs = int(num_logits), int(vocab_size), int(BLOCK_SIZE)
+    n = int(num_logits) if num_logits is not None else target_local_argmax_ptr.shape[0]
+    V, bs = int(vocab_size), int(BLOCK_SIZE)
     if n == 0:
         return
     nb = -(-V // bs)
     x = torch.full((n, nb * bs), float("-inf"), dtype=torch.float32)
     x[:, :V] = target_logits_ptr[:n, :V].to(torch.float32)
     x = x.view(n, nb, bs)
-    rows = ~_is_bonus(expanded_local_pos_ptr, n)
+    rows = (~_is_bonus(expanded_local_pos_ptr, n) if num_speculative_steps is None
+            else expanded_local_pos_ptr[:n].long() < int(num_speculative_steps))
     temp = temp_ptr[expanded_idx_mapping_ptr[:n].long()].to(torch.float32)
     greedy, hot = rows & (temp == 0.0), rows & (temp != 0.0)
     mx, arg = x.max(dim=-1)
@@ -578,8 +587,8 @@ def _rejection_kernel(sampled_ptr, sampled_stride, rejected_steps_ptr, target_re
                       draft_logits_stride_0, draft_logits_stride_1, draft_local_max_ptr, draft_local_max_stride,
                       draft_local_sumexp_ptr, draft_local_sumexp_stride, cu_num_logits_ptr, idx_mapping_ptr, temp_ptr,
                       seed_ptr, pos_ptr, synthetic_conditional_rates_ptr, cumulative_log_p_ptr,
-                      local_residual_mass_ptr, local_residual_mass_stride, fly_entropy_ptr, fly_entropy_threshold,
-                      vocab_num_blocks, PADDED_VOCAB_NUM_BLOCKS=1, HAS_DRAFT_LOGITS=False, SYNTHETIC_MODE=False,
+                      local_residual_mass_ptr, local_residual_mass_stride, fly_entropy_ptr=None,
+                      fly_entropy_threshold=0.0, vocab_num_blocks=1, PADDED_VOCAB_NUM_BLOCKS=1, HAS_DRAFT_LOGITS=False, SYNTHETIC_MODE=False,
                       USE_BLOCK_VERIFICATION=False, FLY_WINDOW_SIZE=0, **_):
     """Accept drafts left to right while the target agrees (greedy: its argmax; sampled: target logprob >
     log u, u = tl.rand(seed, pos)); rejection_sampler_utils.py:503-766 without draft logits, block
@@ -718,6 +727,20 @@ _SCANNED = 0
 _active = "triton"
 
 
+def _by_name(fn, arg_names: tuple):
+    """The replacement called with the launch's arguments by the installed kernel's own parameter names: a
+    release whose kernel takes other parameters (0.32.x: no sliding-window, draft-scatter or FLy arguments,
+    `num_speculative_steps` for `num_logits`) binds right; a parameter the release does not pass takes the
+    replacement's default (the feature off)."""
+    def launch(*args, **kwargs):
+        kwargs.update(zip(arg_names, args))
+        return fn(**kwargs)
+
+    launch.__name__ = fn.__name__
+    launch.__wrapped__ = fn
+    return launch
+
+
 def register() -> str:
     """Install the replacements through vLLM's kernel dispatcher (the V2 runner exists from 0.31 on, as does the
     dispatcher); once per process. Returns how many kernels were registered."""
@@ -736,6 +759,7 @@ def register() -> str:
         if isinstance(kernel, dispatcher.KernelOverride):  # the V1 worker's registration came first
             kernel = dispatcher._registry[name][0]
         _JIT[name] = kernel
+    present = {name: _by_name(fn, dispatcher._kernel_arg_names(_JIT[name])) for name, fn in present.items()}
     with warnings.catch_warnings():  # its scan of sys.modules touches deprecated torch attributes
         warnings.simplefilter("ignore", FutureWarning)
         dispatcher.register_kernels(present)

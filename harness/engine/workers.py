@@ -85,18 +85,15 @@ def make_worker(driver, runner: str):
 
 
 def _v2_release_unsupported(kernels: str) -> str | None:
-    """The releases the V2 worker follows (measured: bench/engine_support.sh): 0.33.x with either kernel set;
-    0.32.x with vLLM's own Triton kernels (the torch replacements bind 0.33.0's kernel signatures); before
-    0.32 the CPU V2 runner loads the model architecture itself instead of taking the harness's model."""
+    """The releases the V2 worker follows (measured: bench/engine_support.sh): 0.32.x and 0.33.x, with either
+    kernel set (the torch replacements bind each release's kernel parameters by name, kernels_v2._by_name);
+    before 0.32 the CPU V2 runner loads the model architecture itself instead of taking the harness's model."""
     from harness.vllm_adapter import _parse_version, installed_version
 
     v = _parse_version(installed_version())[:2]
     if v < (0, 32):
         return (f"the harness's V2 worker follows vLLM 0.32-0.33's V2 runner (vLLM {installed_version()}'s CPU V2 "
                 "runner builds the model architecture from the model config); use --runner v1 (vLLM's V1 runner)")
-    if v < (0, 33) and kernels == "torch":
-        return (f"the torch kernel replacements follow vLLM 0.33.0's kernel signatures; on vLLM {installed_version()} "
-                "use --kernels triton (vLLM's kernels, interpreted: slow) or --runner v1")
     return None
 
 
