@@ -1,22 +1,24 @@
-"""Engine tier: the scenario drives vLLM's real `Scheduler`; the worker side is the V1 worker shadow.
+"""Engine tier: the scenario drives vLLM's real scheduler; the worker side is pluggable (harness/engine/workers.py).
 
 Built from a real `VllmConfig` (`SchedulerConfig`, `CacheConfig(enable_prefix_caching=True,
 mamba_cache_mode="align")`, `SpeculativeConfig(method="ngram")` when K > 0, `DeviceConfig("cpu")`,
 `KVTransferConfig` loading `harness.engine.connector.HarnessConnector`) and a stand-in model config (the
-dozen attributes the scheduler reads). Per step, as `EngineCore` does it: arrivals through `add_request`,
-aborts through `finish_requests`, scenario preemptions through the scheduler's own `_preempt_request`;
-`schedule()`; the SchedulerOutput converted for `harness.worker.WorkerShadow` (update_states / execute /
-postprocess, the V1 runner's rules); sampled tokens (the driver's deterministic rule over prefix
-fingerprints) and finished async loads back through `update_from_output(so, ModelRunnerOutput)`; drafts
-through `update_draft_token_ids`. Chunking, admission, preemption under pool pressure, CoW copies, spec
-rejection and re-caching, frees and async-load completion are all vLLM's own code.
+dozen attributes the scheduler reads); the scheduler class is the one vLLM picks for it (`AsyncScheduler`
+under async scheduling). Per step, as `EngineCore` does it: arrivals through `add_request`, aborts through
+`finish_requests`, scenario preemptions through the scheduler's own `_preempt_request`; `schedule()`; the
+worker (vLLM's V1 or V2 model runner with the forward simulated, or the mirror worker) executes the
+SchedulerOutput; its sampled tokens and finished async loads go back through `update_from_output(so,
+ModelRunnerOutput)`; drafts through `update_draft_token_ids` (synchronous scheduling). Under async
+scheduling the loop is `EngineCore.step_with_batch_queue`: two batches in flight, the next `schedule()` before
+the previous batch's output. Chunking, admission, preemption under pool pressure, CoW copies, spec rejection
+and re-caching, frees and async-load completion are all vLLM's own code.
 
 Geometry, derived as vLLM derives it for align mode: `cache_config.block_size` = Mamba block size =
 attention block size (`platforms/interface.py:1114-1115` in 0.33.0: the attention block is raised until its
 page holds a Mamba state, then the Mamba block is set to it), so a scenario's smaller `attn_block_size`
 becomes `mamba_block_size`; `hash_block_size` is `prefix_match_unit`; `token_budget` is
-`max_num_batched_tokens`. Pinned here, on purpose, for this first slice: async scheduling off and the V1
-model runner (the worker shadow mirrors V1 only; vLLM picks V1 itself on a machine without Triton).
+`max_num_batched_tokens`. Async scheduling is vLLM's decision for the config on a GPU platform
+(`_gpu_async_decision`) where the worker follows it (V2), else synchronous.
 
 K > 0 is n-gram drafting (no lookahead slots); with `eagle_block_drop` an EAGLE drafter (`_as_eagle`: K
 lookahead slots, trailing-block drop). Either way the drafts come from the scenario.
