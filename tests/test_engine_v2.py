@@ -242,6 +242,26 @@ def test_model_forward_on_v2_reads_and_writes_at_v2s_indices(scheduling):
         assert "output" in {f.oracle for f in bad}
 
 
+@needs_async
+def test_async_run_goes_on_while_a_batch_is_in_flight():
+    """A request preempted while its batch is in flight leaves a step with nothing scheduled; the loop must not
+    take that for the end (the batch still reports, the request is rescheduled): it finishes as synchronously
+    (found by bench/async_differential.py: the run used to stop there and abort it)."""
+    from harness.engine.scheduler import EngineDriver
+    from harness.scenario import parse_scenario
+
+    sc = parse_scenario({"version": 1, "geometry": {"hash_block_size": 16, "attn_block_size": 16, "mamba_block_size": 16,
+                                                    "num_blocks": 48, "max_model_len": 256, "token_budget": 64},
+                         "requests": [{"id": "a", "prompt": {"length": 69, "seed": 1}, "max_tokens": 4}],
+                         "events": [{"step": 1, "kind": "preempt", "request": "a"}]})
+    outputs = {}
+    for options in (V2, V2_SYNC):
+        d = EngineDriver(sc, None, options)
+        assert judge(d.run()) == []
+        outputs[options.async_scheduling] = list(d.reqs["a"].vreq.output_token_ids)
+    assert len(outputs["off"]) == 4 and outputs["auto"] == outputs["off"]
+
+
 def test_auto_follows_a_v1_pick_with_vllms_v1_runner():
     """Where vLLM picks its V1 runner (`use_v2_model_runner` false: no Triton, a release before V2, a config
     V2 refuses) `auto` is the V1 worker (vLLM's own V1 runner), never the mirror; a scenario it cannot follow

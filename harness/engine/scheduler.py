@@ -473,8 +473,8 @@ class EngineDriver:
         return all(r.finished for r in self.reqs.values())
 
     def _stuck(self, step: int) -> bool:
-        if step == 0 or self.last_scheduled or self.loads or self.reported_loads:
-            return False
+        if step == 0 or self.last_scheduled or self.loads or self.reported_loads or self.batch_queue:
+            return False  # (async scheduling: a batch still in flight reports, and what it frees is rescheduled)
         if any(not r.arrived and not r.finished for r in self.reqs.values()):
             return False
         return not any(s >= step for s in self.events)
