@@ -448,17 +448,18 @@ def _noised_block_argmax(logits, temp, seed, pos, block_size, *, drafting, use_f
     hot = temp != 0.0
     if use_fp64:
         x = x.astype(np.float64)
-    for i in np.nonzero(hot)[0]:
-        row = x[i, :V]
+    rows = np.nonzero(hot)[0]
+    if rows.size:  # every sampled row at once: the same per-element operations as one row at a time
+        base = x[rows, :V]
         if apply_temperature:
-            row = (logits[i].astype(np.float32) / temp[i]).astype(x.dtype)
-        p = pos[i : i + 1] + ((1 << 30) if drafting else 0)
+            base = (logits[rows].astype(np.float32) / temp[rows][:, None]).astype(x.dtype)
+        p = pos[rows] + ((1 << 30) if drafting else 0)
         if use_fp64:
-            noise = -np.log(-np.log(_uniform64(seed[i : i + 1], p, np.arange(V))[0]))
+            noise = -np.log(-np.log(_uniform64(seed[rows], p, np.arange(V))))
         else:
             with np.errstate(divide="ignore"):
-                noise = -np.log(-_log1p_neg_stable(_uniform32(seed[i : i + 1], p, np.arange(V))[0]))
-        x[i, :V] = row + noise
+                noise = -np.log(-_log1p_neg_stable(_uniform32(seed[rows], p, np.arange(V))))
+        x[rows, :V] = base + noise
     blocks = x.reshape(n, nb, block_size)
     idx = blocks.argmax(axis=-1)
     value = np.take_along_axis(blocks, idx[..., None], axis=-1)[..., 0]
