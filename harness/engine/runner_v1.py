@@ -50,6 +50,7 @@ import socket
 import numpy as np
 
 from harness.errors import BadInput
+from harness.states import chain
 from harness.trace import Read, RowView
 from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, installed_version
 from harness.worker import Forward
@@ -389,11 +390,15 @@ class V1Worker:
         # the state indices the Mamba2 metadata builder hands the kernels (mamba_attn.py:469-483)
         indices = self.get_state_indices(bt.get_device_tensor(n), seq_lens, self.mamba_spec, "align").tolist()
         accepted = r.num_accepted_tokens.gpu[:n].tolist()  # what the kernels get (gpu_model_runner.py:2440)
+        # the token ids the runner feeds the model, per request in batch order (its own input buffer): the states
+        # written are tagged with the prefix as fed, so a wrong token fed shows at the next read
+        starts = np.concatenate([[0], np.cumsum(ns_np)]).tolist()
+        fed_all = r.input_ids.gpu[: starts[-1]].tolist()
         for i, rid in enumerate(req_ids):
             nc, ns = int(nc_np[i]), int(ns_np[i])
             nd = len(so.scheduled_spec_decode_tokens.get(rid, ()))
-            fps = seq_fps[rid]
-            want = (nc, fps[nc])
+            want = (nc, seq_fps[rid][nc])
+            fed = chain([want[1]], fed_all[starts[i]:starts[i + 1]])  # fed[j]: the prefix of nc + j tokens as fed
             na = int(accepted[i])
             curr = r.mamba_state_idx[rid]
             prev = prev_idx.get(rid, (nc - 1) // self.bs)
@@ -406,13 +411,13 @@ class V1Worker:
                 conv, _ = st.read(idx[0], na - 1, idx[0])
                 _, ssm = st.read(idx[na - 1], 0, idx[na - 1])
                 tr.reads.append(Read(self._step, rid, "initial", MAMBA_GROUP, curr, idx[0], conv, ssm, want))
-                st.write_tokens(idx[0], idx[:ns], [(nc + k + 1, fps[nc + k + 1]) for k in range(ns)])
+                st.write_tokens(idx[0], idx[:ns], [(nc + k + 1, fed[k + 1]) for k in range(ns)])
                 live.extend(range(curr, curr + ns))
             else:  # prefill kernels: initial state from idx[0] when nc > 0, final state to idx[0]
                 if nc > 0:
                     conv, ssm = st.read(idx[0], 0, idx[0])
                     tr.reads.append(Read(self._step, rid, "initial", MAMBA_GROUP, curr, idx[0], conv, ssm, want))
-                st.write_final(idx[0], (nc + ns, fps[nc + ns]))
+                st.write_final(idx[0], (nc + ns, fed[ns]))
                 live.append(curr)
             tr.rows.append(RowView(self._step, rid, MAMBA_GROUP, kinds.get(rid, "RUNNING"), nc, ns, prev, curr,
                                    sorted(set(live)), self._row(i), list(core_tables[rid][MAMBA_GROUP])))
