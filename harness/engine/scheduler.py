@@ -275,7 +275,9 @@ def _vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: 
     try:
         sched_cfg = SchedulerConfig(
             max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len,
-            enable_chunked_prefill=True, is_encoder_decoder=False, async_scheduling=async_scheduling)
+            enable_chunked_prefill=True, is_encoder_decoder=False,
+            # an EAGLE config asking for async scheduling is validated below as EAGLE (this one says n-gram)
+            async_scheduling=None if eagle and async_scheduling else async_scheduling)
         cache_kwargs = dict(block_size=B, enable_prefix_caching=True, mamba_cache_mode="align")
         if supports_prefix_match_unit():
             cache_kwargs["prefix_match_unit"] = H
@@ -298,6 +300,21 @@ def _vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: 
         with _gpu_async_decision(decided):
             vc = VllmConfig(scheduler_config=sched_cfg, cache_config=cache_cfg,
                             device_config=DeviceConfig(device="cpu"), kv_transfer_config=kv_cfg, **extra)
+        if eagle and async_scheduling is not False:  # vLLM's decision for the EAGLE config (it depends on the method,
+            # config/vllm.py: 0.32 turns async off for n-gram, not for EAGLE): a second config, labelled before
+            # validation, decides; the scheduler's own config stays the one above (see _as_eagle)
+            from vllm.config import SpeculativeConfig
+
+            spec = _speculative_config(SpeculativeConfig, K)
+            object.__setattr__(spec, "method", "eagle")
+            with _gpu_async_decision(decided):
+                VllmConfig(scheduler_config=SchedulerConfig(
+                               max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len,
+                               enable_chunked_prefill=True, is_encoder_decoder=False, async_scheduling=None),
+                           cache_config=CacheConfig(**cache_kwargs), device_config=DeviceConfig(device="cpu"),
+                           kv_transfer_config=KVTransferConfig(**kv_kwargs), speculative_config=spec)
+            if async_scheduling and not decided[-1]:
+                raise BadInput(f"vLLM {installed_version()} does not schedule this EAGLE config asynchronously")
     except BadInput:
         raise
     except (ValueError, AssertionError, TypeError) as exc:
