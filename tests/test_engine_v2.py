@@ -242,6 +242,19 @@ def test_model_forward_on_v2_reads_and_writes_at_v2s_indices(scheduling):
         assert "output" in {f.oracle for f in bad}
 
 
+def test_async_decision_is_vllms_for_the_drafting_method():
+    """vLLM decides async scheduling per drafting method: on for EAGLE with V2 (0.32 and 0.33), and for n-gram
+    only from 0.33 (0.32 turns it off); an EAGLE geometry gets the EAGLE decision although its config is built
+    as n-gram (harness/engine/scheduler.py _as_eagle)."""
+    from harness.engine.scheduler import EngineDriver
+    from harness.vllm_adapter import _parse_version
+
+    ngram = load_scenario(SPEC)
+    eagle = ngram.model_copy(update={"geometry": ngram.geometry.model_copy(update={"eagle_block_drop": True})})
+    assert EngineDriver(eagle, None, V2).asynchronous
+    assert EngineDriver(ngram, None, V2).asynchronous == (_parse_version(installed_version()) >= (0, 33))
+
+
 @needs_async
 def test_async_run_goes_on_while_a_batch_is_in_flight():
     """A request preempted while its batch is in flight leaves a step with nothing scheduled; the loop must not
