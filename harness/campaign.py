@@ -77,7 +77,27 @@ class Campaign:
         self.known_before = self.kept_findings()
 
     def kept_findings(self) -> list[Path]:
+        """The findings kept in this artifacts folder by campaigns of this configuration (vLLM release, mutant,
+        tier): a verdict holds for the configuration that judged it, so a finding kept by a campaign on another
+        release or with another mutant neither counts here nor is lost (`foreign_findings`)."""
+        return [p for p in self._all_findings() if self._ours(p)]
+
+    def foreign_findings(self) -> list[Path]:
+        return [p for p in self._all_findings() if not self._ours(p)]
+
+    def _all_findings(self) -> list[Path]:
         return sorted(p for p in self.findings_dir.glob("finding-*") if p.is_dir() and "." not in p.name)
+
+    def _ours(self, folder: Path) -> bool:
+        from harness.vllm_adapter import installed_version
+
+        try:
+            doc = json.loads((folder / "finding.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return True  # unreadable: judged (and reported) as this campaign's, never silently dropped
+        return (doc.get("vllm_version", installed_version()) == installed_version()
+                and (doc.get("mutant") or None) == (self.mutant or None)
+                and doc.get("tier", self.target) == self.target)
 
     # -- workers ----------------------------------------------------------------------------------
     def _spawn(self, w: WorkerState) -> None:
@@ -201,6 +221,7 @@ class Campaign:
         out = dict(self.sample(), elapsed=round(elapsed, 1), execs_per_s=round(self.execs() / max(elapsed, 1e-9), 1),
                    jobs=self.jobs, mutant=self.mutant, target=self.target, corpus_dir=str(self.corpus),
                    findings_total=len(found), findings_new=[p.name for p in new],
+                   findings_other_configurations=[p.name for p in self.foreign_findings()],
                    verdicts={p.name: finding_verdict(p) for p in found}, outputs=self.outputs())
         if self.target == "engine":  # the options the workers ran with (they inherit this process's)
             from harness.engine.options import current

@@ -221,6 +221,10 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         what = new_signatures(verdict) if is_new else []
         known = ", ".join(f"{s} = {k}" for s, k in verdict["known"].items())
         print(f"  [{label}] {name}: {'; '.join(what) or '-'}{'; known: ' + known if known else ''}{extra}  {folder}")
+    other = summary.get("findings_other_configurations") or []
+    if other:
+        print(f"  {len(other)} finding(s) in {artifacts / 'findings'} were kept by campaigns of another configuration "
+              "(vLLM release, mutant or tier): not judged here")
     if summary["harness_errors"]:
         print(f"harness errors (not vLLM findings) kept in {artifacts / 'findings' / 'harness-errors'}", file=sys.stderr)
         return EXIT_HARNESS_ERROR

@@ -68,8 +68,9 @@ def render(directory: str | Path) -> tuple[Path, Path]:
     except ImportError:  # matplotlib is in requirements/dev.txt; without it the report has no plots
         pngs = []
     findings = []
+    other = set(summary.get("findings_other_configurations") or ())  # kept by another release, mutant or tier
     for folder in sorted((directory / "findings").glob("finding-*")):
-        if not (folder / "finding.json").exists():
+        if not (folder / "finding.json").exists() or folder.name in other:
             continue
         doc = json.loads((folder / "finding.json").read_text())
         verdict = doc.get("verdict") or {"new": True, "known": {}}  # no verdict: nothing shown to be known
@@ -86,6 +87,8 @@ def render(directory: str | Path) -> tuple[Path, Path]:
     head = (f"{last.get('execs', 0)} execs over {last.get('t', 0):.0f} s; coverage {last.get('cov', 0)}; corpus "
             f"{last.get('corpus', 0)}; {len(findings)} finding(s); harness errors {last.get('harness_errors', 0)}; "
             f"vLLM mutant: {summary.get('mutant') or 'none'}")
+    if other:
+        head += f"; {len(other)} more kept by campaigns of another configuration (not judged here)"
     if summary.get("engine"):
         head += "; engine tier: " + ", ".join(f"{k} {v}" for k, v in summary["engine"].items())
     if summary.get("outputs"):

@@ -205,3 +205,28 @@ def test_a_finding_only_fixes_together_remove_is_attributed_to_the_smallest_such
 
     v = classify(["cache-integrity"], replay, issues)
     assert v.known == {"cache-integrity": "p+r"} and not v.is_new
+
+
+def test_a_campaign_judges_only_findings_kept_by_its_own_configuration(tmp_path):
+    """Findings another campaign kept in the same folder (another vLLM release, mutant or tier) keep their own
+    verdicts: they neither turn this campaign red nor vanish (listed as another configuration's)."""
+    import json
+
+    from harness.campaign import Campaign
+    from harness.vllm_adapter import installed_version
+
+    def keep(name, **fields):
+        folder = tmp_path / "findings" / name
+        folder.mkdir(parents=True)
+        doc = {"vllm_version": installed_version(), "mutant": None, "tier": "symbolic",
+               "verdict": {"signatures": ["x"], "known": {}, "unexplained": ["x"], "revealed": [], "new": True}}
+        (folder / "finding.json").write_text(json.dumps({**doc, **fields}))
+
+    keep("finding-ours")
+    keep("finding-other-release", vllm_version="0.0.1")
+    keep("finding-mutant", mutant="seed-unmarked-early-return")
+    keep("finding-engine", tier="engine")
+    c = Campaign(target="symbolic", corpus=tmp_path / "corpus", artifacts=tmp_path, jobs=1, seconds=1, runs=None,
+                 seed=0, mutant=None, seed_corpus=False, progress=False)
+    assert [p.name for p in c.kept_findings()] == ["finding-ours"]
+    assert sorted(p.name for p in c.foreign_findings()) == ["finding-engine", "finding-mutant", "finding-other-release"]
