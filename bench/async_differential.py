@@ -1,6 +1,6 @@
 """Async against synchronous scheduling on vLLM's V2 runner: the same generations, the same verdicts.
 
-    taskset -c 0 .venv/bin/python bench/async_differential.py --count 500 [--seed 0] [--mutant NAME]
+    taskset -c 0 .venv/bin/python bench/async_differential.py --count 500 [--seed 0] [--mutant NAME] [--against v1]
 
 Each generated scenario replays twice on the engine tier with vLLM's V2 runner: under async scheduling
 (`EngineCore.step_with_batch_queue`, the next step scheduled before the previous step's tokens are known) and
@@ -8,7 +8,8 @@ synchronously (`EngineCore.step`). Scheduling must not change what a request gen
 tokens must agree; where one run is cut short the difference is explained only by an abort event (events
 are step-indexed) or a vLLM exception ending that replay, with the tokens agreeing up to the shorter run. The
 oracles' signatures are compared too (a bug only one loop reaches shows there: `--mutant
-v2-async-trusts-scheduler-computed`). Scenarios vLLM refuses (BadInput) are counted and skipped. Exit 1 when
+v2-async-trusts-scheduler-computed`). Scenarios vLLM refuses (BadInput) are counted and skipped. `--against v1`
+compares with vLLM's V1 runner instead (the same generations whichever runner runs them). Exit 1 when
 a difference is unexplained (a bug on one side, the harness's included: find which), 0 otherwise.
 """
 
@@ -25,12 +26,12 @@ import harness.engine  # noqa: E402,F401  (the engine environment before vLLM is
 from harness.errors import BadInput  # noqa: E402
 
 
-def _run(scenario, mutant, scheduling: str):
+def _run(scenario, mutant, scheduling: str, runner: str = "v2"):
     from harness.engine.options import EngineOptions
     from harness.engine.scheduler import EngineDriver
     from harness.oracles import judge
 
-    driver = EngineDriver(scenario, mutant, EngineOptions(runner="v2", async_scheduling=scheduling))
+    driver = EngineDriver(scenario, mutant, EngineOptions(runner=runner, async_scheduling=scheduling))
     trace = driver.run()
     tokens = {rid: list(r.vreq.all_token_ids) for rid, r in driver.reqs.items()}
     return driver.asynchronous, tokens, sorted({f.signature for f in judge(trace)})
@@ -55,13 +56,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--mutant", default=None)
+    ap.add_argument("--against", choices=("sync", "v1"), default="sync",
+                    help="the other side: V2 synchronously (default), or vLLM's V1 runner (synchronous; prefill "
+                    "checkpoints off: the V1 worker does not simulate them)")
     args = ap.parse_args(argv)
 
     from harness.generate import random_scenario
     from harness.mutants import mutant_applied
     from harness.vllm_adapter import installed_version, supports_prefill_checkpoints
 
-    checkpoints = supports_prefill_checkpoints()
+    checkpoints = supports_prefill_checkpoints() and args.against == "sync"
     tokens_differ, explained, verdicts_differ, skipped, ran, asynchronous = [], [], [], 0, 0, 0
     started = time.perf_counter()
     with mutant_applied(args.mutant):
@@ -69,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             scenario = random_scenario(seed, checkpoints=checkpoints)
             try:
                 on = _run(scenario, args.mutant, "auto")
-                off = _run(scenario, args.mutant, "off")
+                off = _run(scenario, args.mutant, "off", "v2" if args.against == "sync" else "v1")
             except BadInput as exc:
                 skipped += 1
                 print(f"seed {seed}: skipped: {exc}", flush=True)
@@ -84,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
                 verdicts_differ.append(seed)
                 print(f"seed {seed}: verdicts differ: async {on[2]} sync {off[2]}", flush=True)
     elapsed = time.perf_counter() - started
-    print(f"async differential, vLLM {installed_version()}, V2 runner{' + ' + args.mutant if args.mutant else ''}: "
+    other = "V2 synchronously" if args.against == "sync" else "the V1 runner (synchronous)"
+    print(f"async differential, vLLM {installed_version()}, V2 runner against {other}"
+          f"{' + ' + args.mutant if args.mutant else ''}: "
           f"{ran} scenarios (seeds {args.seed}..{args.seed + args.count - 1}, {skipped} skipped, {asynchronous} ran "
           f"async as vLLM decided), tokens differ in {len(tokens_differ) + len(explained)} ({len(explained)} explained: "
           f"an abort event at a fixed step, or a vLLM exception that ends one replay; {len(tokens_differ)} unexplained), "
