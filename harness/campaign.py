@@ -74,6 +74,7 @@ class Campaign:
         self.workers = [WorkerState(i) for i in range(self.jobs)]
         self.started = time.monotonic()
         self.stop = False
+        self._owners: dict[str, bool] = {}  # finding folder -> kept by this configuration (_ours)
         self.known_before = self.kept_findings()
 
     def kept_findings(self) -> list[Path]:
@@ -89,6 +90,13 @@ class Campaign:
         return sorted(p for p in self.findings_dir.glob("finding-*") if p.is_dir() and "." not in p.name)
 
     def _ours(self, folder: Path) -> bool:
+        """Read once per folder (the progress bar asks every second): the configuration a finding was kept
+        under does not change (minimization rewrites the files, not who found it)."""
+        if folder.name not in self._owners:
+            self._owners[folder.name] = self._judged_here(folder)
+        return self._owners[folder.name]
+
+    def _judged_here(self, folder: Path) -> bool:
         from harness.vllm_adapter import installed_version
 
         try:

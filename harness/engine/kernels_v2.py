@@ -589,8 +589,9 @@ def _rejection_kernel(sampled_ptr, sampled_stride, rejected_steps_ptr, target_re
                       draft_local_sumexp_ptr, draft_local_sumexp_stride, cu_num_logits_ptr, idx_mapping_ptr, temp_ptr,
                       seed_ptr, pos_ptr, synthetic_conditional_rates_ptr, cumulative_log_p_ptr,
                       local_residual_mass_ptr, local_residual_mass_stride, fly_entropy_ptr=None,
-                      fly_entropy_threshold=0.0, vocab_num_blocks=1, PADDED_VOCAB_NUM_BLOCKS=1, HAS_DRAFT_LOGITS=False, SYNTHETIC_MODE=False,
-                      USE_BLOCK_VERIFICATION=False, FLY_WINDOW_SIZE=0, **_):
+                      fly_entropy_threshold=0.0, vocab_num_blocks=1, PADDED_VOCAB_NUM_BLOCKS=1,
+                      HAS_DRAFT_LOGITS=False, SYNTHETIC_MODE=False, USE_BLOCK_VERIFICATION=False, FLY_WINDOW_SIZE=0,
+                      **_):
     """Accept drafts left to right while the target agrees (greedy: its argmax; sampled: target logprob >
     log u, u = tl.rand(seed, pos)); rejection_sampler_utils.py:503-766 without draft logits, block
     verification, FLy or synthetic rates."""

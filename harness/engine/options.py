@@ -42,9 +42,9 @@ _CHOICES = {"runner": RUNNERS, "async_scheduling": ASYNC_MODES, "kernels": KERNE
 
 @dataclass(frozen=True)
 class EngineOptions:
-    # the runner vLLM picks (V2 on 0.33.0 with Triton importable, its Triton kernels replaced by
+    # the runner vLLM picks (V2 on 0.32-0.33 with Triton importable, its Triton kernels replaced by
     # harness/engine/kernels_v2.py; V1 where vLLM picks V1); `mirror` is the harness's own V1 shadow (and the
-    # default with --forward model, which runs on it only: current())
+    # default with --forward model when no runner is set: current())
     runner: str = "auto"
     async_scheduling: str = "auto"
     kernels: str = "torch"
@@ -63,18 +63,22 @@ def current() -> EngineOptions:
             raise BadInput(f"{var}={value!r}: choose one of {', '.join(_CHOICES[name])}")
         values[name] = value
     if values["forward"] == "model" and _ENV["runner"] not in os.environ:
-        values["runner"] = "mirror"  # the model forward runs on the mirror worker only: its default there
+        values["runner"] = "mirror"  # the model forward's default worker (it runs on v1 and v2 when asked)
     return EngineOptions(**values)
 
 
-_RESOLVED: dict = {}  # what `auto` meant in this process's last engine replay (EngineDriver sets it)
+_RESOLVED: dict = {}  # what `auto` meant in this process's last engine replay (record_resolved)
 
 
-def resolved(**ran) -> EngineOptions:
+def record_resolved(async_scheduling: str) -> None:
+    """What the engine replay now running resolved `auto` to (EngineDriver: on|off, vLLM's decision)."""
+    _RESOLVED["async_scheduling"] = async_scheduling
+
+
+def resolved() -> EngineOptions:
     """The options as the last engine replay ran them (`async_scheduling` auto -> on|off, vLLM's decision for
     the config): what a finding artifact records, so a replay runs it the same way even where `auto` would
-    decide otherwise (another release, another runner). `ran` (keyword args) records them."""
-    _RESOLVED.update(ran)
+    decide otherwise (another release, another runner)."""
     opts = current()
     if opts.async_scheduling == "auto" and "async_scheduling" in _RESOLVED:
         opts = EngineOptions(**{**opts.as_json(), "async_scheduling": _RESOLVED["async_scheduling"]})

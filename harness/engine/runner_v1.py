@@ -397,7 +397,7 @@ class V1Worker:
         for i, rid in enumerate(req_ids):
             nc, ns = int(nc_np[i]), int(ns_np[i])
             nd = len(so.scheduled_spec_decode_tokens.get(rid, ()))
-            want = (nc, seq_fps[rid][nc])
+            want = (nc, self.driver.prefix_fp(rid, nc))
             fed = chain([want[1]], fed_all[starts[i]:starts[i + 1]])  # fed[j]: the prefix of nc + j tokens as fed
             na = int(accepted[i])
             curr = r.mamba_state_idx[rid]

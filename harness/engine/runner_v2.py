@@ -435,7 +435,8 @@ class V2Worker:
         # --forward model: the model tier's backend (harness.model_tier) at V2's own indices and copies; the tokens
         # it is fed and samples are this worker's own record (under async scheduling vLLM's lags a step)
         self.backend = getattr(driver, "backend", None)
-        self.tokens: dict[str, list[int]] = {}
+        self.tokens: dict[str, list[int]] = {}  # request -> its tokens as fed and sampled (the model's record)
+        self._feed: dict[str, list[int]] = {}  # request -> its tokens up to this step's end as fed (forward input)
         if self.backend is not None:
             self.backend.step_tokens = self._fed_tokens
         if self.runner.speculator is not None:
@@ -733,5 +734,4 @@ class V2Worker:
     def __new__(cls, *args, **kwargs):
         self = super().__new__(cls)
         self._seen = set()
-        self._feed = {}  # request -> its tokens up to this step's end as fed (the model's forward input)
         return self

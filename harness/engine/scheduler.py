@@ -63,7 +63,7 @@ from harness.vllm_adapter import (  # noqa: E402
 )
 from harness.engine.options import EngineOptions  # noqa: E402
 from harness.engine.options import current as current_options  # noqa: E402
-from harness.engine.options import resolved as resolved_options  # noqa: E402
+from harness.engine.options import record_resolved  # noqa: E402
 from harness.engine.workers import make_worker  # noqa: E402
 
 CONNECTOR_MODULE = "harness.engine.connector"
@@ -273,46 +273,43 @@ def _vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: 
     _quiet_vllm()
     decided: list = []
     try:
-        sched_cfg = SchedulerConfig(
-            max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len,
-            enable_chunked_prefill=True, is_encoder_decoder=False,
-            # an EAGLE config asking for async scheduling is validated below as EAGLE (this one says n-gram)
-            async_scheduling=None if eagle and async_scheduling else async_scheduling)
         cache_kwargs = dict(block_size=B, enable_prefix_caching=True, mamba_cache_mode="align")
         if supports_prefix_match_unit():
             cache_kwargs["prefix_match_unit"] = H
         elif H != B:
             raise BadInput(f"geometry.hash_block_size {H} < block {B}: vLLM {installed_version()}'s CacheConfig has "
                            "no prefix_match_unit")
-        cache_cfg = CacheConfig(**cache_kwargs)
         kv_kwargs = dict(kv_connector="HarnessConnector", kv_connector_module_path=CONNECTOR_MODULE, kv_role="kv_both")
         if failure_policy != "fail":  # "fail" is vLLM's default (config/kv_transfer.py:88 in 0.33.0)
             if "kv_load_failure_policy" not in KVTransferConfig.__dataclass_fields__:
                 raise BadInput(f"geometry.kv_load_failure_policy: vLLM {installed_version()}'s KVTransferConfig has no "
                                "kv_load_failure_policy")
             kv_kwargs["kv_load_failure_policy"] = failure_policy
-        kv_cfg = KVTransferConfig(**kv_kwargs)
-        extra = {}
-        if K:
-            from vllm.config import SpeculativeConfig
 
-            extra["speculative_config"] = _speculative_config(SpeculativeConfig, K)
-        with _gpu_async_decision(decided):
-            vc = VllmConfig(scheduler_config=sched_cfg, cache_config=cache_cfg,
-                            device_config=DeviceConfig(device="cpu"), kv_transfer_config=kv_cfg, **extra)
+        def build(asked: bool | None, method: str | None = None):
+            """A VllmConfig for this geometry; vLLM's async decision is appended to `decided`. `method`: the
+            drafting method to validate as (the config is built n-gram: see _as_eagle)."""
+            extra = {}
+            if K:
+                from vllm.config import SpeculativeConfig
+
+                extra["speculative_config"] = spec = _speculative_config(SpeculativeConfig, K)
+                if method is not None:
+                    object.__setattr__(spec, "method", method)
+            with _gpu_async_decision(decided):
+                return VllmConfig(scheduler_config=SchedulerConfig(
+                                      max_num_seqs=max_num_seqs, max_num_batched_tokens=budget,
+                                      max_model_len=max_model_len, enable_chunked_prefill=True,
+                                      is_encoder_decoder=False, async_scheduling=asked),
+                                  cache_config=CacheConfig(**cache_kwargs), device_config=DeviceConfig(device="cpu"),
+                                  kv_transfer_config=KVTransferConfig(**kv_kwargs), **extra)
+
+        # an EAGLE config asking for async scheduling is validated below as EAGLE (this one says n-gram)
+        vc = build(None if eagle and async_scheduling else async_scheduling)
         if eagle and async_scheduling is not False:  # vLLM's decision for the EAGLE config (it depends on the method,
             # config/vllm.py: 0.32 turns async off for n-gram, not for EAGLE): a second config, labelled before
             # validation, decides; the scheduler's own config stays the one above (see _as_eagle)
-            from vllm.config import SpeculativeConfig
-
-            spec = _speculative_config(SpeculativeConfig, K)
-            object.__setattr__(spec, "method", "eagle")
-            with _gpu_async_decision(decided):
-                VllmConfig(scheduler_config=SchedulerConfig(
-                               max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len,
-                               enable_chunked_prefill=True, is_encoder_decoder=False, async_scheduling=None),
-                           cache_config=CacheConfig(**cache_kwargs), device_config=DeviceConfig(device="cpu"),
-                           kv_transfer_config=KVTransferConfig(**kv_kwargs), speculative_config=spec)
+            build(None, method="eagle")
             if async_scheduling and not decided[-1]:
                 raise BadInput(f"vLLM {installed_version()} does not schedule this EAGLE config asynchronously")
     except BadInput:
@@ -321,11 +318,11 @@ def _vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: 
         raise BadInput(f"vLLM {installed_version()} refuses the engine config for this geometry: {exc}") from None
     _quiet_vllm()  # VllmConfig may have re-applied vLLM's logging config
     if decided:  # the GPU platform leaves vLLM's decision in place
-        sched_cfg.async_scheduling = bool(decided[-1])
+        vc.scheduler_config.async_scheduling = bool(decided[-1])
     if eagle:
         _as_eagle(vc.speculative_config)
     object.__setattr__(vc, "model_config", _ModelConfigStandIn(max_model_len))
-    cache_cfg.mamba_block_size = B  # platforms/interface.py:1114-1115 (align mode)
+    vc.cache_config.mamba_block_size = B  # platforms/interface.py:1114-1115 (align mode)
     return vc
 
 
@@ -385,7 +382,7 @@ class EngineDriver:
         self.worker_drafts = getattr(self.worker, "proposes_drafts", False)
         self.trace.runner = getattr(self.worker, "runner_name", self.options.runner)
         self.trace.async_scheduling = self.asynchronous
-        resolved_options(async_scheduling="on" if self.asynchronous else "off")
+        record_resolved("on" if self.asynchronous else "off")
         self.states = self.worker.states  # what the oracles read: the worker's state pages
         connector = self.sched.connector
         if connector is None or not hasattr(connector, "plan"):
