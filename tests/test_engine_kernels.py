@@ -235,3 +235,17 @@ def test_scenario_traces_identical_with_torch_and_triton_kernels(path):
     assert a.exception is None and b.exception is None
     if path == SPEC:
         assert any(r.what == "postcopy" for r in a.reads)  # recorded with either kernel set
+
+
+def test_triton_kernels_run_after_the_v1_workers_replacements_were_registered():
+    """The V1 worker registers its fused Mamba replacements (shared with V2) in this process first; a V2 replay
+    under `--kernels triton` still runs vLLM's kernels for them: each post-copy is recorded once, as in a
+    process where nothing was registered (kernels_v1.mode unbinds every worker's replacements)."""
+    from harness.engine.scheduler import EngineDriver
+
+    try:
+        EngineDriver(load_scenario(SPEC), None, EngineOptions(runner="v1", kernels="torch")).run()
+    except BadInput as exc:
+        pytest.skip(f"the V1 worker cannot run here: {exc}")
+    a, b = _replay(SPEC, "triton"), _replay(SPEC, "torch")
+    assert [astuple(r) for r in a.reads] == [astuple(r) for r in b.reads]

@@ -126,33 +126,18 @@ def test_worker_mutant_killed_and_absent_on_stock(name):
     assert killed is not None, f"{name} survived 300 generated scenarios on the V1 worker"
 
 
-_TRACE_SCRIPT = """
-import json, sys
-from harness.engine.options import EngineOptions
-from harness.engine.scheduler import replay
-from harness.generate import random_scenario
-from harness.oracles import judge
-out = {}
-for seed in map(int, sys.argv[2:]):
-    t = replay(random_scenario(seed, checkpoints=False), None, EngineOptions(runner="v1", kernels=sys.argv[1]))
-    # the copies' own source reads are observed inside the torch replacements only (not under Triton): compared
-    # here are the rows without their live columns, and the kernels' initial reads (what the copies produced)
-    rows = [repr(r.__class__(**{**{f: getattr(r, f) for f in r.__slots__}, "live_columns": []})) for r in t.rows]
-    reads = [repr(r) for r in t.reads if r.what.startswith("initial")]
-    out[seed] = [rows, reads, t.copies, [f.signature for f in judge(t)]]
-print(json.dumps(out))
-"""
-
-
 def _traces(kernels: str, seeds) -> dict:
-    """Each kernel set in its own process: vLLM's kernels are replaced (or not) once per process."""
-    import subprocess
-    import sys
-
-    proc = subprocess.run([sys.executable, "-c", _TRACE_SCRIPT, kernels, *map(str, seeds)], capture_output=True,
-                          text=True, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """Rows, the kernels' initial reads, copies and signatures per seed. Both kernel sets run in this process:
+    `--kernels triton` unbinds every replacement registered before it (kernels_v1.mode)."""
+    out = {}
+    for seed in seeds:
+        t = _replay(random_scenario(seed, checkpoints=False), kernels=kernels)
+        # the copies' own source reads are observed inside the torch replacements only (not under Triton):
+        # compared are the rows without their live columns, and the kernels' initial reads (what the copies made)
+        rows = [repr(r.__class__(**{**{f: getattr(r, f) for f in r.__slots__}, "live_columns": []})) for r in t.rows]
+        reads = [repr(r) for r in t.reads if r.what.startswith("initial")]
+        out[seed] = [rows, reads, t.copies, [f.signature for f in judge(t)]]
+    return out
 
 
 def test_torch_kernels_give_the_triton_kernels_trace():
@@ -165,6 +150,6 @@ def test_torch_kernels_give_the_triton_kernels_trace():
     seeds = (1, 3, 21)  # K = 0, 2, 1
     assert any(random_scenario(s, checkpoints=False).geometry.num_speculative_tokens for s in seeds)
     torch_traces, triton_traces = _traces("torch", seeds), _traces("triton", seeds)
-    for seed in map(str, seeds):
+    for seed in seeds:
         rows, reads, copies, sigs = torch_traces[seed]
         assert rows and triton_traces[seed] == [rows, reads, copies, sigs], seed

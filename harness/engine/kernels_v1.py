@@ -253,25 +253,132 @@ def _impl(name: str, fn: str):
 def register() -> str:
     """Install the replacements once per process: through vLLM's kernel dispatcher (0.31+, which rebinds every
     holder), else by rebinding the kernel in its defining module (vLLM < 0.31: mamba_utils launches them
-    by module-global name, v1/worker/mamba_utils.py). Returns how."""
+    by module-global name, v1/worker/mamba_utils.py). Returns how. Either way `mode` can bind vLLM's own
+    kernels back for a call."""
     global _registered
     if _registered:
         return _registered
     try:
-        from vllm.triton_utils.dispatcher import register_kernels
+        import vllm.triton_utils.dispatcher  # noqa: F401
     except ImportError:
         import importlib
 
         for name, fn in _KERNELS.items():
             if _exists(name) and name.rsplit(".", 2)[-2][:1].islower():
                 module, attr = name.rsplit(".", 1)
-                setattr(importlib.import_module(module), attr, _Launch(globals()[fn]))
+                host = importlib.import_module(module)
+                _JIT[name] = getattr(host, attr)
+                setattr(host, attr, _Launch(globals()[fn]))
+                _OVR[name] = getattr(host, attr)
+        _forget_holders()
         _registered = "module"
         return _registered
-    import warnings
-
-    with warnings.catch_warnings():  # its scan of sys.modules touches deprecated torch attributes
-        warnings.simplefilter("ignore", FutureWarning)
-        register_kernels({name: _impl(name, fn) for name, fn in _KERNELS.items() if _exists(name)})
+    register_replacements({name: _impl(name, fn) for name, fn in _KERNELS.items() if _exists(name)})
     _registered = "dispatcher"
     return _registered
+
+
+# -- one switch for every replacement registered in this process (the V1 worker's and the V2 worker's) ------
+
+_JIT: dict = {}  # name -> vLLM's kernel object (a Triton JITFunction)
+_OVR: dict = {}  # name -> what stands in for it (the dispatcher's KernelOverride around our replacement)
+_HOLDERS: list = []  # (owner, attribute, name): every place vLLM's code looks a registered kernel up
+_SCANNED = 0
+_active = "triton"
+
+
+def register_replacements(replacements: dict) -> None:
+    """Register through vLLM's `dispatcher.register_kernels` (it rebinds every holder of each kernel), keeping
+    vLLM's kernel and the override per name so `mode` can swap them. A name registered before (the fused
+    Mamba kernels both workers replace) is registered again over vLLM's kernel, not over the earlier override."""
+    global _active
+    import warnings
+
+    from vllm.triton_utils import dispatcher
+
+    _set("torch")  # every holder on an override: registering rebinds them all to the new one
+    for name in replacements:
+        host, attr = dispatcher._resolve_kernel(name)
+        kernel = getattr(host, attr)
+        if isinstance(kernel, dispatcher.KernelOverride):  # registered before (by us: _JIT has it)
+            kernel = _JIT.get(name) or dispatcher._registry[name][0]
+        _JIT[name] = kernel
+    with warnings.catch_warnings():  # its scan of sys.modules touches deprecated torch attributes
+        warnings.simplefilter("ignore", FutureWarning)
+        dispatcher.register_kernels(replacements)
+    for name in replacements:
+        host, attr = dispatcher._resolve_kernel(name)
+        _OVR[name] = getattr(host, attr)
+    _active = "torch"
+    _forget_holders()
+
+
+def _forget_holders() -> None:
+    global _SCANNED
+    _SCANNED = 0
+
+
+def _holders() -> list:
+    """Where the registered kernels are bound: module attributes (the defining modules and every `from ...
+    import kernel` copy) and JIT warmup owners' `kernel` attribute, found by identity as the dispatcher's own
+    scan finds them (triton_utils/dispatcher.py _rebind_kernels); rescanned when modules were imported."""
+    global _SCANNED
+    import sys
+
+    if _SCANNED != len(sys.modules):
+        import warnings
+
+        warnings.filterwarnings("ignore", category=FutureWarning, module=__name__)  # deprecated torch attributes
+        known = {id(k): n for n, k in _JIT.items()}
+        known.update({id(k): n for n, k in _OVR.items()})
+        found = []
+        for module in list(sys.modules.values()):
+            ns = getattr(module, "__dict__", None)
+            if not ns:
+                continue
+            for attr, value in list(ns.items()):
+                name = known.get(id(value))
+                if name is not None:
+                    found.append((module, attr, name))
+                elif hasattr(value, "__dict__"):
+                    try:
+                        name = known.get(id(vars(value).get("kernel")))
+                    except TypeError:
+                        continue
+                    if name is not None:
+                        found.append((value, "kernel", name))
+        _HOLDERS[:] = found
+        _SCANNED = len(sys.modules)
+    return _HOLDERS
+
+
+def _set(kind: str) -> None:
+    global _active
+    if kind == _active or not _OVR:
+        return
+    table = _OVR if kind == "torch" else _JIT
+    for owner, attr, name in _holders():
+        setattr(owner, attr, table[name])
+        if attr == "kernel" and not isinstance(owner, type):
+            owner.__dict__.pop("_kernel_arg_names", None)  # a warmup owner re-derives its launch binding
+    _active = kind
+
+
+class mode:
+    """`with mode("torch" | "triton", register):` the kernels vLLM's code launches for one call: the
+    replacements (`register` installs the worker's own, once per process; they stay bound) or vLLM's Triton
+    kernels, every replacement any worker registered in this process unbound for the call only."""
+
+    def __init__(self, kind: str, register=register) -> None:
+        self.kind, self.register = kind, register
+
+    def __enter__(self):
+        self.prev = _active
+        if self.kind == "torch":
+            self.register()
+        _set(self.kind)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.kind == "triton":
+            _set(self.prev)

@@ -722,13 +722,6 @@ KERNELS = {
 }
 
 
-_JIT: dict = {}  # name -> vLLM's kernel object (a Triton JITFunction)
-_OVR: dict = {}  # name -> the dispatcher's KernelOverride around the replacement
-_HOLDERS: list = []  # (namespace owner, attribute, name): every place the runner's code looks a kernel up
-_SCANNED = 0
-_active = "triton"
-
-
 def _by_name(fn, arg_names: tuple):
     """The replacement called with the launch's arguments by the installed kernel's own parameter names: a
     release whose kernel takes other parameters (0.32.x: no sliding-window, draft-scatter or FLy arguments,
@@ -745,83 +738,23 @@ def _by_name(fn, arg_names: tuple):
 
 def register() -> str:
     """Install the replacements through vLLM's kernel dispatcher (the V2 runner exists from 0.31 on, as does the
-    dispatcher); once per process. Returns how many kernels were registered."""
-    global _registered, _active
+    dispatcher), each bound by the installed kernel's parameter names; once per process. Returns how many."""
+    global _registered
     if _registered:
-        _set("torch")
         return _registered
-    import warnings
-
     from vllm.triton_utils import dispatcher
 
-    present = {name: fn for name, fn in KERNELS.items() if kernels_v1._exists(name)}
-    for name in present:
-        host, attr = dispatcher._resolve_kernel(name)
-        kernel = getattr(host, attr)
-        if isinstance(kernel, dispatcher.KernelOverride):  # the V1 worker's registration came first
-            kernel = dispatcher._registry[name][0]
-        _JIT[name] = kernel
-    present = {name: _by_name(fn, dispatcher._kernel_arg_names(_JIT[name])) for name, fn in present.items()}
-    with warnings.catch_warnings():  # its scan of sys.modules touches deprecated torch attributes
-        warnings.simplefilter("ignore", FutureWarning)
-        dispatcher.register_kernels(present)
-    for name in present:
-        host, attr = dispatcher._resolve_kernel(name)
-        _OVR[name] = getattr(host, attr)
+    present = {}
+    for name, fn in KERNELS.items():
+        if kernels_v1._exists(name):
+            host, attr = dispatcher._resolve_kernel(name)
+            present[name] = _by_name(fn, dispatcher._kernel_arg_names(getattr(host, attr)))
+    kernels_v1.register_replacements(present)
     _registered = f"dispatcher ({len(present)} kernels)"
-    _active = "torch"
     return _registered
 
 
-def _holders() -> list:
-    """Where the kernels are bound (the defining modules and every `from ... import kernel` copy): found once by
-    identity, as the dispatcher's own rebinding scan finds them (dispatcher.py _rebind_kernels)."""
-    global _SCANNED
-    import sys
-
-    if _SCANNED != len(sys.modules):
-        known = {id(k): n for n, k in _JIT.items()}
-        known.update({id(k): n for n, k in _OVR.items()})
-        found = []
-        for module in list(sys.modules.values()):
-            ns = getattr(module, "__dict__", None)
-            if not ns:
-                continue
-            for attr, value in list(ns.items()):
-                name = known.get(id(value))
-                if name is not None:
-                    found.append((module, attr, name))
-        _HOLDERS[:] = found
-        _SCANNED = len(sys.modules)
-    return _HOLDERS
-
-
-def _set(kind: str) -> None:
-    global _active
-    if kind == _active or not _OVR:
-        return
-    table = _OVR if kind == "torch" else _JIT
-    for module, attr, name in _holders():
-        setattr(module, attr, table[name])
-    _active = kind
-
-
-class mode:
-    """`with mode("torch" | "triton"):` the V2 runner's kernels for one execute / sample call. Triton's kernels
-    are bound for the call only, the replacements coming back on exit (the V1 worker registered the fused
-    Mamba ones too); the replacements, once registered, stay."""
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-
-    def __enter__(self):
-        self.prev = _active
-        if self.kind == "torch":
-            register()
-        else:
-            _set("triton")
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.kind == "triton":  # torch stays bound once registered (what the V1 worker registered too)
-            _set(self.prev)
+def mode(kind: str):
+    """`with mode("torch" | "triton"):` the V2 runner's kernels for one execute / sample call (kernels_v1.mode:
+    one switch for every replacement registered in this process, the V1 worker's too)."""
+    return kernels_v1.mode(kind, register)

@@ -79,7 +79,7 @@ def supported() -> str | None:
     return None
 
 
-def _init_process(vc, driver_options=None) -> None:
+def _init_process(vc) -> None:
     if _PROCESS:
         return
     from vllm.config import set_current_vllm_config
@@ -97,8 +97,6 @@ def _init_process(vc, driver_options=None) -> None:
             init_distributed_environment(world_size=1, rank=0, local_rank=0,
                                          distributed_init_method=f"tcp://127.0.0.1:{port}", backend="gloo")
             initialize_model_parallel(1, 1)
-    if getattr(driver_options, "kernels", "torch") == "torch":
-        kernels_v1.register()
     _host_memory_only()
     original = mamba_utils.collect_mamba_copy_meta
 
@@ -237,6 +235,7 @@ class V1Worker:
         self.get_state_indices = mamba_get_block_table_tensor
         self.set_config = set_current_vllm_config
         self.kernels_v1 = kernels_v1
+        self.kernels = opts.kernels
         self.driver, self.trace = driver, driver.trace
         # --forward model: the model tier's backend (harness.model_tier) runs at the indices vLLM's runner computes
         self.backend = getattr(driver, "backend", None)
@@ -246,7 +245,7 @@ class V1Worker:
         self.vc = vc
         self.K = K = driver.eg.num_speculative_tokens
         self.bs = driver.eg.block_size
-        _init_process(vc, opts)
+        _init_process(vc)
         sched_kvc = driver.sched.kv_cache_config
         num_blocks = sched_kvc.num_blocks
         self.states = TaggedStates(num_blocks, K, is_conv_state_dim_first())
@@ -336,6 +335,14 @@ class V1Worker:
 
     # -- one step ---------------------------------------------------------------------------------------------
     def execute(self, so, step: int, seq_fps: dict[str, list[int]], core_tables) -> None:
+        with self.kernels_v1.mode(self.kernels):  # replacements, or vLLM's kernels (any worker's unbound)
+            self._execute(so, step, seq_fps, core_tables)
+
+    def sample(self, so, step: int, sampled: dict[str, list[int]], accepted: dict[str, int], seq_fps):
+        with self.kernels_v1.mode(self.kernels):
+            return self._sample(so, step, sampled, accepted, seq_fps)
+
+    def _execute(self, so, step: int, seq_fps: dict[str, list[int]], core_tables) -> None:
         r, mu = self.runner, self.mamba_utils
         self._step, self._seq_fps, self._precopied = step, seq_fps, {}
         _PROCESS["observer"] = self._observe
@@ -426,7 +433,7 @@ class V1Worker:
                 self.backend.forward(Forward(self._step, rid, nc, ns, init, decode_row, idx[0],
                                              idx[:ns] if decode_row else [], None, self._row(i, ATTN_GROUP)))
 
-    def sample(self, so, step: int, sampled: dict[str, list[int]], accepted: dict[str, int], seq_fps):
+    def _sample(self, so, step: int, sampled: dict[str, list[int]], accepted: dict[str, int], seq_fps):
         """The sampler's output (the harness's token rule; a non-final prefill chunk samples a token vLLM then
         discards) through the runner's accepted-count update / spec post-copy and its bookkeeping."""
         torch, r = self.torch, self.runner
