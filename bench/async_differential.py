@@ -1,6 +1,7 @@
-"""Async against synchronous scheduling on vLLM's V2 runner: the same generations, the same verdicts.
+"""Async against synchronous scheduling on vLLM's V2 (or V1) runner: the same generations, the same verdicts.
 
     taskset -c 0 .venv/bin/python bench/async_differential.py --count 500 [--seed 0] [--mutant NAME] [--against v1]
+    taskset -c 0 .venv/bin/python bench/async_differential.py --runner v1 --count 500
 
 Each generated scenario replays twice on the engine tier with vLLM's V2 runner: under async scheduling
 (`EngineCore.step_with_batch_queue`, the next step scheduled before the previous step's tokens are known) and
@@ -9,7 +10,9 @@ tokens must agree; where one run is cut short the difference is explained only b
 are step-indexed) or a vLLM exception ending that replay, with the tokens agreeing up to the shorter run. The
 oracles' signatures are compared too (a bug only one loop reaches shows there: `--mutant
 v2-async-trusts-scheduler-computed`). Scenarios vLLM refuses (BadInput) are counted and skipped. `--against v1`
-compares with vLLM's V1 runner instead (the same generations whichever runner runs them). Exit 1 when
+compares with vLLM's V1 runner instead (the same generations whichever runner runs them). `--runner v1`: both
+sides on vLLM's V1 runner, which follows async scheduling without drafts (scenarios with drafts run synchronously
+on both sides; prefill checkpoints off: the V1 worker does not simulate them). Exit 1 when
 a difference is unexplained (a bug on one side, the harness's included: find which), 0 otherwise.
 """
 
@@ -56,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--mutant", default=None)
+    ap.add_argument("--runner", choices=("v2", "v1"), default="v2", help="the async side's runner")
     ap.add_argument("--against", choices=("sync", "v1"), default="sync",
                     help="the other side: V2 synchronously (default), or vLLM's V1 runner (synchronous; prefill "
                     "checkpoints off: the V1 worker does not simulate them)")
@@ -65,15 +69,16 @@ def main(argv: list[str] | None = None) -> int:
     from harness.mutants import mutant_applied
     from harness.vllm_adapter import installed_version, supports_prefill_checkpoints
 
-    checkpoints = supports_prefill_checkpoints() and args.against == "sync"
+    checkpoints = supports_prefill_checkpoints() and args.against == "sync" and args.runner == "v2"
+    other_runner = args.runner if args.against == "sync" else "v1"
     tokens_differ, explained, verdicts_differ, skipped, ran, asynchronous = [], [], [], 0, 0, 0
     started = time.perf_counter()
     with mutant_applied(args.mutant):
         for seed in range(args.seed, args.seed + args.count):
             scenario = random_scenario(seed, checkpoints=checkpoints)
             try:
-                on = _run(scenario, args.mutant, "auto")
-                off = _run(scenario, args.mutant, "off", "v2" if args.against == "sync" else "v1")
+                on = _run(scenario, args.mutant, "auto", args.runner)
+                off = _run(scenario, args.mutant, "off", other_runner)
             except BadInput as exc:
                 skipped += 1
                 print(f"seed {seed}: skipped: {exc}", flush=True)
@@ -88,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                 verdicts_differ.append(seed)
                 print(f"seed {seed}: verdicts differ: async {on[2]} sync {off[2]}", flush=True)
     elapsed = time.perf_counter() - started
-    other = "V2 synchronously" if args.against == "sync" else "the V1 runner (synchronous)"
-    print(f"async differential, vLLM {installed_version()}, V2 runner against {other}"
+    other = f"{args.runner.upper()} synchronously" if args.against == "sync" else "the V1 runner (synchronous)"
+    print(f"async differential, vLLM {installed_version()}, {args.runner.upper()} runner against {other}"
           f"{' + ' + args.mutant if args.mutant else ''}: "
           f"{ran} scenarios (seeds {args.seed}..{args.seed + args.count - 1}, {skipped} skipped, {asynchronous} ran "
           f"async as vLLM decided), tokens differ in {len(tokens_differ) + len(explained)} ({len(explained)} explained: "

@@ -18,11 +18,11 @@ SEED = ROOT / "scenarios" / "seed-external-hit-same-block.json"
 SEED_BUG_RELEASES = ("0.26.", "0.27.")  # the seed bug is in these releases' MambaManager
 
 
-def _replay(scenario, name=None, runner="v1", kernels="torch"):
+def _replay(scenario, name=None, runner="v1", kernels="torch", scheduling="auto"):
     from harness.engine.options import EngineOptions
     from harness.engine.scheduler import replay
 
-    return replay(scenario, name, EngineOptions(runner=runner, kernels=kernels))
+    return replay(scenario, name, EngineOptions(runner=runner, kernels=kernels, async_scheduling=scheduling))
 
 
 def _v1_or_skip(scenario):
@@ -37,12 +37,18 @@ def _signatures(trace):
 
 
 def test_seed_scenario_as_the_mirror_judges_it():
-    trace = _v1_or_skip(load_scenario(SEED))
+    """Synchronously, as the (synchronous) mirror judges it; under async scheduling (vLLM's decision for this
+    K = 0 config, which the V1 worker follows) the seed bug still shows as the live-column disagreement."""
+    _v1_or_skip(load_scenario(SEED))
+    trace = _replay(load_scenario(SEED), scheduling="off")
     sigs = _signatures(trace)
+    asynchronous = _replay(load_scenario(SEED))
+    assert asynchronous.async_scheduling and not trace.async_scheduling
     if installed_version().startswith(SEED_BUG_RELEASES):
         assert {"live-column:RUNNING", "provenance:initial", "cache-integrity"} <= set(sigs)
+        assert "live-column:RUNNING" in _signatures(asynchronous)
     else:
-        assert sigs == []
+        assert sigs == [] and _signatures(asynchronous) == []
     assert sigs == _signatures(_replay(load_scenario(SEED), runner="mirror"))
     # the worker row is the runner's persistent block-table row; reads carry the oracles' names
     assert trace.rows and all(r.worker_row for r in trace.rows)
@@ -153,3 +159,69 @@ def test_torch_kernels_give_the_triton_kernels_trace():
     for seed in seeds:
         rows, reads, copies, sigs = torch_traces[seed]
         assert rows and triton_traces[seed] == [rows, reads, copies, sigs], seed
+
+
+def test_v1_follows_async_scheduling_without_drafts():
+    """The V1 worker follows vLLM's async decision where the config has no drafts (the K = 0 seed scenario);
+    a config with drafts runs synchronously, and `on` is refused for it."""
+    from harness.engine.options import EngineOptions
+    from harness.engine.scheduler import replay
+
+    _v1_or_skip(load_scenario(SEED))
+    spec = load_scenario(ROOT / "scenarios" / "spec-unscheduled-accepted-reset.json")
+    assert spec.geometry.num_speculative_tokens > 0
+    assert replay(load_scenario(SEED), None, EngineOptions(runner="v1", async_scheduling="on")).async_scheduling
+    assert not _replay(spec).async_scheduling
+    with pytest.raises(BadInput):  # vLLM refuses it for n-gram drafting on V1 (0.33); elsewhere the harness does
+        replay(spec, None, EngineOptions(runner="v1", async_scheduling="on"))
+
+
+# a forced preemption right before the request is scheduled again: vLLM's own forced preemption
+# (reset_prefix_cache(reset_running_requests=True)) takes it out of the previous step's scheduled set, so that
+# the V1 runner under async scheduling gets its tokens (`all_token_ids`); 0.26.0 raised KeyError without it
+PREEMPT_THEN_RESUME = {
+    "version": 1, "name": "v1-async-preempt-resume",
+    "geometry": {"hash_block_size": 4, "attn_block_size": 4, "mamba_block_size": 8, "num_blocks": 256,
+                 "max_model_len": 256, "num_speculative_tokens": 0, "token_budget": 16},
+    "requests": [
+        {"id": "a", "prompt": {"length": 16, "seed": 24559}, "arrival_step": 0, "max_tokens": 2,
+         "temperature": 0.0},
+        {"id": "b", "prompt": {"length": 15, "seed": 38621, "share": {"request": "a", "tokens": 12}},
+         "arrival_step": 1, "external": {"tokens": 8, "load_steps": 2}, "max_tokens": 8}],
+    "events": [{"step": 6, "kind": "preempt", "request": "b"}],
+}
+
+
+def test_preempted_request_resumes_under_async_scheduling():
+    from harness.scenario import parse_scenario
+
+    sc = parse_scenario(PREEMPT_THEN_RESUME)
+    _v1_or_skip(sc)
+    trace = _replay(sc)
+    assert trace.async_scheduling and trace.exception is None
+    assert any(r.request == "b" and r.kind == "RESUMED" for r in trace.rows)
+    assert _signatures(trace) == _signatures(_replay(sc, scheduling="off"))
+
+
+def test_async_only_worker_mutant_killed_under_async_scheduling_only():
+    """v1-async-prev-row-as-current: placeholders filled from the wrong row of the previous batch. Under async
+    scheduling it shows on a generated scenario stock V1 runs clean; synchronously the same scenario is
+    clean with the mutant (no placeholders to fill)."""
+    _v1_or_skip(load_scenario(SEED))
+    if installed_version().startswith(SEED_BUG_RELEASES):
+        pytest.skip("0.26-0.27: stock shows the seed bug's signatures in most generated scenarios")
+    killed = None
+    for seed in range(400):
+        sc = random_scenario(seed, checkpoints=False)
+        try:
+            stock = _signatures(_replay(sc))
+            with mutant("v1-async-prev-row-as-current"):
+                mutated = _replay(sc, "v1-async-prev-row-as-current")
+                sync = _signatures(_replay(sc, "v1-async-prev-row-as-current", scheduling="off"))
+        except BadInput:
+            continue
+        if set(_signatures(mutated)) - set(stock):
+            killed = seed
+            assert mutated.async_scheduling and set(sync) <= set(stock), seed
+            break
+    assert killed is not None, "v1-async-prev-row-as-current survived 400 generated scenarios under async scheduling"

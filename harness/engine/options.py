@@ -10,8 +10,9 @@ with fixes applied and minimization all replay an input the way it was found; th
   (harness/worker.py) on the real scheduler's output, the mirrored worker checked by `hybrid-harness diff`.
 - async_scheduling: `auto` (the default) = vLLM's own decision for the config on a GPU platform
   (config/vllm.py:1668-1719: on for V2; off for the V1 runner with n-gram drafting), where the worker follows
-  it: vLLM's V2 runner does (the engine loop is then `EngineCore.step_with_batch_queue`, two batches in
-  flight); the V1 and mirror workers run synchronously (`auto` resolves to off there, `on` is bad input).
+  it (the engine loop is then `EngineCore.step_with_batch_queue`, two batches in flight): vLLM's V2 runner
+  does, and its V1 runner without drafts on the symbolic forward; V1 with EAGLE drafts or the model forward
+  and the mirror worker run synchronously (`auto` resolves to off there, `on` is bad input).
   `off` = `EngineCore.step`. Artifacts record what `auto` resolved to (`resolved`).
 - kernels: `torch` = CPU replacements of vLLM's Triton kernels (registered through vLLM's own
   `vllm.triton_utils.dispatcher.register_kernels`), `triton` = the real kernels (interpreter on CPU).

@@ -43,6 +43,7 @@ attention metadata builder, not simulated here), releases whose runner lacks the
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import socket
@@ -51,6 +52,7 @@ import numpy as np
 
 from harness.errors import BadInput
 from harness.states import chain
+from harness.tokens import true_token
 from harness.trace import Read, RowView
 from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, installed_version
 from harness.worker import Forward
@@ -112,6 +114,53 @@ def _init_process(vc) -> None:
     collect_mamba_copy_meta.__wrapped__ = original
     mamba_utils.collect_mamba_copy_meta = collect_mamba_copy_meta
     _PROCESS["init"] = True
+
+
+class _HostEvent:
+    """A CUDA event on host memory: the work it marks is done when recorded (the CPU runner's tensors are
+    host tensors, written synchronously)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def record(self, *args) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+
+class _HostStream(_HostEvent):
+    device = "cpu"
+
+    def wait_stream(self, *args) -> None:
+        pass
+
+    def wait_event(self, *args) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _host_streams():
+    """The CUDA stream and event calls of vLLM's async output path (AsyncGPUModelRunnerOutput, the runner's
+    copy stream) on a CPU-only torch, where they raise: vLLM's CPU platform turns async scheduling off, so
+    its CPU runner has no stand-ins for them beyond its build (`_torch_cuda_wrapper`). Host copies are
+    synchronous, so every event is complete when recorded."""
+    import torch
+
+    cuda = torch.cuda
+    saved = {name: getattr(cuda, name) for name in ("Event", "Stream", "current_stream", "stream")}
+    cuda.Event, cuda.Stream = _HostEvent, _HostStream
+    cuda.current_stream = lambda *a, **k: _HostStream()
+    cuda.stream = lambda *a, **k: contextlib.nullcontext()
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(cuda, name, value)
 
 
 def _host_memory_only() -> None:
@@ -208,8 +257,8 @@ class V1Worker:
         if why:
             raise BadInput(f"--runner v1: vLLM {installed_version()} is not supported by the V1 worker: {why}")
         opts = driver.options
-        if opts.async_scheduling == "on":
-            raise BadInput("--runner v1 runs with async scheduling off for now (--async-scheduling off|auto)")
+        # async scheduling as vLLM decides it, where this worker follows it (scheduler.follows_async)
+        self.asynchronous = bool(driver.vc.scheduler_config.async_scheduling)
         if opts.kernels == "triton":
             try:
                 import triton  # noqa: F401
@@ -225,13 +274,16 @@ class V1Worker:
             is_conv_state_dim_first,
         )
         from vllm.v1.attention.backends.utils import mamba_get_block_table_tensor
-        from vllm.v1.outputs import SamplerOutput
+        from vllm.v1.outputs import ModelRunnerOutput, SamplerOutput
         from vllm.v1.worker import mamba_utils
+        from vllm.v1.worker.gpu_model_runner import AsyncGPUModelRunnerOutput
 
         from harness.engine import kernels_v1
         from harness.engine.tagged import TaggedStates
 
         self.torch, self.mamba_utils, self.SamplerOutput = torch, mamba_utils, SamplerOutput
+        self.ModelRunnerOutput, self.AsyncOutput = ModelRunnerOutput, AsyncGPUModelRunnerOutput
+        self._next: dict[str, int] = {}
         self.get_state_indices = mamba_get_block_table_tensor
         self.set_config = set_current_vllm_config
         self.kernels_v1 = kernels_v1
@@ -300,7 +352,8 @@ class V1Worker:
         torch, kernels_v1 = self.torch, self.kernels_v1
         from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
-        with self.set_config(vc), _scenario_drafter(vc.speculative_config), _entry_points_scanned_once():
+        with self.set_config(vc), _scenario_drafter(vc.speculative_config), _entry_points_scanned_once(), \
+                _host_streams():
             runner = CPUModelRunner(vc, torch.device("cpu"))
             kernels_v1.bind_slot_mapping()  # after the CPU runner bound its own (releases < 0.28)
             runner.kv_cache_config = kvc
@@ -335,16 +388,57 @@ class V1Worker:
 
     # -- one step ---------------------------------------------------------------------------------------------
     def execute(self, so, step: int, seq_fps: dict[str, list[int]], core_tables) -> None:
-        with self.kernels_v1.mode(self.kernels):  # replacements, or vLLM's kernels (any worker's unbound)
+        with self.kernels_v1.mode(self.kernels), _host_streams():  # replacements, or vLLM's kernels
             self._execute(so, step, seq_fps, core_tables)
 
     def sample(self, so, step: int, sampled: dict[str, list[int]], accepted: dict[str, int], seq_fps):
         with self.kernels_v1.mode(self.kernels):
             return self._sample(so, step, sampled, accepted, seq_fps)
 
+    def sample_later(self, so, step: int, seq_fps=None):
+        """Async scheduling (K = 0): `sample_tokens` (gpu_model_runner.py:4270-4520 in 0.33.0) as the V1 runner
+        runs it then: the sampled tokens stay in the runner (`prev_sampled_token_ids`, which fills the next
+        step's placeholders in `_prepare_input_ids`), the output is an AsyncGPUModelRunnerOutput read when the
+        engine takes the batch off its queue (`collect`). The tokens are the token rule's after the prefix
+        the runner fed (its own input_ids), not the scheduler's record."""
+        with self.kernels_v1.mode(self.kernels), _host_streams():
+            return self._sample_async(so, step)
+
+    def collect(self, out):
+        """A batch's sampled tokens as the scheduler gets them (`future.result()`, core.py:783)."""
+        if out is None:
+            return [], []
+        with _host_streams():
+            out = out.get_output()
+        return list(out.req_ids), [list(t) for t in out.sampled_token_ids]
+
+    def _sample_async(self, so, step: int):
+        torch, r = self.torch, self.runner
+        n = r.input_batch.num_reqs
+        if not so.total_num_scheduled_tokens or n == 0:
+            return None
+        self._step = step
+        out = torch.tensor([[self._next.get(rid, 0)] for rid in r.input_batch.req_ids], dtype=torch.int32)
+        with self.set_config(self.vc):
+            r._update_states_after_model_execute(out, so)
+            r.input_batch.prev_sampled_token_ids = None  # sample_tokens clears it; bookkeeping keeps this step's
+            result = r._bookkeeping_sync(so, self.SamplerOutput(sampled_token_ids=out, logprobs_tensors=None), None,
+                                         torch.empty((so.total_num_scheduled_tokens, 1)),
+                                         so.total_num_scheduled_tokens)
+            req_ids, req_id_to_index, invalid = result[-3], result[-2], result[-1]
+            output = self.ModelRunnerOutput(req_ids=req_ids, req_id_to_index=req_id_to_index, sampled_token_ids=[])
+            pending = self.AsyncOutput(model_runner_output=output, sampled_token_ids=out, logprobs_tensors=None,
+                                       invalid_req_indices=invalid,
+                                       async_output_copy_stream=r._get_or_create_async_output_copy_stream(),
+                                       vocab_size=r.input_batch.vocab_size)
+            if hasattr(r.input_batch, "set_async_sampled_token_ids"):
+                r.input_batch.set_async_sampled_token_ids(pending.sampled_token_ids_cpu,
+                                                          pending.async_copy_ready_event)
+        return pending
+
     def _execute(self, so, step: int, seq_fps: dict[str, list[int]], core_tables) -> None:
         r, mu = self.runner, self.mamba_utils
-        self._step, self._seq_fps, self._precopied = step, seq_fps, {}
+        self._step, self._seq_fps, self._precopied, self._next = step, seq_fps, {}, {}
         _PROCESS["observer"] = self._observe
         self.kernels_v1.OBSERVER = self._observe
         if self.backend is not None:  # the model's pages: zeroing, then the CoW copies (_update_states :1205-1212)
@@ -426,6 +520,7 @@ class V1Worker:
                     tr.reads.append(Read(self._step, rid, "initial", MAMBA_GROUP, curr, idx[0], conv, ssm, want))
                 st.write_final(idx[0], (nc + ns, fed[ns]))
                 live.append(curr)
+            self._next[rid] = true_token(fed[ns])  # what the sampler picks after the prefix as fed (async)
             tr.rows.append(RowView(self._step, rid, MAMBA_GROUP, kinds.get(rid, "RUNNING"), nc, ns, prev, curr,
                                    sorted(set(live)), self._row(i), list(core_tables[rid][MAMBA_GROUP])))
             if self.backend is not None:  # the model's forward from and to the same indices (pages: models/pool.py)

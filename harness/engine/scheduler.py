@@ -18,7 +18,8 @@ attention block size (`platforms/interface.py:1114-1115` in 0.33.0: the attentio
 page holds a Mamba state, then the Mamba block is set to it), so a scenario's smaller `attn_block_size`
 becomes `mamba_block_size`; `hash_block_size` is `prefix_match_unit`; `token_budget` is
 `max_num_batched_tokens`. Async scheduling is vLLM's decision for the config on a GPU platform
-(`_gpu_async_decision`) where the worker follows it (V2), else synchronous.
+(`_gpu_async_decision`) where the worker follows it (`follows_async`: V2; V1 without drafts), else
+synchronous.
 
 K > 0 is n-gram drafting (no lookahead slots); with `eagle_block_drop` an EAGLE drafter (`_as_eagle`: K
 lookahead slots, trailing-block drop). Either way the drafts come from the scenario.
@@ -189,14 +190,19 @@ def _pick_runner(runner: str) -> None:
 ASYNC_WANTED = {"auto": None, "on": True, "off": False}  # --async-scheduling -> SchedulerConfig.async_scheduling
 
 
-def follows_async(vc, runner: str) -> bool:
-    """Whether the worker for `runner` follows async scheduling: vLLM's V2 runner does (its own request state
-    fills the scheduler's placeholders); the V1 runner's async path (async output copies racing the
-    persistent batch) and the mirror worker are driven synchronously only."""
-    return runner == "v2" or (runner == "auto" and bool(getattr(vc, "use_v2_model_runner", False)))
+def follows_async(vc, runner: str, forward: str = "symbolic") -> bool:
+    """Whether the worker for `runner` follows async scheduling. vLLM's V2 runner does (its own request state
+    fills the scheduler's placeholders), and so does its V1 runner without drafts (`prev_sampled_token_ids`
+    fills them, gpu_model_runner.py:1740-1860) on the symbolic forward. Driven synchronously only: V1 with
+    drafts (its async draft and valid-count copies, :4328-4420, are not followed yet), V1 with the model
+    forward, and the mirror worker."""
+    if runner == "v2" or (runner == "auto" and bool(getattr(vc, "use_v2_model_runner", False))):
+        return True
+    return runner in ("v1", "auto") and vc.speculative_config is None and forward == "symbolic"
 
 
-def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirror", async_mode: str = "off"):
+def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirror", async_mode: str = "off",
+                    forward: str = "symbolic"):
     """vLLM's scheduler (the class vLLM picks: `AsyncScheduler` under async scheduling) from a real VllmConfig
     for this scenario (BadInput if vLLM refuses the config). `async_mode` auto: vLLM's decision for this
     config, where the worker follows it (else synchronous); on: asked for."""
@@ -209,13 +215,14 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirro
     args = (max(1, min(len(scenario.requests), g.token_budget)), g.token_budget, g.max_model_len, B, H, K,
             g.eagle_block_drop, runner)
     wanted = ASYNC_WANTED[async_mode]
-    if runner in ("v1", "mirror") and wanted is None:  # synchronous workers: vLLM's decision cannot be followed
+    if runner == "mirror" and wanted is None:  # a synchronous worker: vLLM's decision cannot be followed
         wanted = False
     vc = _vllm_config(*args, failure_policy=g.kv_load_failure_policy, async_scheduling=wanted)
-    if vc.scheduler_config.async_scheduling and not follows_async(vc, runner):
+    if vc.scheduler_config.async_scheduling and not follows_async(vc, runner, forward):
         if async_mode == "on":
             raise BadInput(f"--async-scheduling on: the {runner} worker is driven with synchronous scheduling only "
-                           "(vLLM's V2 runner follows async scheduling: --runner v2, or auto where vLLM picks V2)")
+                           "here (async: vLLM's V2 runner, or its V1 runner without drafts on the symbolic "
+                           "forward)")
         vc = _vllm_config(*args, failure_policy=g.kv_load_failure_policy, async_scheduling=False)
     vc.cache_config.num_gpu_blocks = g.num_blocks  # the Scheduler reads it once, when built
     kci, torch = v.kci, v.torch
@@ -355,13 +362,21 @@ def _speculative_config(cls, K: int):
         return cls(method="ngram", num_speculative_tokens=K)
 
 
+@functools.cache
+def _takes_drop_stale_output(fn) -> bool:
+    import inspect
+
+    return "drop_stale_output" in inspect.signature(fn).parameters
+
+
 class EngineDriver:
     def __init__(self, scenario: Scenario, mutant: str | None = None, options: EngineOptions | None = None) -> None:
         self.sc = scenario
         self.eg = eg = derive_geometry(scenario)
         self.K = eg.num_speculative_tokens
         self.options = options or current_options()
-        self.vc, self.sched = build_scheduler(scenario, eg, self.options.runner, self.options.async_scheduling)
+        self.vc, self.sched = build_scheduler(scenario, eg, self.options.runner, self.options.async_scheduling,
+                                              self.options.forward)
         # vLLM's engine loop: EngineCore.step, or step_with_batch_queue (two batches in flight) under async
         # scheduling (v1/engine/core.py:232-236, :708-822; max_concurrent_batches, config/vllm.py:588-598)
         self.asynchronous = bool(self.vc.scheduler_config.async_scheduling)
@@ -656,13 +671,29 @@ class EngineDriver:
         if ev.kind == "preempt":
             if r.arrived and not r.finished and r.vreq.status == status.RUNNING and r.vreq in sched.running:
                 sched.running.remove(r.vreq)
-                self._call(r.id, "_preempt_request", sched._preempt_request, r.vreq, time.monotonic())
+                self._call(r.id, "_preempt_request", self._force_preempt, r.vreq)
         elif ev.kind == "abort":
             if r.arrived and not r.finished:
                 # an async load in flight still completes: vLLM frees the blocks of a request aborted in
                 # WAITING_FOR_REMOTE_KVS only when finished_recving reports it (finish_requests)
                 self._call(r.id, "finish_requests", sched.finish_requests, r.id, status.FINISHED_ABORTED)
             r.finished = True
+
+    def _force_preempt(self, vreq) -> None:
+        """vLLM's preemption outside `schedule()`: the forced one of reset_prefix_cache(reset_running_requests=
+        True) (scheduler.py:3194-3210 in 0.33.0, :2336-2360 in 0.26.0), for one request. Its in-flight output
+        is dropped (`drop_stale_output`; 0.26: `async_tokens_to_discard`), and it is taken out of the
+        previous step's scheduled set, since it may resume in the very next schedule(): the V1 runner then
+        flushes it from its persistent batch and takes its tokens from the scheduler (`all_token_ids`)."""
+        sched = self.sched
+        if _takes_drop_stale_output(type(sched)._preempt_request):
+            sched._preempt_request(vreq, time.monotonic(), drop_stale_output=True)
+        else:
+            sched._preempt_request(vreq, time.monotonic())
+            if hasattr(vreq, "async_tokens_to_discard"):
+                vreq.async_tokens_to_discard = vreq.num_output_placeholders
+                vreq.num_output_placeholders = 0
+        sched.prev_step_scheduled_req_ids.discard(vreq.request_id)
 
     def _shutdown(self) -> None:
         while self.batch_queue:  # the batches still in flight report first

@@ -9,9 +9,17 @@ with `--runner v1` runs that code, harness/engine/runner_v1.py). Each wraps vLLM
 - v1-stale-mamba-state-idx: `cleanup_mamba_state_idx` does nothing, so a preempted / resumed request keeps
   its old running column and the align pre-copy reads it (mamba_utils.py:1398-1415 in 0.33.0: its
   docstring names the force-preemption case that left stale entries pointing past the new allocation).
+- v1-async-prev-row-as-current: under async scheduling the last step's sampled tokens are copied into this
+  step's placeholders from the row each request held in the previous batch (`prev_positions`, current row ->
+  previous row, gpu_model_runner.py:1740-1800 in 0.33.0: "Carefully handles the prev_sampled_token_ids");
+  the mutant takes the current row for the previous one. Synchronous steps carry no placeholders, so only
+  async scheduling reaches it, and only once rows moved (a request finished and condense() closed the gap,
+  or the batch was reordered).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from harness.mutants.base import Mutant, method_wrapped, wrap_method
 
@@ -30,6 +38,16 @@ def _accepted_lost(original):
         n = output_token_ids.shape[0]
         self.input_batch.num_accepted_tokens_cpu[:n] = 1  # the count copied back is lost
     return _update_states_after_model_execute
+
+
+def _prev_row_as_current(original):
+    def _prepare_input_ids(self, scheduler_output, num_reqs, *args, **kwargs):
+        if self.input_batch.prev_sampled_token_ids is not None:
+            prev = self.prev_positions.np[:num_reqs]
+            rows = prev >= 0
+            prev[rows] = np.arange(num_reqs)[rows]  # the current row read as the one it held last step
+        return original(self, scheduler_output, num_reqs, *args, **kwargs)
+    return _prepare_input_ids
 
 
 def _patch_module_function(module_name: str, attr: str, make):
@@ -71,4 +89,11 @@ V1_MUTANTS = (
            patch=lambda: _patch_module_function("vllm.v1.worker.mamba_utils", "cleanup_mamba_state_idx", _no_cleanup),
            is_applied=lambda: _module_function_patched("vllm.v1.worker.mamba_utils", "cleanup_mamba_state_idx"),
            runner="v1"),
+    Mutant(name="v1-async-prev-row-as-current", bug_class="stale row map under async scheduling: the V1 runner "
+           "fills this step's placeholders from the previous batch's sampled tokens at the current row, not the "
+           "row the request held then", releases="0.26.0-0.33.x",
+           origin="vLLM V1 async scheduling placeholder fill (prev_positions, gpu_model_runner.py "
+           "_prepare_input_ids)",
+           patch=lambda: wrap_method(_runner_class(), "_prepare_input_ids", _prev_row_as_current),
+           is_applied=lambda: method_wrapped(_runner_class(), "_prepare_input_ids"), runner="v1"),
 )
