@@ -30,7 +30,8 @@ if [[ $PART == all || $PART == mutants ]]; then
   pin "$PY" -m harness mutants check --budget-seconds 30 --out docs/mutants-check-30s.md || true  # exit 1 = a survivor, still a result
   # the worker-side mutants, each fuzzed for 2 minutes on the engine tier with its runner
   pin "$PY" -m harness mutants check --only v1-accepted-count-lost v1-stale-mamba-state-idx v2-postcopy-skipped \
-    v2-stale-accepted-on-add v2-accepted-scattered-by-batch-row --budget-seconds 120 --trials 1 \
+    v2-stale-accepted-on-add v2-accepted-scattered-by-batch-row v2-async-trusts-scheduler-computed \
+    v1-async-prev-row-as-current --budget-seconds 120 --trials 1 \
     --out bench/results/engine_worker_mutants.md || true
   pin "$PY" bench/time_to_detect.py --all-mutants --trials 3 --budget 20 --out docs/mutants-guided-vs-random.md
 fi
