@@ -244,6 +244,27 @@ def _has_checkpoints() -> bool:
     return supports_prefill_checkpoints()
 
 
+# -- fix: key the prompt-end tail only while it is being computed (single_type_kv_cache_manager.py:2039-2117 in
+# 0.30.0; 0.32 moved the tail to P-1, which no call after the prompt reaches) ------------------------------------
+def _tail_keyed_while_computing(original):
+    def _cache_partial_tail_block(self, request, num_tokens, *args, **kwargs):
+        # once computed, the tail's block is the running state block, mutated in place by the next forward: the
+        # bound vLLM already puts on the junction (num_computed_tokens < num_tokens) holds for the prompt end too
+        # (checkpoint re-keying targets a reserved block and is left as it is)
+        if (request.request_id not in getattr(self, "_checkpoints", {})
+                and request.num_computed_tokens >= num_tokens):
+            return None
+        return original(self, request, num_tokens, *args, **kwargs)
+    return _cache_partial_tail_block
+
+
+def _prompt_end_tail() -> bool:
+    """The prompt-end tail sits at the prompt's end P (before 0.32.0, which moved it to P - 1)."""
+    from harness.vllm_adapter import _parse_version, installed_version
+
+    return hasattr(_mamba_manager(), "_cache_partial_tail_block") and _parse_version(installed_version()) < (0, 32, 0)
+
+
 KNOWN_ISSUES = (
     KnownIssue(
         id="sync-external-admission-undercount",
@@ -308,6 +329,29 @@ KNOWN_ISSUES = (
         applies=_v2_gather_exists,
         runners=("v2",),
         repro_from=(0, 32, 0),  # the V2 worker follows vLLM's V2 runner from 0.32.0 (harness/engine/workers.py)
+    ),
+    KnownIssue(
+        id="async-prompt-tail-rekeyed",
+        summary="MambaManager._cache_partial_tail_block keys a prompt's tail (a hash unit finer than the block) on "
+                "the running Mamba block whenever cache_blocks reaches the prompt's end, with no bound on the "
+                "request having computed it; under async scheduling cache_blocks reaches it again after the tail "
+                "was CoW-copied (allocate_slots' min(num_computed + new, num_tokens) before the sampled token is "
+                "appended; AsyncScheduler's num_computed_tokens - num_output_placeholders), so the running block is "
+                "re-keyed after the next forward advanced it, and copied a second time into a block keyed with a "
+                "state one token too far: a later request sharing the prompt starts from it",
+        releases="seen on 0.28.0-0.31.x (provenance on 0.29-0.31; cache integrity on 0.28); 0.32.0 keys the tail at "
+                 "P - 1 (get_mamba_prefill_checkpoint_position), which no later call reaches",
+        repro="scenarios/async-prompt-tail-rekeyed.json",
+        reached_by="async scheduling (vLLM's default decision) with prefix caching in Mamba align mode and a "
+                   "prefix_match_unit smaller than the block; any model runner (the scheduler's code): V1 is the "
+                   "default for hybrid models on 0.28, VLLM_USE_V2_MODEL_RUNNER=0 on 0.29-0.31",
+        fix=_fix("fix-tail-keyed-while-computing", _mamba_manager, "_cache_partial_tail_block",
+                 _tail_keyed_while_computing, "the prompt-end tail is keyed only while it is being computed"),
+        applies=_prompt_end_tail,
+        # scheduler code, but reached only under async scheduling: the engine tier's V1/V2 workers follow it,
+        # the mirrored tiers are synchronous
+        runners=("v1", "v2"),
+        repro_from=(0, 28, 0),  # 0.26-0.27: the seed bug's findings come first
     ),
 )
 
