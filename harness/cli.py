@@ -136,7 +136,7 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
     from harness.vllm_adapter import load_vllm, supports_prefill_checkpoints
 
     startup = load_vllm()
-    checkpoints = args.checkpoints == "on" and supports_prefill_checkpoints()
+    checkpoints = _checkpoints(args.checkpoints, args.tier) and supports_prefill_checkpoints()
     found, errors, known, steps = [], [], [], 0
     outputs = None  # model tier: the output summaries added up
     started = time.perf_counter()
@@ -197,7 +197,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     corpus = Path(args.corpus) if args.corpus else artifacts / "corpus"
     campaign = Campaign(target=args.target, corpus=corpus, artifacts=artifacts, jobs=args.jobs, seconds=seconds,
                         runs=args.runs, seed=args.seed, mutant=args.mutant, seed_corpus=args.seed_corpus,
-                        checkpoints=args.checkpoints == "on", progress=not args.no_progress)
+                        checkpoints=_checkpoints(args.checkpoints, args.target), progress=not args.no_progress)
     summary = campaign.run()
     new = summary["findings_new"]
     new_bugs = [name for name in new if summary["verdicts"][name]["new"]]  # known issues have their repro already
@@ -346,7 +346,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         return EXIT_OK if report.same else EXIT_FINDING
     if args.count is None or args.count < 1:
         raise BadInput("give a SCENARIO or --count N")
-    checkpoints = supports_prefill_checkpoints() and _diff_checkpoints(args.checkpoints)
+    checkpoints = supports_prefill_checkpoints() and _checkpoints(args.checkpoints)
     differing, skipped = {}, 0
     for seed in range(args.seed, args.seed + args.count):
         try:
@@ -367,14 +367,16 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     return EXIT_FINDING if differing else EXIT_OK
 
 
-def _diff_checkpoints(mode: str) -> bool:
-    """diff --checkpoints: `auto` generates prefill checkpoint geometries except for `--runner v1`, whose worker
-    does not simulate them (each would be bad input, counted as not expressible)."""
+def _checkpoints(mode: str, tier: str = "engine") -> bool:
+    """--checkpoints (sweep, fuzz, diff): `auto` generates prefill checkpoint geometries (where the release has
+    them) except on the engine tier with `--runner v1`, whose worker does not simulate them (each would be bad
+    input: skipped by a sweep, a harness error in a campaign, whose decoder must only produce what its tier
+    runs)."""
     if mode != "auto":
         return mode == "on"
     from harness.engine.options import current
 
-    return current().runner != "v1"
+    return tier != "engine" or current().runner != "v1"
 
 
 def _cmd_known(args: argparse.Namespace) -> int:
@@ -469,8 +471,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--seed", type=int, default=0, help="first generator seed")
     sweep.add_argument("--mutant", help="apply a named run-time patch of vLLM first")
     sweep.add_argument("--artifacts", default="artifacts/sweep")
-    sweep.add_argument("--checkpoints", choices=("on", "off"), default="on",
-                       help="generate geometries with Mamba prefill checkpoint blocks (default on where supported)")
+    sweep.add_argument("--checkpoints", choices=("auto", "on", "off"), default="auto",
+                       help="generate geometries with Mamba prefill checkpoint blocks (auto: where supported, "
+                       "except --tier engine --runner v1, which does not simulate them)")
     sweep.add_argument("--tier", choices=TIERS, default="symbolic")
     sweep.add_argument("--model", choices=MODELS, help=MODEL_HELP)
     _engine_flags(sweep)
@@ -488,7 +491,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "(vLLM's own Scheduler, connector and the --runner worker; align-mode geometries)")
     fuzz.add_argument("--model", choices=MODELS, help=MODEL_HELP)
     fuzz.add_argument("--seed-corpus", action="store_true", help="also read the checked-in seed corpus")
-    fuzz.add_argument("--checkpoints", choices=("on", "off"), default="on")
+    fuzz.add_argument("--checkpoints", choices=("auto", "on", "off"), default="auto",
+                      help="inputs with Mamba prefill checkpoint blocks (auto: where supported, except --tier engine "
+                      "--runner v1, which does not simulate them; off clears the bit in the mutator)")
     fuzz.add_argument("--no-minimize", action="store_true", help="do not minimize new findings at the end")
     fuzz.add_argument("--no-progress", action="store_true")
     _engine_flags(fuzz)

@@ -11,8 +11,8 @@ signatures (all-known inputs by their set of known ones), so a known finding nev
 How bytes decode depends on the bytes and the installed release only (libFuzzer: a crash file alone
 reproduces). Configuration from the environment, so `python fuzz/TARGET.py FILE` replays like any libFuzzer
 target: HH_ARTIFACTS (where findings go), HH_MUTANT (a mutant to apply first), HH_TIER (symbolic | model | engine; fuzz/model_target.py and fuzz/engine_target.py fix it),
-HH_KEEP_GOING (campaign workers), HH_NO_CHECKPOINTS (the mutator clears the prefill-checkpoint bit; the
-decoder ignores it).
+HH_KEEP_GOING (campaign workers), HH_NO_CHECKPOINTS (the mutator clears the prefill-checkpoint bit; an input
+that still has it, e.g. from the seed corpus, is passed over unrun; the decoder ignores it).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import psutil
 
 from harness.artifacts import finding_artifact, write_json_atomic
 from harness.errors import BadInput, HarnessError
-from harness.genome import decode, release_budget
+from harness.genome import decode, release_budget, without_checkpoints
 from harness.known import Verdict, judge_scenario
 from harness.oracles import judge, merge_output_summaries, output_summary
 from harness.replay import replay, runs_model
@@ -56,7 +56,8 @@ class Target:
             apply_mutant(self.mutant)
         self.tier = tier or os.environ.get("HH_TIER") or "symbolic"
         self.budget = release_budget(small=runs_model(self.tier), tier=self.tier)  # engine --forward model too
-        self.no_checkpoints = bool(os.environ.get("HH_NO_CHECKPOINTS"))  # read by the mutator only
+        # the mutator clears the checkpoint bit; inputs that have it are passed over, never decoded otherwise
+        self.no_checkpoints = bool(os.environ.get("HH_NO_CHECKPOINTS"))
         self.dir = Path(artifacts or os.environ.get("HH_ARTIFACTS") or "artifacts/fuzz")
         self.dir.mkdir(parents=True, exist_ok=True)
         self.execs = 0
@@ -68,6 +69,8 @@ class Target:
         self.startup_s: float | None = None
 
     def __call__(self, data: bytes) -> None:
+        if self.no_checkpoints and without_checkpoints(data) != data:
+            return  # a checkpoint geometry this campaign's tier cannot run (the V1 worker): not its input
         self.execs += 1
         if self.first_exec is None:
             self.first_exec = time.monotonic()

@@ -32,22 +32,27 @@ SEED_BUG = RELEASE in ((0, 26), (0, 27))
 
 @pytest.mark.skipif(RELEASE not in SUPPORT, reason=f"vLLM {RELEASE} is not a release the README claims")
 @pytest.mark.parametrize("runner", ["mirror", "v1", "v2", "auto"])
-def test_engine_worker_support_matches_the_readme(runner):
-    from harness.engine.options import EngineOptions
-    from harness.engine.scheduler import replay
+def test_engine_worker_support_matches_the_readme(runner, monkeypatch):
+    from harness.known import judge_scenario
+    from harness.replay import replay
 
+    monkeypatch.setenv("HH_ENGINE_RUNNER", runner)  # the engine options (the known issues' replays use them too)
+    scenario = load_scenario(SEED)
     try:
-        trace = replay(load_scenario(SEED), None, EngineOptions(runner=runner))
+        trace = replay(scenario, None, "engine")
     except BadInput as exc:
         assert SUPPORT[RELEASE][runner] == BAD, f"--runner {runner} refused: {exc}"
         assert str(exc), "bad input says why"
         return
     assert SUPPORT[RELEASE][runner] == RUNS, f"--runner {runner} ran; the README says it is bad input here"
-    signatures = {f.signature.split(":")[0] for f in judge(trace)}
-    if SEED_BUG:  # the seed bug, seen by vLLM's own runner as by the mirror
-        assert {"live-column", "provenance", "cache-integrity"} <= signatures
-    else:
-        assert not signatures
+    findings = judge(trace)
+    signatures = {f.signature.split(":")[0] for f in findings}
+    if SEED_BUG:  # the seed bug, seen by vLLM's own runner as by the mirror: the live-column disagreement
+        assert "live-column" in signatures and signatures & {"provenance", "cache-integrity"}
+        if not trace.async_scheduling:
+            assert {"live-column", "provenance", "cache-integrity"} <= signatures
+    else:  # nothing new: 0.28-0.31's V1 runner under async scheduling shows known async-prompt-tail-rekeyed
+        assert not findings or not judge_scenario(scenario, findings, None, "engine").is_new
 
 
 @pytest.mark.skipif(RELEASE != (0, 32), reason="0.32.x: the V2 worker with vLLM's own (interpreted) kernels")
