@@ -37,7 +37,7 @@ def measure(runner: str, kernels: str, count: int, seed: int = 0) -> dict:
     from harness.replay import replay
 
     startup = None
-    ran = skipped = steps = 0
+    ran = skipped = steps = asynchronous = 0
     started = None
     for s in range(seed, seed + count + 1):
         try:
@@ -50,12 +50,13 @@ def measure(runner: str, kernels: str, count: int, seed: int = 0) -> dict:
             startup = time.perf_counter() - T0
             started, cpu0 = time.perf_counter(), time.process_time()
             used = trace.runner
-            scheduling = "async" if getattr(trace, "async_scheduling", False) else "sync"
             continue
         ran += 1
         steps += trace.steps_run
+        asynchronous += bool(getattr(trace, "async_scheduling", False))
     elapsed = time.perf_counter() - started
     cpu = time.process_time() - cpu0
+    scheduling = "async" if asynchronous == ran else "sync" if not asynchronous else f"async {asynchronous} of {ran}"
     return {"cpu_seconds": round(cpu, 3), "scenarios_per_cpu_s": round(ran / cpu, 2), "runner": runner, "kernels": kernels, "worker": used, "scheduling": scheduling, "scenarios": ran, "skipped": skipped,
             "steps": steps, "seconds": round(elapsed, 3), "scenarios_per_s": round(ran / elapsed, 2),
             "ms_per_step": round(1000 * elapsed / max(steps, 1), 3), "startup_s": round(startup, 2)}
@@ -85,8 +86,9 @@ def table(core: int | None, out: Path | None, counts: dict[str, int]) -> int:
              "the first scenario judged (vLLM import, config, first runner build); the rate counts the rest.", "",
              "Wall-clock rates move with the machine's other load (a shared 2-core box here); scenarios per CPU "
              "second is the process's own time.", "",
-             "Scheduling is what `--async-scheduling auto` resolves to: vLLM's decision (async for its V2 runner; the V1 "
-             "and mirror workers run synchronously).", "",
+             "Scheduling is what `--async-scheduling auto` resolves to: vLLM's decision where the worker follows it "
+             "(async for its V2 runner, and for its V1 runner on configs without drafts; the mirror worker runs "
+             "synchronously).", "",
              "| runner | kernels | scheduling | scenarios | skipped (BadInput) | steps | scenarios/s | ms/step | "
              "scenarios/CPU-s | start-up (s) |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]

@@ -86,10 +86,15 @@ def _stop_at_next_block_boundary(original):
                                    num_external_computed_tokens=0):
         n = original(self, request, num_new_tokens, num_new_local_computed_tokens, num_external_computed_tokens)
         start = request.num_computed_tokens + num_new_local_computed_tokens + num_external_computed_tokens
+        prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
+        # only where the bug can be (use_internal_checkpoint: checkpoint blocks and a prompt-final chunk,
+        # scheduler.py:593-605): elsewhere vLLM's schedule stands, so the fix never hides a finding by moving it
+        if not getattr(self, "mamba_has_prefill_checkpoint_blocks", False) or start + n < prefill_end:
+            return n
         block_size = self.cache_config.block_size
         boundary = (start // block_size + 1) * block_size
         if start % block_size and start < boundary < start + n:
-            return boundary - start  # a chunk starting mid-block stops at the boundary, checkpoint or not
+            return boundary - start  # a prompt-final chunk starting mid-block stops at the boundary
         return n
     return _mamba_block_aligned_split
 
@@ -248,11 +253,15 @@ def _has_checkpoints() -> bool:
 # 0.30.0; 0.32 moved the tail to P-1, which no call after the prompt reaches) ------------------------------------
 def _tail_keyed_while_computing(original):
     def _cache_partial_tail_block(self, request, num_tokens, *args, **kwargs):
-        # once computed, the tail's block is the running state block, mutated in place by the next forward: the
-        # bound vLLM already puts on the junction (num_computed_tokens < num_tokens) holds for the prompt end too
-        # (checkpoint re-keying targets a reserved block and is left as it is)
+        # the tail's block is the running state block, which the next forward mutates in place: it may be keyed
+        # at num_tokens only while no token past num_tokens is scheduled. Under async scheduling the optimistic
+        # num_computed_tokens counts the steps in flight: past the tail, or at it with output in flight (the next
+        # step already advancing it). Synchronous schedules never meet either condition, so they stay as they
+        # are; checkpoint re-keying targets a reserved block and is left alone.
+        computed = request.num_computed_tokens
+        in_flight = getattr(request, "num_output_placeholders", 0) > 0
         if (request.request_id not in getattr(self, "_checkpoints", {})
-                and request.num_computed_tokens >= num_tokens):
+                and (computed > num_tokens or (in_flight and computed >= num_tokens))):
             return None
         return original(self, request, num_tokens, *args, **kwargs)
     return _cache_partial_tail_block
@@ -291,7 +300,7 @@ KNOWN_ISSUES = (
         reached_by="Mamba2 defaults (num_prefill_checkpoint_blocks=1), prefix caching in align mode, a sub-block "
                    "partial hit or an external hit followed by a prompt-final chunk",
         fix=_fix("fix-midblock-stop", _scheduler, "_mamba_block_aligned_split", _stop_at_next_block_boundary,
-                 "a chunk starting mid-block stops at the next block boundary"),
+                 "a prompt-final chunk starting mid-block stops at the next block boundary (checkpoint geometries)"),
         applies=_has_checkpoints,
     ),
     KnownIssue(
@@ -346,7 +355,8 @@ KNOWN_ISSUES = (
                    "prefix_match_unit smaller than the block; any model runner (the scheduler's code): V1 is the "
                    "default for hybrid models on 0.28, VLLM_USE_V2_MODEL_RUNNER=0 on 0.29-0.31",
         fix=_fix("fix-tail-keyed-while-computing", _mamba_manager, "_cache_partial_tail_block",
-                 _tail_keyed_while_computing, "the prompt-end tail is keyed only while it is being computed"),
+                 _tail_keyed_while_computing, "the prompt-end tail is keyed only while no token past it is "
+                 "scheduled"),
         applies=_prompt_end_tail,
         # scheduler code, but reached only under async scheduling: the engine tier's V1/V2 workers follow it,
         # the mirrored tiers are synchronous

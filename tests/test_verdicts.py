@@ -230,3 +230,30 @@ def test_a_campaign_judges_only_findings_kept_by_its_own_configuration(tmp_path)
                  seed=0, mutant=None, seed_corpus=False, progress=False)
     assert [p.name for p in c.kept_findings()] == ["finding-ours"]
     assert sorted(p.name for p in c.foreign_findings()) == ["finding-engine", "finding-mutant", "finding-other-release"]
+
+
+@pytest.mark.parametrize("issue_id", ["checkpoint-midblock-start", "async-prompt-tail-rekeyed"])
+def test_a_fix_leaves_schedules_outside_its_bug_as_they_are(issue_id):
+    """A fix that moved schedules where its bug cannot be would make unrelated findings vanish in the replay
+    with fixes applied, and so be credited to it (a new bug hidden behind a known one). Generated scenarios
+    without prefill checkpoints, replayed synchronously: identical traces with and without the fix
+    (checkpoint-midblock-start stops a prompt-final chunk only where checkpoint blocks are exported;
+    async-prompt-tail-rekeyed refuses only a key the synchronous schedule never asks for again)."""
+    from dataclasses import astuple
+
+    from harness.generate import random_scenario
+    from harness.replay import replay
+
+    issue = known_issue_by_id(issue_id)
+    if not issue.applicable():
+        pytest.skip(f"{issue_id}: the fix's target is not in this release")
+    compared = 0
+    for seed in range(40):
+        sc = random_scenario(seed, checkpoints=False)
+        stock = replay(sc, None, "symbolic")
+        with fixes_applied([issue]):
+            fixed = replay(sc, None, "symbolic")
+        assert [astuple(r) for r in stock.rows] == [astuple(r) for r in fixed.rows], seed
+        assert stock.copies == fixed.copies, seed
+        compared += 1
+    assert compared == 40
