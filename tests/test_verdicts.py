@@ -232,7 +232,8 @@ def test_a_campaign_judges_only_findings_kept_by_its_own_configuration(tmp_path)
     assert sorted(p.name for p in c.foreign_findings()) == ["finding-engine", "finding-mutant", "finding-other-release"]
 
 
-@pytest.mark.parametrize("issue_id", ["checkpoint-midblock-start", "async-prompt-tail-rekeyed"])
+@pytest.mark.parametrize("issue_id", ["checkpoint-midblock-start", "async-prompt-tail-rekeyed",
+                                      "sync-external-admission-undercount", "v1-readd-resets-num-accepted"])
 def test_a_fix_leaves_schedules_outside_its_bug_as_they_are(issue_id):
     """A fix that moved schedules where its bug cannot be would make unrelated findings vanish in the replay
     with fixes applied, and so be credited to it (a new bug hidden behind a known one). Generated scenarios
