@@ -143,13 +143,14 @@ _ALLOCATE_KWARGS = frozenset({"num_new_computed_tokens", "new_computed_blocks", 
 
 
 @functools.cache
-def _parameters(fn) -> frozenset[str]:
+def parameters(fn) -> frozenset[str]:
+    """The parameter names of an installed release's function (feature detection, once per function)."""
     return frozenset(inspect.signature(fn).parameters)
 
 
 def _supported_kwargs(fn, **kwargs) -> dict:
     """Only the keyword arguments the installed release's signature has (feature detection)."""
-    params = _parameters(fn)
+    params = parameters(fn)
     return {k: v for k, v in kwargs.items() if k in params}
 
 
@@ -201,7 +202,7 @@ class Allocator:
         self._mamba_key_suffix = bytes(probe[32:])
         if v.kcu.get_group_id(probe) != MAMBA_GROUP or bytes(v.kcu.get_block_hash(probe)) != b"\x01" * 32:
             raise BadInput(f"vLLM {v.version}: prefix-cache keys are not hash + group id; not supported")
-        self._allocate_params = _parameters(v.KVCacheManager.allocate_slots)
+        self._allocate_params = parameters(v.KVCacheManager.allocate_slots)
         missing = _ALLOCATE_KWARGS - self._allocate_params
         if missing:
             raise BadInput(f"vLLM {v.version}: allocate_slots lacks {sorted(missing)}; not supported")

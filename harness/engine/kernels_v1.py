@@ -255,7 +255,7 @@ def register() -> str:
     holder), else by rebinding the kernel in its defining module (vLLM < 0.31: mamba_utils launches them
     by module-global name, v1/worker/mamba_utils.py). Returns how. Either way `mode` can bind vLLM's own
     kernels back for a call."""
-    global _registered
+    global _registered, _active
     if _registered:
         return _registered
     try:
@@ -271,6 +271,7 @@ def register() -> str:
                 setattr(host, attr, _Launch(globals()[fn]))
                 _OVR[name] = getattr(host, attr)
         _forget_holders()
+        _active = "torch"
         _registered = "module"
         return _registered
     register_replacements({name: _impl(name, fn) for name, fn in _KERNELS.items() if _exists(name)})
@@ -324,29 +325,29 @@ def _holders() -> list:
     scan finds them (triton_utils/dispatcher.py _rebind_kernels); rescanned when modules were imported."""
     global _SCANNED
     import sys
+    import warnings
 
     if _SCANNED != len(sys.modules):
-        import warnings
-
-        warnings.filterwarnings("ignore", category=FutureWarning, module=__name__)  # deprecated torch attributes
         known = {id(k): n for n, k in _JIT.items()}
         known.update({id(k): n for n, k in _OVR.items()})
         found = []
-        for module in list(sys.modules.values()):
-            ns = getattr(module, "__dict__", None)
-            if not ns:
-                continue
-            for attr, value in list(ns.items()):
-                name = known.get(id(value))
-                if name is not None:
-                    found.append((module, attr, name))
-                elif hasattr(value, "__dict__"):
-                    try:
-                        name = known.get(id(vars(value).get("kernel")))
-                    except TypeError:
-                        continue
+        with warnings.catch_warnings():  # the scan touches deprecated torch attributes
+            warnings.simplefilter("ignore", FutureWarning)
+            for module in list(sys.modules.values()):
+                ns = getattr(module, "__dict__", None)
+                if not ns:
+                    continue
+                for attr, value in list(ns.items()):
+                    name = known.get(id(value))
                     if name is not None:
-                        found.append((value, "kernel", name))
+                        found.append((module, attr, name))
+                    elif hasattr(value, "__dict__"):
+                        try:
+                            name = known.get(id(vars(value).get("kernel")))
+                        except TypeError:
+                            continue
+                        if name is not None:
+                            found.append((value, "kernel", name))
         _HOLDERS[:] = found
         _SCANNED = len(sys.modules)
     return _HOLDERS

@@ -44,8 +44,6 @@ attention metadata builder, not simulated here), releases whose runner lacks the
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import socket
 
 import numpy as np
@@ -54,7 +52,7 @@ from harness.errors import BadInput
 from harness.states import chain
 from harness.tokens import true_token
 from harness.trace import Read, RowView
-from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, installed_version
+from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, installed_version, parameters
 from harness.worker import Forward
 
 _PROCESS: dict = {}  # once per process: distributed init, kernel registration, the collect wrapper
@@ -463,7 +461,7 @@ class V1Worker:
             bufs = r._get_mamba_bufs()
             funcs = (r._get_mamba_state_copy_funcs() if hasattr(r, "_get_mamba_state_copy_funcs")
                      else r.model.get_mamba_state_copy_func())  # < 0.29: the model's one tuple
-            extra = {"align_ctx": bufs.postprocess_align} if _preprocess_takes_align_ctx(mu.preprocess_mamba) else {}
+            extra = {"align_ctx": bufs.postprocess_align} if "align_ctx" in parameters(mu.preprocess_mamba) else {}
             mu.preprocess_mamba(so, r.kv_cache_config, r.cache_config, r.mamba_state_idx, r.input_batch, r.requests,
                                 self.fwd_ctx, funcs, bufs.preprocess, **extra)
             # execute_model re-syncs the accepted counts preprocess_mamba reset (gpu_model_runner.py:4069-4076)
@@ -572,16 +570,11 @@ def _reinitialize_input_batch(runner, kvc) -> None:
     fresh InputBatch: it rebuilds when the block sizes differ from the ones recorded (`_init_block_sizes`,
     every release 0.26-0.33), so the record is cleared first."""
     runner._init_block_sizes = None
-    if _takes_kernel_block_sizes(type(runner).may_reinitialize_input_batch):
+    if "kernel_block_sizes" in parameters(type(runner).may_reinitialize_input_batch):
         # older releases take the kernel block sizes: no backend splits a block here
         runner.may_reinitialize_input_batch(kvc, [g.kv_cache_spec.block_size for g in kvc.kv_cache_groups])
     else:
         runner.may_reinitialize_input_batch(kvc)
-
-
-@functools.cache
-def _takes_kernel_block_sizes(fn) -> bool:
-    return "kernel_block_sizes" in inspect.signature(fn).parameters
 
 
 class _entry_points_scanned_once:
@@ -608,12 +601,6 @@ class _entry_points_scanned_once:
 
     def __exit__(self, *exc) -> None:
         self.md.entry_points = self.saved
-
-
-@functools.cache
-def _preprocess_takes_align_ctx(fn) -> bool:
-    """Whether this release's preprocess_mamba takes the fused align context (0.33+), per function object."""
-    return "align_ctx" in inspect.signature(fn).parameters
 
 
 class _Pooled:

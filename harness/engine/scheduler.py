@@ -57,6 +57,7 @@ from harness.vllm_adapter import (  # noqa: E402
     adopt_manager,
     exception_site,
     installed_version,
+    parameters,
     supports_failed_recving,
     supports_prefill_checkpoints,
     supports_prefix_match_unit,
@@ -360,13 +361,6 @@ def _speculative_config(cls, K: int):
         return cls(method="ngram", num_speculative_tokens=K, prompt_lookup_min=1, prompt_lookup_max=1)
     except TypeError:
         return cls(method="ngram", num_speculative_tokens=K)
-
-
-@functools.cache
-def _takes_drop_stale_output(fn) -> bool:
-    import inspect
-
-    return "drop_stale_output" in inspect.signature(fn).parameters
 
 
 class EngineDriver:
@@ -686,7 +680,7 @@ class EngineDriver:
         previous step's scheduled set, since it may resume in the very next schedule(): the V1 runner then
         flushes it from its persistent batch and takes its tokens from the scheduler (`all_token_ids`)."""
         sched = self.sched
-        if _takes_drop_stale_output(type(sched)._preempt_request):
+        if "drop_stale_output" in parameters(type(sched)._preempt_request):
             sched._preempt_request(vreq, time.monotonic(), drop_stale_output=True)
         else:
             sched._preempt_request(vreq, time.monotonic())

@@ -58,7 +58,7 @@ def make_worker(driver, runner: str):
     if runner == "v2":
         from harness.engine.runner_v2 import V2Worker, v2_unavailable
 
-        why = v2_unavailable() or _v2_release_unsupported(driver.options.kernels)
+        why = v2_unavailable() or _v2_release_unsupported()
         if why is None and not getattr(driver.sched, "use_v2_model_runner", False):
             why = f"vLLM {driver.trace.vllm_version} does not run this config on its V2 model runner"
         if why is not None:
@@ -84,7 +84,7 @@ def make_worker(driver, runner: str):
     raise BadInput(f"engine runner {runner!r} is not available yet on this build of the harness")
 
 
-def _v2_release_unsupported(kernels: str) -> str | None:
+def _v2_release_unsupported() -> str | None:
     """The releases the V2 worker follows (measured: bench/engine_support.sh): 0.32.x and 0.33.x, with either
     kernel set (the torch replacements bind each release's kernel parameters by name, kernels_v2._by_name);
     before 0.32 the CPU V2 runner loads the model architecture itself instead of taking the harness's model."""
