@@ -5,6 +5,8 @@
 # make sweep [VLLM=...]     a seeded random sweep of generated scenarios
 # make gpu-check            the one-shot GPU kernel check (SKIPPED without CUDA; docs/gpu.md)
 # make results [PART=...]   rewrite every committed table and plot from its command (bench/make_results.sh)
+# make ci-fuzz [VLLM=...]   CI's stock gate: a deterministic campaign (CI_RUNS execs, seed 0, the seed corpus) must
+#                            exit 0, and every seed-corpus input and kept crash file replays with its recorded verdict
 # make known [VLLM=...]     each known issue's repro still shows it here and its fix removes it (TIER=engine:
 #                            re-judged on vLLM's own Scheduler and model runner, HH_ENGINE_RUNNER=auto|v1|v2|mirror)
 # TIER=model                fuzz/sweep the model tier (tiny hybrid LM on real state tensors) instead
@@ -27,8 +29,9 @@ FUZZ_DIR := $(if $(filter symbolic,$(TIER)),artifacts/fuzz,artifacts/fuzz-$(TIER
 # extra flags for fuzz/sweep; prefill checkpoints are on (vLLM's default): known issues are judged by their fix
 FUZZ_ARGS ?=
 PART ?= all
+CI_RUNS ?= 3000
 
-.PHONY: venv test bench fuzz sweep gpu-check results known clean-venv
+.PHONY: venv test bench fuzz sweep gpu-check results known clean-venv ci-fuzz
 
 venv: $(STAMP)
 
@@ -58,6 +61,11 @@ fuzz: venv
 	mkdir -p $(FUZZ_DIR)
 	$(PY) -m harness fuzz --minutes $(MINUTES) --jobs $(JOBS) --seed $(SEED) --seed-corpus --artifacts $(FUZZ_DIR) --tier $(TIER) $(FUZZ_ARGS); \
 	code=$$?; echo $$code > $(FUZZ_DIR)/exit-code; exit $$code
+
+ci-fuzz: venv
+	rm -rf artifacts/ci-fuzz
+	$(PY) -m harness fuzz --runs $(CI_RUNS) --jobs 1 --seed 0 --seed-corpus --no-progress --artifacts artifacts/ci-fuzz
+	$(PY) fuzz/check_corpora.py
 
 sweep: venv
 	$(PY) -m harness sweep --count $(SWEEP) --seed $(SEED) --artifacts artifacts/sweep --tier $(TIER) $(FUZZ_ARGS)

@@ -4,7 +4,7 @@
     python fuzz/symbolic_target.py [libFuzzer flags] [CORPUS_DIR ...]   # fuzz
     python fuzz/symbolic_target.py CRASH_FILE                          # replay one input
 Environment: HH_ARTIFACTS (kept findings, default artifacts/fuzz), HH_MUTANT (mutant to apply),
-HH_NO_CHECKPOINTS (mutator only), HH_KEEP_GOING, HH_TIER (see harness/fuzzing.py; fuzz/model_target.py sets
+HH_NO_CHECKPOINTS, HH_GENERATOR_SHARE and HH_STATE_COVERAGE (search only), HH_KNOWN_FIXES, HH_KEEP_GOING, HH_TIER (see harness/fuzzing.py; fuzz/model_target.py sets
 HH_TIER=model, fuzz/engine_target.py HH_TIER=engine).
 
 Coverage: the harness is instrumented as it is imported; vLLM's allocator package (vllm.v1.core) is
@@ -25,6 +25,7 @@ TIER = "symbolic" if __name__ == "__main__" else os.environ.get("HH_TIER") or "s
 
 with atheris.instrument_imports(include=["harness", "models"]):
     from harness import fuzzing, genome
+    from harness.state_coverage import StateCoverage
     from harness.vllm_adapter import instrument_allocator
 
     if TIER == "model":
@@ -35,6 +36,12 @@ with atheris.instrument_imports(include=["harness", "models"]):
 # vllm.v1.core.* (allocator and Scheduler); the engine tier also runs vLLM's worker code
 instrument_allocator(atheris.instrument_func, worker=TIER == "engine")
 TARGET = fuzzing.Target(tier=TIER)
+# abstract allocator/runner transitions as extra edges (HH_STATE_COVERAGE=off: Python edges only)
+if os.environ.get("HH_STATE_COVERAGE", "on") != "off":
+    TARGET.on_trace = StateCoverage(atheris.instrument_func).feed
+# a share of the mutator's outputs are fresh generator scenarios (the sweep's, with a swarm mask): the campaign
+# samples at least as broadly as the sweep (HH_GENERATOR_SHARE=0: genome inputs only)
+GENERATOR_SHARE = float(os.environ.get("HH_GENERATOR_SHARE", "0.25"))
 
 
 def TestOneInput(data: bytes) -> None:
@@ -43,11 +50,15 @@ def TestOneInput(data: bytes) -> None:
 
 def CustomMutator(data: bytes, max_size: int, seed: int) -> bytes:
     rng = random.Random(seed)
-    if len(data) < genome.MIN_FULL_INPUT:
+    if rng.random() < GENERATOR_SHARE:
+        out = genome.generator_input(rng)
+    elif genome.is_generator_input(data):  # another seed, or the same scenario with other features switched off
+        out = genome.generator_input(rng, None if rng.random() < 0.5 else int.from_bytes(data[4:12], "little"))
+    elif len(data) < genome.MIN_FULL_INPUT:
         # libFuzzer starts from tiny inputs that decode to one bare request; start from a full-layout
         # random input instead (external hits, shared prefixes, several requests) and let coverage take over
-        return genome.random_bytes(rng)[:max_size]
-    if rng.random() < 0.5:
+        out = genome.random_bytes(rng)
+    elif rng.random() < 0.5:
         out = genome.mutate(data, rng, TARGET.budget)
     else:
         out = atheris.Mutate(data, max_size)

@@ -128,10 +128,10 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
     import time
 
     from harness.artifacts import finding_artifact, write_finding, write_json_atomic
-    from harness.replay import replay, runs_model
+    from harness.replay import runs_model
     from harness.generate import random_scenario
-    from harness.known import judge_scenario
-    from harness.oracles import describe_outputs, judge, merge_output_summaries, output_summary
+    from harness.known import replay_and_judge
+    from harness.oracles import describe_outputs, merge_output_summaries, output_summary
     from harness.scenario import scenario_to_json
     from harness.vllm_adapter import load_vllm, supports_prefill_checkpoints
 
@@ -144,9 +144,10 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
     for seed in range(args.seed, args.seed + args.count):
         scenario = random_scenario(seed, checkpoints=checkpoints, small=small)
         try:
-            trace = replay(scenario, args.mutant, args.tier)
-            findings = judge(trace)
-            verdict = judge_scenario(scenario, findings, args.mutant, args.tier) if findings else None
+            fixed = args.known_fixes == "on"
+            trace, findings, verdict = replay_and_judge(scenario, args.mutant, args.tier, fixed)
+            if verdict is None and fixed:  # clean with the fixes: replayed on stock to count the known issues
+                trace, findings, verdict = replay_and_judge(scenario, args.mutant, args.tier, known_fixes=False)
         except HarnessError as exc:  # replaying, or replaying with the known fixes applied
             path = write_json_atomic(Path(args.artifacts) / f"harness-error-{seed}.json",
                                      {"kind": "hybrid-harness-error", "error": str(exc),
@@ -197,7 +198,8 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     corpus = Path(args.corpus) if args.corpus else artifacts / "corpus"
     campaign = Campaign(target=args.target, corpus=corpus, artifacts=artifacts, jobs=args.jobs, seconds=seconds,
                         runs=args.runs, seed=args.seed, mutant=args.mutant, seed_corpus=args.seed_corpus,
-                        checkpoints=_checkpoints(args.checkpoints, args.target), progress=not args.no_progress)
+                        checkpoints=_checkpoints(args.checkpoints, args.target), progress=not args.no_progress,
+                        extra_env={"HH_KNOWN_FIXES": args.known_fixes})
     summary = campaign.run()
     new = summary["findings_new"]
     new_bugs = [name for name in new if summary["verdicts"][name]["new"]]  # known issues have their repro already
@@ -476,6 +478,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "except --tier engine --runner v1, which does not simulate them)")
     sweep.add_argument("--tier", choices=TIERS, default="symbolic")
     sweep.add_argument("--model", choices=MODELS, help=MODEL_HELP)
+    sweep.add_argument("--known-fixes", choices=("on", "off"), default="on",
+                      help="on (default): fuzz the fixed system, every applicable known issue's fix applied, and "
+                      "confirm each finding on stock vLLM; off: replay stock and classify findings by the fixes")
     _engine_flags(sweep)
     sweep.set_defaults(func=_cmd_sweep)
     fuzz = sub.add_parser("fuzz", help="coverage-guided atheris campaign; exit 0 no finding, 1 finding(s)")
@@ -494,6 +499,9 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--checkpoints", choices=("auto", "on", "off"), default="auto",
                       help="inputs with Mamba prefill checkpoint blocks (auto: where supported, except --tier engine "
                       "--runner v1, which does not simulate them; off clears the bit in the mutator)")
+    fuzz.add_argument("--known-fixes", choices=("on", "off"), default="on",
+                      help="on (default): fuzz the fixed system, every applicable known issue's fix applied, and "
+                      "confirm each finding on stock vLLM; off: replay stock and classify findings by the fixes")
     fuzz.add_argument("--no-minimize", action="store_true", help="do not minimize new findings at the end")
     fuzz.add_argument("--no-progress", action="store_true")
     _engine_flags(fuzz)

@@ -11,7 +11,8 @@ signatures (all-known inputs by their set of known ones), so a known finding nev
 How bytes decode depends on the bytes and the installed release only (libFuzzer: a crash file alone
 reproduces). Configuration from the environment, so `python fuzz/TARGET.py FILE` replays like any libFuzzer
 target: HH_ARTIFACTS (where findings go), HH_MUTANT (a mutant to apply first), HH_TIER (symbolic | model | engine; fuzz/model_target.py and fuzz/engine_target.py fix it),
-HH_KEEP_GOING (campaign workers), HH_NO_CHECKPOINTS (the mutator clears the prefill-checkpoint bit; an input
+HH_KEEP_GOING (campaign workers), HH_KNOWN_FIXES (on, the default: replay with the known fixes applied and
+confirm a finding on stock; off: replay on stock), HH_NO_CHECKPOINTS (the mutator clears the prefill-checkpoint bit; an input
 that still has it, e.g. from the seed corpus, is passed over unrun; the decoder ignores it).
 """
 
@@ -29,10 +30,14 @@ import psutil
 from harness.artifacts import finding_artifact, write_json_atomic
 from harness.errors import BadInput, HarnessError
 from harness.genome import decode, release_budget, without_checkpoints
-from harness.known import Verdict, judge_scenario
-from harness.oracles import judge, merge_output_summaries, output_summary
-from harness.replay import replay, runs_model
+from harness.known import Verdict, replay_and_judge
+from harness.oracles import merge_output_summaries, output_summary
+from harness.replay import runs_model
 from harness.scenario import scenario_to_json
+
+
+# fixed-system campaigns replay their first 64 and then every 16th clean input on stock to count known issues
+KNOWN_FIRST, KNOWN_SAMPLE = 64, 16
 
 
 class Finding(Exception):
@@ -52,15 +57,17 @@ class Target:
         load_vllm()
         self.version = installed_version()
         self.mutant = mutant if mutant is not None else os.environ.get("HH_MUTANT") or None
-        if self.mutant:
-            apply_mutant(self.mutant)
+        self._undo_mutant = apply_mutant(self.mutant) if self.mutant else None
         self.tier = tier or os.environ.get("HH_TIER") or "symbolic"
         self.budget = release_budget(small=runs_model(self.tier), tier=self.tier)  # engine --forward model too
         # the mutator clears the checkpoint bit; inputs that have it are passed over, never decoded otherwise
         self.no_checkpoints = bool(os.environ.get("HH_NO_CHECKPOINTS"))
         self.dir = Path(artifacts or os.environ.get("HH_ARTIFACTS") or "artifacts/fuzz")
         self.dir.mkdir(parents=True, exist_ok=True)
+        # fuzz the fixed system (every applicable known fix applied; HH_KNOWN_FIXES=off: stock, the old behaviour)
+        self.known_fixes = os.environ.get("HH_KNOWN_FIXES", "on") != "off"
         self.execs = 0
+        self.on_trace = None  # callable(trace), called after every replay
         self.keep_going = bool(os.environ.get("HH_KEEP_GOING"))
         # model tier: generations judged and their symptoms, flushed to ARTIFACTS/../outputs/PID.json (the
         # campaign sums the files into its repeat rate; libFuzzer exits without running Python's atexit)
@@ -77,15 +84,19 @@ class Target:
             self.startup_s = round(time.time() - psutil.Process().create_time(), 2)
         scenario = decode(data, self.budget)
         try:
-            trace = replay(scenario, self.mutant, self.tier)
-            findings = judge(trace)
-            verdict = judge_scenario(scenario, findings, self.mutant, self.tier) if findings else None
+            trace, findings, verdict = replay_and_judge(scenario, self.mutant, self.tier, self.known_fixes)
+            if verdict is None and self.known_fixes and (self.execs <= KNOWN_FIRST or self.execs % KNOWN_SAMPLE == 0):
+                # the fixed system is clean: the first inputs (the seed corpus, a replayed crash file) and every
+                # KNOWN_SAMPLE-th one are replayed on stock too, so a campaign still reports the known issues it reached
+                trace, findings, verdict = replay_and_judge(scenario, self.mutant, self.tier, known_fixes=False)
         except (HarnessError, BadInput) as exc:
             self._keep_error(data, scenario, exc)
             raise HarnessFailure(str(exc)) from exc
         except Exception as exc:  # a bug in the harness: kept, never reported as vLLM's
             self._keep_error(data, scenario, exc)
             raise HarnessFailure(repr(exc)) from exc
+        if self.on_trace is not None:  # the fuzz target's state coverage (harness/state_coverage.py)
+            self.on_trace(trace)
         if trace.outputs is not None:
             self._count_outputs(trace)
         if verdict is None:
@@ -98,6 +109,12 @@ class Target:
             head = next((f for f in findings if f.signature in verdict.unexplained), findings[0])
             raise Finding(f"new: {', '.join(verdict.new)}; known: {verdict.known or 'none'}; {head.headline()} "
                           f"(kept in {folder})")
+
+    def close(self) -> None:
+        """Undo the mutant (a worker process never needs to; an in-process user does)."""
+        if self._undo_mutant is not None:
+            self._undo_mutant()
+            self._undo_mutant = None
 
     def _count_outputs(self, trace) -> None:
         self.outputs = merge_output_summaries(self.outputs, output_summary(trace))

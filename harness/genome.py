@@ -6,6 +6,7 @@ a mutator can aim a field at a value (an external hit one token before a Mamba b
 prefix ending on a hash boundary, K drafts all rejected) and encode it back exactly.
 
 Layout: 7 geometry bytes, 1 request-count byte, then 12 bytes per request (1-4 requests), then 3 bytes per event (0-3 events).
+An input starting with GENERATOR_MAGIC is instead the sweep generator's scenario for its seed, with a swarm mask.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from harness.scenario import Scenario, parse_scenario
+from harness.scenario import Scenario, parse_scenario, scenario_to_json
 
 MAMBA_SIZES = (4, 8, 16)
 POOL_SIZES = (12, 16, 24, 32, 48, 64, 128, 256)
@@ -83,8 +84,78 @@ def geometry_from(r: _Reader, budget: Budget) -> dict:
     }
 
 
+# -- the generator inside the campaign ----------------------------------------------------------------------
+# An input that starts with GENERATOR_MAGIC is a generator scenario (harness/generate.py, what `sweep` replays):
+# 8 bytes of seed, then a swarm mask. A share of the mutator's outputs are such inputs, so a campaign samples
+# at least as broadly as the sweep, and coverage keeps the generator scenarios that reach new behaviour.
+GENERATOR_MAGIC = b"GEN\x00"
+GENERATOR_INPUT = len(GENERATOR_MAGIC) + 8 + 1
+# swarm testing (Groce et al., ISSTA 2012): each generator input switches whole features off, so a rare
+# combination is not starved by the common ones; bit set = feature off (mask 0: the sweep's own scenario)
+SWARM = ("checkpoints", "connector", "async_load", "spec_decode", "prefix_sharing", "events", "pool_pressure",
+         "long_prompts")
+SWARM_CHECKPOINTS_OFF = 1  # bit 0; `without_checkpoints` sets it
+
+
+def generator_input(rng: random.Random, seed: int | None = None) -> bytes:
+    """A generator input: a fresh seed (or `seed`), with the swarm off half the time and a random mask else."""
+    seed = rng.getrandbits(64) if seed is None else seed
+    mask = 0 if rng.random() < 0.5 else rng.randrange(1, 256)
+    return GENERATOR_MAGIC + seed.to_bytes(8, "little") + bytes([mask])
+
+
+def is_generator_input(data: bytes) -> bool:
+    return data.startswith(GENERATOR_MAGIC)
+
+
+def _decode_generated(data: bytes, budget: Budget) -> Scenario:
+    from harness.generate import random_scenario  # the sweep's generator, unchanged
+
+    body = data[len(GENERATOR_MAGIC):].ljust(9, b"\0")
+    seed, mask = int.from_bytes(body[:8], "little"), body[8]
+    off = {name for bit, name in enumerate(SWARM) if mask >> bit & 1}
+    scenario = random_scenario(seed, checkpoints=budget.checkpoints and "checkpoints" not in off, small=budget.small)
+    doc = scenario_to_json(scenario)
+    geo = doc["geometry"]
+    if budget.align and not budget.sub_block_hash:
+        geo["hash_block_size"] = geo["mamba_block_size"]
+    if "spec_decode" in off:
+        geo.update(num_speculative_tokens=0, eagle_block_drop=False)
+    if "pool_pressure" in off:  # a pool that never evicts nor preempts
+        geo["num_blocks"] = 256
+    if "events" in off:
+        doc["events"] = []
+    rng = random.Random(seed ^ mask)
+    for req in doc["requests"]:
+        if "spec_decode" in off:
+            req.pop("acceptance", None)
+        if "connector" in off:
+            req.pop("external", None)
+        elif "async_load" in off and req.get("external"):
+            req["external"]["async"] = False
+        if "prefix_sharing" in off:
+            req["prompt"].pop("share", None)
+        if "long_prompts" in off:  # prompts within one Mamba block: the same-block and sub-block paths
+            req["prompt"]["length"] = min(req["prompt"]["length"], rng.randint(2, geo["mamba_block_size"]))
+            share = req["prompt"].get("share")
+            if share:
+                share["tokens"] = min(share["tokens"], req["prompt"]["length"])
+            ext = req.get("external")
+            if ext and ext["tokens"] >= req["prompt"]["length"]:
+                req.pop("external")
+    for req in doc["requests"]:  # a shared prefix is no longer than the prompt it comes from
+        share = req["prompt"].get("share")
+        if share:
+            other = next(r for r in doc["requests"] if r["id"] == share["request"])
+            share["tokens"] = max(1, min(share["tokens"], other["prompt"]["length"], req["prompt"]["length"]))
+    doc["name"] = f"generator-{seed}-swarm-{mask}"
+    return parse_scenario(doc)
+
+
 def decode(data: bytes, budget: Budget = Budget()) -> Scenario:
     """Bytes -> a valid scenario (total: never raises on any input)."""
+    if is_generator_input(data):
+        return _decode_generated(data, budget)
     r = _Reader(data)
     geo = geometry_from(r, budget)
     k, mamba = geo["num_speculative_tokens"], geo["mamba_block_size"]
@@ -191,6 +262,13 @@ def without_checkpoints(data: bytes) -> bytes:
     """The same input with the prefill-checkpoint bit cleared. `fuzz --checkpoints off` applies it in the
     mutator, never in the decoder: how bytes decode depends on the bytes and the installed release only, so a
     crash file alone reproduces its finding."""
+    if is_generator_input(data):
+        at = GENERATOR_INPUT - 1
+        if len(data) > at and data[at] & SWARM_CHECKPOINTS_OFF:
+            return data
+        buf = bytearray(data.ljust(GENERATOR_INPUT, b"\0"))
+        buf[at] |= SWARM_CHECKPOINTS_OFF
+        return bytes(buf)
     if len(data) <= FLAGS_BYTE or not data[FLAGS_BYTE] & 1:
         return data
     buf = bytearray(data)

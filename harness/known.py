@@ -487,6 +487,56 @@ def judge_scenario(scenario, findings, mutant: str | None, tier: str) -> Verdict
     return classify([f.signature for f in findings], replay_signatures, issues_for(tier))
 
 
+def replay_and_judge(scenario, mutant: str | None, tier: str, known_fixes: bool = True):
+    """Replay and judge one input; returns (trace, findings, verdict or None when nothing fired).
+
+    known_fixes=True (campaigns' and sweeps' default: fuzz the fixed system): the replay runs with every
+    applicable known issue's fix applied, so known bugs neither fire nor mask new ones; only a finding of the
+    fixed system is confirmed on the system as shipped (`confirm_on_stock`). known_fixes=False: the replay runs
+    on stock and its findings are classified by the fixes (`judge_scenario`)."""
+    from harness.oracles import judge
+    from harness.replay import replay
+
+    issues = issues_for(tier) if known_fixes else []
+    with fixes_applied(issues):
+        trace = replay(scenario, mutant, tier)
+    findings = judge(trace)
+    if not findings:
+        return trace, findings, None
+    if not issues:
+        return trace, findings, judge_scenario(scenario, findings, mutant, tier)
+    return trace, findings, confirm_on_stock(scenario, findings, mutant, tier, issues)
+
+
+def confirm_on_stock(scenario, fixed_findings, mutant: str | None, tier: str, issues) -> Verdict:
+    """A finding of the fixed system, replayed on the system as shipped (no fixes): shown there too ->
+    unexplained (NEW); absent there while stock shows a finding the fixes remove (a known bug fires first) ->
+    NEW, revealed (latent until vLLM fixes the known one). Absent for no such reason means the fixes changed
+    a run where no known bug fired: they misbehave, a harness error (never reported as vLLM's)."""
+    from harness.errors import HarnessError
+    from harness.oracles import judge
+    from harness.replay import replay
+
+    fixed = list(dict.fromkeys(f.signature for f in fixed_findings))
+    replays = {frozenset(k.id for k in issues): set(fixed)}  # the fixed replay is done already
+
+    def replay_signatures(subset):
+        key = frozenset(k.id for k in subset)
+        if key not in replays:
+            with fixes_applied(subset):
+                replays[key] = {f.signature for f in judge(replay(scenario, mutant, tier))}
+        return replays[key]
+
+    stock = list(dict.fromkeys(f.signature for f in judge(replay(scenario, mutant, tier))))  # oracle order
+    replays[frozenset()] = set(stock)
+    verdict = classify(stock, replay_signatures, issues) if stock else Verdict([], revealed=fixed)
+    if verdict.revealed and not verdict.unexplained and not verdict.known:
+        raise HarnessError(f"known fixes misbehave: with {', '.join(k.id for k in issues)} applied the replay shows "
+                           f"{', '.join(verdict.revealed)}, which stock vLLM does not show, and stock shows no finding "
+                           "the fixes remove")
+    return verdict
+
+
 BLOCKED = "REPRO STOPS AT ANOTHER FINDING (the fix changes nothing)"
 
 

@@ -41,6 +41,21 @@ class Geometry(_Strict):
     # "fail" ends the request with an error; "recompute" recomputes from the longest valid prefix
     kv_load_failure_policy: Literal["fail", "recompute"] = "fail"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _align_mode_block(cls, data):
+        """vLLM's align mode has one block size: `cache_config.mamba_block_size = cache_config.block_size`
+        (platforms/interface.py `_align_hybrid_block_size`, 0.33.0), so the attention group's allocator block
+        is the Mamba block on every tier. A finer `attn_block_size` that divides the Mamba block is raised to it
+        (a scenario vLLM could never build is not a finding); one that does not divide it is refused."""
+        if isinstance(data, dict):
+            attn, mamba = data.get("attn_block_size"), data.get("mamba_block_size")
+            if isinstance(attn, int) and isinstance(mamba, int) and attn >= 1 and mamba >= 1:
+                if mamba % attn:
+                    raise ValueError(f"attn_block_size {attn} must divide mamba_block_size {mamba} (align mode)")
+                data = {**data, "attn_block_size": mamba}
+        return data
+
     @model_validator(mode="after")
     def _divisible(self) -> Geometry:
         for name in ("attn_block_size", "mamba_block_size"):

@@ -161,8 +161,6 @@ class Allocator:
         v = _vllm()
         self.v = v
         self.geometry = g = geometry
-        if g.mamba_block_size % g.attn_block_size:
-            raise BadInput("geometry: attn_block_size must divide mamba_block_size (align mode)")
         K = g.num_speculative_tokens
         mamba_kwargs = dict(
             block_size=g.mamba_block_size, shapes=((1, 1),), dtypes=(v.torch.float32,),

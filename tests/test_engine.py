@@ -141,8 +141,7 @@ def test_seed_scenario_rows_agree_with_the_mirrored_tier():
 
     report = diff(load_scenario(SEED))
     assert report.same, report.describe()
-    # the seed asks for 2-token attention blocks: align mode raises them to the Mamba block on both tiers
-    assert report.notes == ["attention block 2 set to the Mamba block 8 on both tiers (align mode)"]
+    assert report.notes == []
 
 
 def test_explicit_chunk_the_scheduler_would_not_schedule_is_bad_input():

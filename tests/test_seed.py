@@ -15,7 +15,7 @@ def _assert_seed_findings(findings):
     f = live[0]
     # the 14 -> 15 step: the worker appended the CoW block, the core replaced column 1 with it
     assert (f.step, f.request, f.group, f.columns) == (2, "a", 1, [1])
-    assert f.actual == "worker row [0, 6, 10]" and f.expected == "core row [0, 10]"
+    assert f.actual == "worker row [0, 3, 4]" and f.expected == "core row [0, 4]"
     cache = by_oracle(findings, "cache-integrity")
     assert cache and cache[0].step == 2 and "a[:14]" in cache[0].expected and "a[:15]" in cache[0].actual
     prov = by_oracle(findings, "provenance")

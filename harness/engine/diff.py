@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from harness.scenario import Scenario, parse_scenario, scenario_to_json
+from harness.scenario import Scenario
 
 
 @dataclass
@@ -53,17 +53,6 @@ class DiffReport:
         if len(self.differences) > limit:
             lines.append(f"  … {len(self.differences) - limit} more")
         return "\n".join(lines)
-
-
-def aligned(scenario: Scenario) -> tuple[Scenario, list[str]]:
-    """The scenario with attention block = Mamba block (align mode), and a note if that changed it."""
-    g = scenario.geometry
-    if g.attn_block_size == g.mamba_block_size:
-        return scenario, []
-    doc = scenario_to_json(scenario)
-    doc["geometry"]["attn_block_size"] = g.mamba_block_size
-    return parse_scenario(doc), [f"attention block {g.attn_block_size} set to the Mamba block {g.mamba_block_size} "
-                                 "on both tiers (align mode)"]
 
 
 class _Labels:
@@ -162,7 +151,7 @@ def diff(scenario: Scenario, mutant: str | None = None) -> DiffReport:
     from harness.replay import replay, runs_model
     from harness.oracles import judge
 
-    sc, notes = aligned(scenario)
+    sc, notes = scenario, []  # align mode's one block size is the scenario model's rule (scenario.Geometry)
     engine_trace = replay(sc, mutant, "engine")
     # --forward model: the mirrored loop with the same forward backend (the model tier), tokens and all
     mirror_trace = replay(sc, mutant, "model" if runs_model("engine") else "symbolic")
@@ -172,4 +161,4 @@ def diff(scenario: Scenario, mutant: str | None = None) -> DiffReport:
     return report
 
 
-__all__ = ["DiffReport", "Difference", "aligned", "compare", "diff"]
+__all__ = ["DiffReport", "Difference", "compare", "diff"]

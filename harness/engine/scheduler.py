@@ -150,18 +150,11 @@ class EngineGeometry:
     block_size: int
     hash_block_size: int
     num_speculative_tokens: int
-    notes: tuple[str, ...]
 
 
 def derive_geometry(scenario: Scenario) -> EngineGeometry:
     """Block sizes as vLLM sets them in align mode; BadInput for what vLLM's engine cannot be given."""
     g = scenario.geometry
-    notes = []
-    if g.mamba_block_size % g.attn_block_size:
-        raise BadInput("geometry: attn_block_size must divide mamba_block_size (align mode)")
-    if g.attn_block_size != g.mamba_block_size:
-        notes.append(f"attention block {g.attn_block_size} raised to the Mamba block {g.mamba_block_size} "
-                     "(align mode: cache_config.mamba_block_size = cache_config.block_size)")
     if g.eagle_block_drop and not g.num_speculative_tokens:
         raise BadInput("geometry.eagle_block_drop needs num_speculative_tokens > 0 (vLLM drops the block for EAGLE "
                        "drafters only)")
@@ -171,7 +164,7 @@ def derive_geometry(scenario: Scenario) -> EngineGeometry:
     if g.prefill_checkpoint and not supports_prefill_checkpoints():
         raise BadInput(f"geometry.prefill_checkpoint: vLLM {installed_version()} has no Mamba prefill checkpoint "
                        "blocks whose worker export this harness mirrors (0.33.x)")
-    return EngineGeometry(g.mamba_block_size, g.hash_block_size, g.num_speculative_tokens, tuple(notes))
+    return EngineGeometry(g.mamba_block_size, g.hash_block_size, g.num_speculative_tokens)
 
 
 _V2_ENV = {"mirror": "0", "v1": "0", "v2": "1", "auto": None}  # VLLM_USE_V2_MODEL_RUNNER per --runner

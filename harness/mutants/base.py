@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,8 +84,14 @@ def mamba_mutant(name: str, bug_class: str, method: str, make, *, origin: str = 
                   is_applied=lambda: mamba_method_wrapped(method))
 
 
+@functools.lru_cache(maxsize=None)
+def _signature(fn) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
 def bound_arguments(original, *args, **kwargs) -> inspect.BoundArguments:
-    """A wrapped vLLM method's arguments by name, defaults applied (signatures differ across releases)."""
-    bound = inspect.signature(original).bind(*args, **kwargs)
+    """A wrapped vLLM method's arguments by name, defaults applied (signatures differ across releases); the
+    signature is read once per function (fixes and mutants bind on every allocator call)."""
+    bound = _signature(original).bind(*args, **kwargs)
     bound.apply_defaults()
     return bound

@@ -1,0 +1,145 @@
+"""Fuzzing the fixed system (issue 17): campaigns and sweeps replay with every applicable known fix applied, so
+a known bug neither fires nor masks a new one; a finding of the fixed system is confirmed on stock vLLM. And
+the search's own additions: generator inputs with swarm masks, abstract-state coverage."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from harness.errors import HarnessError
+from harness.fuzzing import Finding, Target
+from harness.generate import random_scenario
+from harness.genome import Budget, decode, generator_input, release_budget, without_checkpoints
+from harness.known import KNOWN_ISSUES, KnownIssue, confirm_on_stock, issues_for, replay_and_judge
+from harness.mutants import get_mutant
+from harness.oracles import judge
+from harness.replay import replay
+from harness.scenario import load_scenario
+from harness.state_coverage import abstract_states, slots
+from testlib import ROOT, mutant
+
+LEAK = "mamba-free-leaks-block"  # fires on every input that frees a request: it shares inputs with every issue
+REGRESSIONS = sorted((ROOT / "fuzz" / "regressions").iterdir())
+
+
+def _symbolic_repros():
+    return [k for k in KNOWN_ISSUES if k.runs_on("symbolic") and k.repro_expected()]
+
+
+@pytest.mark.parametrize("issue", _symbolic_repros(), ids=lambda k: k.id)
+def test_known_repro_is_clean_on_the_fixed_system_and_known_on_stock(issue):
+    scenario = load_scenario(ROOT / issue.repro)
+    _, findings, verdict = replay_and_judge(scenario, None, "symbolic", known_fixes=True)
+    assert verdict is None and findings == []
+    _, findings, verdict = replay_and_judge(scenario, None, "symbolic", known_fixes=False)
+    assert findings and not verdict.is_new and issue.id in set(verdict.known.values())
+
+
+def test_a_mutant_on_known_issues_inputs_is_never_credited_to_them():
+    """The leak on each known issue's repro: on the fixed system it is new (shown on stock too, or revealed
+    behind the known bug), or it does not happen at all (sync-external-admission-undercount's fix keeps the
+    request out of a pool that cannot hold it, so it never frees); never credited to the known issue."""
+    new = 0
+    for issue in _symbolic_repros():
+        scenario = load_scenario(ROOT / issue.repro)
+        with mutant(LEAK):
+            _, _, verdict = replay_and_judge(scenario, LEAK, "symbolic", known_fixes=True)
+        assert verdict is None or (verdict.is_new and "pool-accounting" not in verdict.known), (issue.id, verdict)
+        new += verdict is not None
+    assert new >= 1
+
+
+def test_a_bank_mutant_sharing_every_known_issues_input_turns_the_target_red(tmp_path):
+    """Every kept crash file of a known issue, replayed by a campaign worker's target with the leak mutant: the
+    target raises Finding (new) on each, where the stock-judged target credited the leak to the known issue
+    (the masking the fixed system removes)."""
+    target = Target(artifacts=tmp_path / "fixed", mutant=LEAK, tier="symbolic")
+    try:
+        assert target.known_fixes
+        for path in REGRESSIONS:
+            with pytest.raises(Finding):
+                target(path.read_bytes())
+    finally:
+        target.close()
+
+
+def test_fixes_that_change_a_run_without_a_stock_finding_are_a_harness_error():
+    """A 'fix' that misbehaves (here: the leak mutant posing as a fix) shows a finding stock vLLM does not show,
+    while stock shows nothing any fix removes: never reported as a vLLM bug."""
+    bogus = KnownIssue(id="bogus", summary="", releases="", repro="", reached_by="", fix=get_mutant(LEAK))
+    scenario = random_scenario(0, checkpoints=False)
+    with mutant(LEAK):
+        fixed = judge(replay(scenario))
+    assert fixed
+    with pytest.raises(HarnessError, match="known fixes misbehave"):
+        confirm_on_stock(scenario, fixed, None, "symbolic", [bogus])
+
+
+def test_sweep_and_target_judge_alike_with_fixes_on_and_off():
+    """On stock vLLM with its fixes applied nothing is new; with the fixes off, nothing the fixes remove is new."""
+    for seed in range(40):
+        scenario = random_scenario(seed, checkpoints=True)
+        for fixed in (True, False):
+            _, _, verdict = replay_and_judge(scenario, None, "symbolic", known_fixes=fixed)
+            assert verdict is None or not verdict.is_new, (seed, fixed, verdict)
+
+
+# -- the search: generator inputs, swarm masks, state coverage ----------------------------------------------------
+def test_a_generator_input_without_swarm_is_the_sweeps_scenario():
+    budget = release_budget()
+    for seed in (0, 7, 123456789):
+        data = b"GEN\x00" + seed.to_bytes(8, "little") + b"\x00"
+        got = decode(data, budget)
+        want = random_scenario(seed, checkpoints=budget.checkpoints)
+        assert got.requests == want.requests and got.geometry == want.geometry and got.events == want.events
+
+
+def test_swarm_masks_switch_whole_features_off():
+    rng = random.Random(3)
+    budget = Budget(checkpoints=True)
+    for _ in range(300):
+        data = bytearray(generator_input(rng))
+        data[-1] = 0b0011_1110  # connector, spec decode, prefix sharing, events off (async load too)
+        sc = decode(bytes(data), budget)
+        assert sc.geometry.num_speculative_tokens == 0 and not sc.events
+        assert all(r.external is None and r.prompt.share is None and not r.acceptance for r in sc.requests)
+        assert not decode(without_checkpoints(bytes(data)), budget).geometry.prefill_checkpoint
+
+
+def test_every_generator_input_decodes_for_every_tier_budget():
+    rng = random.Random(5)
+    budgets = [Budget(checkpoints=True), Budget(small=True), Budget(align=True, sub_block_hash=False)]
+    for _ in range(500):
+        data = generator_input(rng)
+        for budget in budgets:
+            sc = decode(data, budget)
+            g = sc.geometry
+            assert g.attn_block_size == g.mamba_block_size  # align mode's one block size
+            if budget.align and not budget.sub_block_hash:
+                assert g.hash_block_size == g.mamba_block_size
+
+
+def test_state_coverage_is_a_pure_function_of_the_trace_and_keeps_growing():
+    seen, growth = set(), []
+    for seed in range(120):
+        trace = replay(random_scenario(seed, checkpoints=True))
+        assert abstract_states(trace) == abstract_states(trace)
+        seen |= slots(trace)
+        growth.append(len(seen))
+    # new abstract transitions still appear late in the sample: the gradient edge coverage lacks
+    assert growth[-1] > growth[59] > growth[9] > 0
+
+
+def test_finer_attention_blocks_are_raised_to_the_mamba_block():
+    doc = {"hash_block_size": 1, "attn_block_size": 2, "mamba_block_size": 8, "num_blocks": 32}
+    from harness.scenario import Geometry
+
+    assert Geometry(**doc).attn_block_size == 8
+    with pytest.raises(ValueError, match="must divide"):
+        Geometry(**dict(doc, attn_block_size=3, mamba_block_size=8))
+
+
+def test_issues_for_the_symbolic_tier_are_applicable():
+    assert all(k.applicable() and k.runs_on("symbolic") for k in issues_for("symbolic"))
