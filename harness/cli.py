@@ -163,6 +163,9 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
             if verdict.is_new:
                 found.append((seed, findings, path))
                 print(f"FINDING seed {seed}: new {', '.join(verdict.new)} (known: {verdict.known or 'none'}) ({path})")
+            elif verdict.departure:
+                print(f"MIRROR DEPARTURE seed {seed} (not a vLLM finding): {', '.join(verdict.new)}; {verdict.engine} "
+                      f"({path})")
             else:
                 known.append(seed)
                 print(f"KNOWN seed {seed}: {verdict.known} ({path})")
@@ -207,9 +210,11 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         _minimize_kept([artifacts / "findings" / name for name in new_bugs], args.mutant)
         summary = dict(campaign.summary(), elapsed=summary["elapsed"], execs_per_s=summary["execs_per_s"])
     n_new = sum(v["new"] for v in summary["verdicts"].values())
+    n_departures = sum(v.get("engine", "").startswith("departure") for v in summary["verdicts"].values())
     print(f"fuzz: {summary['execs']} execs in {summary['elapsed']} s ({summary['execs_per_s']}/s, {args.jobs} job(s)), "
           f"coverage {summary['cov']}, corpus {summary['corpus']}, kept inputs {summary['findings_total']} "
-          f"({len(new)} kept this run): {n_new} with new findings, {summary['findings_total'] - n_new} all known; "
+          f"({len(new)} kept this run): {n_new} with new findings, {summary['findings_total'] - n_new - n_departures} all known, "
+          f"{n_departures} mirror departures (not vLLM findings); "
           f"harness errors {summary['harness_errors']}")
     if summary.get("outputs"):
         print(f"  outputs: {describe_outputs(summary['outputs'])}")
@@ -219,8 +224,10 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         extra = " (minimized)" if (folder / "minimized.json").exists() else ""
         is_new = verdict["new"]
         unknown += is_new
-        label = ("NEW" if name in new else "NEW (kept by an earlier run)") if is_new else "KNOWN"
-        what = new_signatures(verdict) if is_new else []
+        departure = verdict.get("engine", "").startswith("departure")
+        label = (("NEW" if name in new else "NEW (kept by an earlier run)") if is_new else
+                 "MIRROR DEPARTURE, not a vLLM finding" if departure else "KNOWN")
+        what = new_signatures(verdict) if is_new or departure else []
         known = ", ".join(f"{s} = {k}" for s, k in verdict["known"].items())
         print(f"  [{label}] {name}: {'; '.join(what) or '-'}{'; known: ' + known if known else ''}{extra}  {folder}")
     other = summary.get("findings_other_configurations") or []

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import psutil
 
+import harness.engine  # noqa: F401 - vLLM's environment for its runners, set before vLLM loads (engine confirmation)
 from harness.artifacts import finding_artifact, write_json_atomic
 from harness.errors import BadInput, HarnessError
 from harness.genome import decode, release_budget, without_checkpoints

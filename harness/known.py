@@ -396,6 +396,10 @@ class Verdict:
     known: dict[str, str] = field(default_factory=dict)  # signature -> known issue id
     unexplained: list[str] = field(default_factory=list)
     revealed: list[str] = field(default_factory=list)
+    # the symbolic tier's new findings, replayed on the engine tier (`confirm_on_engine`): "confirmed",
+    # "departure: ..." (vLLM's own Scheduler and runner show nothing new: the mirror departs, not vLLM),
+    # "unconfirmable: ..." (the engine tier cannot express the scenario; the mirror's verdict stands); "" not asked
+    engine: str = ""
 
     @property
     def new(self) -> list[str]:
@@ -404,12 +408,18 @@ class Verdict:
 
     @property
     def is_new(self) -> bool:
-        return bool(self.unexplained or self.revealed)
+        return bool(self.unexplained or self.revealed) and not self.departure
+
+    @property
+    def departure(self) -> bool:
+        return self.engine.startswith("departure")
 
     @property
     def key(self) -> str:
         """Dedup key: the set of new signatures, or for an all-known input the set of known ones."""
-        text = "|".join(sorted(self.new)) if self.is_new else "known|" + "|".join(sorted(self.signatures))
+        text = ("|".join(sorted(self.new)) if self.is_new else
+                "departure|" + "|".join(sorted(self.new)) if self.departure else
+                "known|" + "|".join(sorted(self.signatures)))
         return hashlib.sha1(text.encode()).hexdigest()[:12]
 
     @property
@@ -417,8 +427,11 @@ class Verdict:
         return (self.unexplained or self.revealed or self.signatures)[0]
 
     def to_json(self) -> dict:
-        return {"signatures": self.signatures, "known": self.known, "unexplained": self.unexplained,
-                "revealed": self.revealed, "new": self.is_new}
+        out = {"signatures": self.signatures, "known": self.known, "unexplained": self.unexplained,
+               "revealed": self.revealed, "new": self.is_new}
+        if self.engine:
+            out["engine"] = self.engine
+        return out
 
     def label(self, signature: str) -> str:
         if signature in self.known:
@@ -504,8 +517,35 @@ def replay_and_judge(scenario, mutant: str | None, tier: str, known_fixes: bool 
     if not findings:
         return trace, findings, None
     if not issues:
-        return trace, findings, judge_scenario(scenario, findings, mutant, tier)
-    return trace, findings, confirm_on_stock(scenario, findings, mutant, tier, issues)
+        verdict = judge_scenario(scenario, findings, mutant, tier)
+    else:
+        verdict = confirm_on_stock(scenario, findings, mutant, tier, issues)
+    if tier == "symbolic" and verdict.is_new:
+        confirm_on_engine(scenario, verdict, mutant)
+    return trace, findings, verdict
+
+
+def confirm_on_engine(scenario, verdict: Verdict, mutant: str | None) -> Verdict:
+    """The symbolic tier mirrors vLLM's scheduler loop and V1 runner by hand; before its new finding is called
+    a vLLM bug, the same scenario runs on the engine tier: vLLM's own Scheduler and connector with the model
+    runner vLLM picks (the engine options'; the mutant, an allocator patch, applies there too). New there too:
+    confirmed. Nothing new there: a departure of the mirror, kept and reported as such, never as vLLM's. A
+    scenario the engine tier cannot express keeps the mirror's verdict, and says so."""
+    from harness.errors import BadInput
+
+    try:
+        _, _, engine = replay_and_judge(scenario, mutant, "engine", known_fixes=True)
+    except BadInput as exc:
+        verdict.engine = f"unconfirmable: {exc}"
+        return verdict
+    if engine is not None and engine.is_new:
+        verdict.engine = "confirmed"
+    else:
+        from harness.engine.options import current
+
+        verdict.engine = (f"departure: vLLM's own Scheduler and runner (engine tier, --runner {current().runner}) show "
+                          f"nothing new: {', '.join(engine.signatures) if engine else 'no finding'}")
+    return verdict
 
 
 def confirm_on_stock(scenario, fixed_findings, mutant: str | None, tier: str, issues) -> Verdict:

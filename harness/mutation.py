@@ -37,13 +37,16 @@ class MutantResult:
     minimized: str = ""
     verdict: str = "survived"
     evidence: str = ""
+    # per trial: the campaign's own exit verdict (red: a kept input is new) against the replay judge's kill
+    disagreements: list[int] = field(default_factory=list)
 
     def row(self) -> str:
         times = [t for t in self.kill_times if t is not None]
         med = f"{statistics.median(times):.2f}" if times else "-"
         spread = f"{min(times):.2f}-{max(times):.2f}" if times else "-"
         return (f"| `{self.name}` | {self.verdict} | {len(times)}/{len(self.kill_times)} | {med} | {spread} | "
-                f"`{self.signature or '-'}` | {self.minimized or self.evidence or '-'} |")
+                f"`{self.signature or '-'}` | {self.minimized or self.evidence or '-'} | "
+                f"{'trials ' + ', '.join(map(str, self.disagreements)) if self.disagreements else 'none'} |")
 
 
 def kills(doc: dict, mutant: str, tier: str = "symbolic") -> str | None:
@@ -135,9 +138,12 @@ def check(names: list[str], *, budget_s: float, jobs: int, trials: int, work: Pa
             art = root / name / f"trial-{trial}"
             camp = Campaign(target=mutant.tier, corpus=art / "corpus", artifacts=art, jobs=jobs, seconds=budget_s,
                             runs=None, seed=trial, mutant=name, seed_corpus=False, checkpoints=True, progress=False)
-            camp.run()
+            summary = camp.run()
             t, sig, doc = _kill(art / "findings", name)
             res.kill_times.append(t if sig else None)
+            red = any(v["new"] for v in summary["verdicts"].values())  # what `hybrid-harness fuzz` exits 1 on
+            if red != bool(sig):
+                res.disagreements.append(trial)
             if sig and not res.signature:
                 res.signature = sig
                 small = minimized_kill(doc["scenario"], sig, name, root / name / "minimized.json", tier=mutant.tier)
@@ -161,8 +167,9 @@ def table(results: list[MutantResult], command: str) -> str:
     from harness.stamp import stamp
 
     lines = [stamp(command), "",
-             "| mutant | verdict | trials killed | median s to kill | spread s | signature | killing scenario / evidence |",
-             "|---|---|---|---|---|---|---|", *[r.row() for r in results], "",
+             "| mutant | verdict | trials killed | median s to kill | spread s | signature | killing scenario / evidence "
+             "| campaign exit disagrees with the replay judge |",
+             "|---|---|---|---|---|---|---|---|", *[r.row() for r in results], "",
              f"Kill rate: {killed}/{len(considered)} behaviour-changing mutants "
              f"({len(results) - len(considered)} not shown to change behaviour)."]
     return "\n".join(lines)

@@ -18,7 +18,8 @@ from harness.oracles import judge
 from harness.replay import replay
 from harness.scenario import load_scenario
 from harness.state_coverage import abstract_states, slots
-from testlib import ROOT, mutant
+from harness.vllm_adapter import supports_prefill_checkpoints
+from testlib import ROOT, mutant, seed_bug_release
 
 LEAK = "mamba-free-leaks-block"  # fires on every input that frees a request: it shares inputs with every issue
 REGRESSIONS = sorted((ROOT / "fuzz" / "regressions").iterdir())
@@ -41,14 +42,15 @@ def test_a_mutant_on_known_issues_inputs_is_never_credited_to_them():
     """The leak on each known issue's repro: on the fixed system it is new (shown on stock too, or revealed
     behind the known bug), or it does not happen at all (sync-external-admission-undercount's fix keeps the
     request out of a pool that cannot hold it, so it never frees); never credited to the known issue."""
-    new = 0
-    for issue in _symbolic_repros():
+    new, repros = 0, _symbolic_repros()
+    for issue in repros:
         scenario = load_scenario(ROOT / issue.repro)
         with mutant(LEAK):
             _, _, verdict = replay_and_judge(scenario, LEAK, "symbolic", known_fixes=True)
         assert verdict is None or (verdict.is_new and "pool-accounting" not in verdict.known), (issue.id, verdict)
         new += verdict is not None
-    assert new >= 1
+    # where the only repro is the admission undercount (0.26-0.27), the leak never happens on the fixed system
+    assert new >= 1 or [k.id for k in repros] == ["sync-external-admission-undercount"]
 
 
 def test_a_bank_mutant_sharing_every_known_issues_input_turns_the_target_red(tmp_path):
@@ -77,10 +79,11 @@ def test_fixes_that_change_a_run_without_a_stock_finding_are_a_harness_error():
         confirm_on_stock(scenario, fixed, None, "symbolic", [bogus])
 
 
+@pytest.mark.skipif(seed_bug_release, reason="vLLM 0.26.0-0.27.1 carry the seed bug, which is not a known issue: new")
 def test_sweep_and_target_judge_alike_with_fixes_on_and_off():
     """On stock vLLM with its fixes applied nothing is new; with the fixes off, nothing the fixes remove is new."""
     for seed in range(40):
-        scenario = random_scenario(seed, checkpoints=True)
+        scenario = random_scenario(seed, checkpoints=supports_prefill_checkpoints())
         for fixed in (True, False):
             _, _, verdict = replay_and_judge(scenario, None, "symbolic", known_fixes=fixed)
             assert verdict is None or not verdict.is_new, (seed, fixed, verdict)
@@ -124,7 +127,7 @@ def test_every_generator_input_decodes_for_every_tier_budget():
 def test_state_coverage_is_a_pure_function_of_the_trace_and_keeps_growing():
     seen, growth = set(), []
     for seed in range(120):
-        trace = replay(random_scenario(seed, checkpoints=True))
+        trace = replay(random_scenario(seed, checkpoints=supports_prefill_checkpoints()))
         assert abstract_states(trace) == abstract_states(trace)
         seen |= slots(trace)
         growth.append(len(seen))
