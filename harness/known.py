@@ -87,9 +87,11 @@ def _stop_at_next_block_boundary(original):
         n = original(self, request, num_new_tokens, num_new_local_computed_tokens, num_external_computed_tokens)
         start = request.num_computed_tokens + num_new_local_computed_tokens + num_external_computed_tokens
         prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
-        # only where the bug can be (use_internal_checkpoint: checkpoint blocks and a prompt-final chunk,
-        # scheduler.py:593-605): elsewhere vLLM's schedule stands, so the fix never hides a finding by moving it
-        if not getattr(self, "mamba_has_prefill_checkpoint_blocks", False) or start + n < prefill_end:
+        # only where the bug can be (use_internal_checkpoint: checkpoint blocks and a chunk *asked for* up to the
+        # prompt's end, `end >= prefill_end` with end = start + num_new_tokens before any stop clips it,
+        # scheduler.py:586-605): elsewhere vLLM's schedule stands, so the fix never hides a finding by moving it.
+        # (Judged on the returned n, the fix missed chunks that another stop clipped short of the prompt's end.)
+        if not getattr(self, "mamba_has_prefill_checkpoint_blocks", False) or start + num_new_tokens < prefill_end:
             return n
         block_size = self.cache_config.block_size
         boundary = (start // block_size + 1) * block_size
