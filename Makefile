@@ -4,6 +4,8 @@
 # make fuzz  [VLLM=...]     the main job: a short coverage-guided campaign (atheris) with a report
 # make sweep [VLLM=...]     a seeded random sweep of generated scenarios
 # make gpu-check            the one-shot GPU kernel check (SKIPPED without CUDA; docs/gpu.md)
+# make peer  [VLLM=...]     vLLM's own unit tests (sdist from PyPI) on stock vLLM and per allocator-side mutant:
+#                            bench/results/peer_tests.md and .json (bench/peer_tests.py)
 # make results [PART=...]   rewrite every committed table and plot from its command (bench/make_results.sh)
 # make ci-fuzz [VLLM=...]   CI's stock gate: a deterministic campaign (CI_RUNS execs, seed 0, the seed corpus) must
 #                            exit 0, and every seed-corpus input and kept crash file replays with its recorded verdict
@@ -31,7 +33,7 @@ FUZZ_ARGS ?=
 PART ?= all
 CI_RUNS ?= 3000
 
-.PHONY: venv test bench fuzz sweep gpu-check results known clean-venv ci-fuzz
+.PHONY: venv test bench fuzz sweep gpu-check results known peer clean-venv ci-fuzz
 
 venv: $(STAMP)
 
@@ -78,6 +80,9 @@ known: venv
 
 gpu-check: venv
 	$(PY) bench/gpu_check.py
+
+peer: venv
+	$(PY) bench/peer_tests.py --out bench/results/peer_tests.md
 
 clean-venv:
 	rm -rf $(VENV)
