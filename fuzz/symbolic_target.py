@@ -53,7 +53,7 @@ def CustomMutator(data: bytes, max_size: int, seed: int) -> bytes:
     if rng.random() < GENERATOR_SHARE:
         out = genome.generator_input(rng)
     elif genome.is_generator_input(data):  # another seed, or the same scenario with other features switched off
-        out = genome.generator_input(rng, None if rng.random() < 0.5 else int.from_bytes(data[4:12], "little"))
+        out = genome.generator_input(rng, None if rng.random() < 0.5 else genome.generator_fields(data)[0])
     elif len(data) < genome.MIN_FULL_INPUT:
         # libFuzzer starts from tiny inputs that decode to one bare request; start from a full-layout
         # random input instead (external hits, shared prefixes, several requests) and let coverage take over

@@ -186,7 +186,7 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
 
 def _cmd_fuzz(args: argparse.Namespace) -> int:
     from harness.campaign import Campaign
-    from harness.known import new_signatures
+    from harness.known import is_departure, new_signatures
     from harness.mutants import get_mutant
     from harness.oracles import describe_outputs
 
@@ -210,7 +210,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         _minimize_kept([artifacts / "findings" / name for name in new_bugs], args.mutant)
         summary = dict(campaign.summary(), elapsed=summary["elapsed"], execs_per_s=summary["execs_per_s"])
     n_new = sum(v["new"] for v in summary["verdicts"].values())
-    n_departures = sum(v.get("engine", "").startswith("departure") for v in summary["verdicts"].values())
+    n_departures = sum(map(is_departure, summary["verdicts"].values()))
     print(f"fuzz: {summary['execs']} execs in {summary['elapsed']} s ({summary['execs_per_s']}/s, {args.jobs} job(s)), "
           f"coverage {summary['cov']}, corpus {summary['corpus']}, kept inputs {summary['findings_total']} "
           f"({len(new)} kept this run): {n_new} with new findings, {summary['findings_total'] - n_new - n_departures} all known, "
@@ -224,7 +224,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         extra = " (minimized)" if (folder / "minimized.json").exists() else ""
         is_new = verdict["new"]
         unknown += is_new
-        departure = verdict.get("engine", "").startswith("departure")
+        departure = is_departure(verdict)
         label = (("NEW" if name in new else "NEW (kept by an earlier run)") if is_new else
                  "MIRROR DEPARTURE, not a vLLM finding" if departure else "KNOWN")
         what = new_signatures(verdict) if is_new or departure else []
@@ -444,6 +444,12 @@ def _cmd_version(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _known_fixes_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--known-fixes", choices=("on", "off"), default="on",
+                        help="on (default): fuzz the fixed system, every applicable known issue's fix applied, and "
+                        "confirm each finding on stock vLLM; off: replay stock and classify findings by the fixes")
+
+
 def _engine_flags(parser: argparse.ArgumentParser) -> None:
     from harness.engine.options import ASYNC_MODES, FORWARDS, KERNELS, RUNNERS
 
@@ -485,9 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "except --tier engine --runner v1, which does not simulate them)")
     sweep.add_argument("--tier", choices=TIERS, default="symbolic")
     sweep.add_argument("--model", choices=MODELS, help=MODEL_HELP)
-    sweep.add_argument("--known-fixes", choices=("on", "off"), default="on",
-                      help="on (default): fuzz the fixed system, every applicable known issue's fix applied, and "
-                      "confirm each finding on stock vLLM; off: replay stock and classify findings by the fixes")
+    _known_fixes_flag(sweep)
     _engine_flags(sweep)
     sweep.set_defaults(func=_cmd_sweep)
     fuzz = sub.add_parser("fuzz", help="coverage-guided atheris campaign; exit 0 no finding, 1 finding(s)")
@@ -506,9 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--checkpoints", choices=("auto", "on", "off"), default="auto",
                       help="inputs with Mamba prefill checkpoint blocks (auto: where supported, except --tier engine "
                       "--runner v1, which does not simulate them; off clears the bit in the mutator)")
-    fuzz.add_argument("--known-fixes", choices=("on", "off"), default="on",
-                      help="on (default): fuzz the fixed system, every applicable known issue's fix applied, and "
-                      "confirm each finding on stock vLLM; off: replay stock and classify findings by the fixes")
+    _known_fixes_flag(fuzz)
     fuzz.add_argument("--no-minimize", action="store_true", help="do not minimize new findings at the end")
     fuzz.add_argument("--no-progress", action="store_true")
     _engine_flags(fuzz)

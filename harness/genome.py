@@ -108,11 +108,16 @@ def is_generator_input(data: bytes) -> bool:
     return data.startswith(GENERATOR_MAGIC)
 
 
+def generator_fields(data: bytes) -> tuple[int, int]:
+    """A generator input's (seed, swarm mask); missing bytes read as 0, as everywhere in the genome."""
+    body = data[len(GENERATOR_MAGIC):].ljust(GENERATOR_INPUT - len(GENERATOR_MAGIC), b"\0")
+    return int.from_bytes(body[:8], "little"), body[8]
+
+
 def _decode_generated(data: bytes, budget: Budget) -> Scenario:
     from harness.generate import random_scenario  # the sweep's generator, unchanged
 
-    body = data[len(GENERATOR_MAGIC):].ljust(9, b"\0")
-    seed, mask = int.from_bytes(body[:8], "little"), body[8]
+    seed, mask = generator_fields(data)
     off = {name for bit, name in enumerate(SWARM) if mask >> bit & 1}
     scenario = random_scenario(seed, checkpoints=budget.checkpoints and "checkpoints" not in off, small=budget.small)
     doc = scenario_to_json(scenario)

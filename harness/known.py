@@ -414,7 +414,7 @@ class Verdict:
 
     @property
     def departure(self) -> bool:
-        return self.engine.startswith("departure")
+        return is_departure({"engine": self.engine})
 
     @property
     def key(self) -> str:
@@ -439,6 +439,11 @@ class Verdict:
         if signature in self.known:
             return f"KNOWN {self.known[signature]}"
         return "NEW"
+
+
+def is_departure(verdict: dict) -> bool:
+    """A verdict's (Verdict.to_json) new findings are the mirror's alone: the engine tier showed nothing new."""
+    return verdict.get("engine", "").startswith("departure")
 
 
 def new_signatures(verdict: dict) -> list[str]:
@@ -490,16 +495,26 @@ def classify(signatures, replay_signatures, issues=None) -> Verdict:
     return verdict
 
 
-def judge_scenario(scenario, findings, mutant: str | None, tier: str) -> Verdict:
-    """Classify a replayed scenario's findings (the caller has the mutant applied already)."""
-    from harness.replay import replay
+def _signature_replays(scenario, mutant: str | None, tier: str, done: dict | None = None):
+    """`replay_signatures(issues)` for `classify`: the signatures of a replay with those issues' fixes applied,
+    each set of fixes replayed once (`done`: replays already made, keyed by the frozenset of issue ids)."""
     from harness.oracles import judge
+    from harness.replay import replay
+
+    replays = dict(done or {})
 
     def replay_signatures(issues):
-        with fixes_applied(issues):
-            return {f.signature for f in judge(replay(scenario, mutant, tier))}
+        key = frozenset(k.id for k in issues)
+        if key not in replays:
+            with fixes_applied(issues):
+                replays[key] = {f.signature for f in judge(replay(scenario, mutant, tier))}
+        return replays[key]
+    return replay_signatures
 
-    return classify([f.signature for f in findings], replay_signatures, issues_for(tier))
+
+def judge_scenario(scenario, findings, mutant: str | None, tier: str) -> Verdict:
+    """Classify a replayed scenario's findings (the caller has the mutant applied already)."""
+    return classify([f.signature for f in findings], _signature_replays(scenario, mutant, tier), issues_for(tier))
 
 
 def replay_and_judge(scenario, mutant: str | None, tier: str, known_fixes: bool = True):
@@ -560,17 +575,10 @@ def confirm_on_stock(scenario, fixed_findings, mutant: str | None, tier: str, is
     from harness.replay import replay
 
     fixed = list(dict.fromkeys(f.signature for f in fixed_findings))
-    replays = {frozenset(k.id for k in issues): set(fixed)}  # the fixed replay is done already
-
-    def replay_signatures(subset):
-        key = frozenset(k.id for k in subset)
-        if key not in replays:
-            with fixes_applied(subset):
-                replays[key] = {f.signature for f in judge(replay(scenario, mutant, tier))}
-        return replays[key]
-
     stock = list(dict.fromkeys(f.signature for f in judge(replay(scenario, mutant, tier))))  # oracle order
-    replays[frozenset()] = set(stock)
+    # the fixed and the stock replays are done already
+    replay_signatures = _signature_replays(scenario, mutant, tier, {frozenset(k.id for k in issues): set(fixed),
+                                                                    frozenset(): set(stock)})
     verdict = classify(stock, replay_signatures, issues) if stock else Verdict([], revealed=fixed)
     if verdict.revealed and not verdict.unexplained and not verdict.known:
         raise HarnessError(f"known fixes misbehave: with {', '.join(k.id for k in issues)} applied the replay shows "

@@ -151,11 +151,11 @@ def diff(scenario: Scenario, mutant: str | None = None) -> DiffReport:
     from harness.replay import replay, runs_model
     from harness.oracles import judge
 
-    sc, notes = scenario, []  # align mode's one block size is the scenario model's rule (scenario.Geometry)
-    engine_trace = replay(sc, mutant, "engine")
+    # both tiers get the scenario as read: align mode's one block size is the scenario model's rule (Geometry)
+    engine_trace = replay(scenario, mutant, "engine")
     # --forward model: the mirrored loop with the same forward backend (the model tier), tokens and all
-    mirror_trace = replay(sc, mutant, "model" if runs_model("engine") else "symbolic")
-    report = DiffReport(scenario.name or "scenario", notes, compare(mirror_trace, engine_trace))
+    mirror_trace = replay(scenario, mutant, "model" if runs_model("engine") else "symbolic")
+    report = DiffReport(scenario.name or "scenario", [], compare(mirror_trace, engine_trace))
     report.mirror_findings = [f.headline() for f in judge(mirror_trace)]
     report.engine_findings = [f.headline() for f in judge(engine_trace)]
     return report
