@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# `make results [PART=all|bench|fast|mutants|verdicts]`: rewrite every committed table and plot from its
+# `make results [PART=all|bench|fast|mutants|verdicts|known]`: rewrite every committed table and plot from its
 # command. Each file carries a provenance line (command, commit, machine, vLLM, date: harness/stamp.py).
 # Seed-bug figures need a release that carries the seed bug (0.27.1: `make venv VLLM=0.27.1`, done here).
-# Times on 2 cores: bench ~5 min, fast ~10 min, mutants ~35 min, verdicts ~55 min (run parts in parallel on
+# Times on 2 cores: bench ~5 min, fast ~10 min, mutants ~35 min, verdicts ~55 min, known ~1 s (run parts in parallel on
 # separate cores with CORE=N).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +34,9 @@ if [[ $PART == all || $PART == mutants ]]; then
     v1-async-prev-row-as-current --budget-seconds 120 --trials 1 \
     --out bench/results/engine_worker_mutants.md || true
   pin "$PY" bench/time_to_detect.py --all-mutants --trials 3 --budget 20 --out docs/mutants-guided-vs-random.md
+fi
+if [[ $PART == all || $PART == known ]]; then
+  "$PY" bench/known_table.py  # README.md's and docs/known-issues.md's tables, from harness/known.py
 fi
 if [[ $PART == all || $PART == verdicts ]]; then
   "$PY" bench/mutant_verdicts.py --trials 3 --minutes 2 --sweep 1000 --parallel 2

@@ -65,6 +65,9 @@ class Campaign:
     checkpoints: bool = True
     progress: bool = True
     extra_env: dict = field(default_factory=dict)
+    # end the campaign once it keeps a new finding (what `hybrid-harness fuzz` exits 1 on): `mutants check`
+    # measures time to the first kill, and the rest of a killed trial's budget would measure nothing
+    stop_on_new: bool = False
 
     def __post_init__(self) -> None:
         self.findings_dir = self.artifacts / "findings"
@@ -177,7 +180,7 @@ class Campaign:
                     stats.flush()
                     if progress:
                         progress.update(sample)
-                    if not alive:
+                    if not alive or (self.stop_on_new and self.new_kept()):
                         break
                     if self.remaining() < -30:  # workers ignore -max_total_time while a slow input runs
                         self._request_stop()
@@ -190,6 +193,10 @@ class Campaign:
                 progress.close()
             signal.signal(signal.SIGTERM, previous)
         return self.summary()
+
+    def new_kept(self) -> bool:
+        """A finding this campaign kept is new (departures and known-only inputs are not)."""
+        return any(finding_verdict(p)["new"] for p in self.kept_findings() if p not in self.known_before)
 
     def _request_stop(self) -> None:
         self.stop = True

@@ -321,7 +321,8 @@ def _cmd_mutants(args: argparse.Namespace) -> int:
         raise BadInput("--jobs, --trials and --budget-seconds must be positive")
     names = mutant_names(args.only)
     results = check(names, budget_s=args.budget_seconds, jobs=args.jobs, trials=args.trials,
-                    work=Path(args.work) if args.work else None)
+                    work=Path(args.work) if args.work else None, seed_corpus=args.seed_corpus,
+                    full_budget=args.full_budget, tier=args.tier)
     command = "hybrid-harness mutants check " + " ".join(sys.argv[3:] if len(sys.argv) > 3 else [])
     text = table(results, command.strip())
     print(text)
@@ -430,7 +431,7 @@ def _cmd_known(args: argparse.Namespace) -> int:
 
 
 def _cmd_workload(args: argparse.Namespace) -> int:
-    from harness.workloads import main as workload_main
+    from harness.workload_cli import main as workload_main
 
     return workload_main(args.rest)
 
@@ -537,6 +538,11 @@ def build_parser() -> argparse.ArgumentParser:
     mut.add_argument("--only", nargs="*", help="mutant names or files (default: the whole bank)")
     mut.add_argument("--work", help="where campaigns run (default: a temporary directory)")
     mut.add_argument("--out", help="also write the Markdown table here")
+    mut.add_argument("--seed-corpus", action="store_true", help="start each trial from the seed corpus (make fuzz)")
+    mut.add_argument("--full-budget", action="store_true",
+                     help="run every trial to its budget (default: a trial ends at its first new finding)")
+    mut.add_argument("--tier", choices=("symbolic", "engine"),
+                     help="campaign tier of allocator mutants (worker mutants always run on the engine tier)")
     mut.set_defaults(func=_cmd_mutants)
     dif = sub.add_parser("diff", help="mirrored tier vs engine tier (vLLM's own Scheduler) on one scenario or N "
                          "generated ones; exit 0 same, 1 differences")

@@ -10,7 +10,7 @@ After every step the Mamba group's prefix cache is snapshotted for the integrity
 
 It follows vLLM 0.33.0's defaults (diff against the engine tier: `hybrid-harness diff --count N`): spec-decode
 padding of decode-ready admissions, EAGLE-only lookahead slots, KV-holding requests first, full-sequence
-admission, an async load's reserved blocks. Departures, on purpose (README "Mirror departures"): no async
+admission, an async load's reserved blocks. Departures, on purpose (docs/engine-tier.md, "Mirror departures"): no async
 scheduling; the connector writes the loaded boundary state at allocation time (it "delivers the correct
 state", so ordering against the pre-copy is not under test); a request gets at most
 `max_tokens - outputs - 1` drafts, so acceptance never overshoots `max_tokens`.

@@ -119,7 +119,7 @@ def _keep_accepted_on_readd_v1():
     from vllm.v1.worker.gpu_input_batch import InputBatch
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    from harness.engine.workers import resumed_ids
+    from harness.engine.config import resumed_ids
 
     kept: dict[str, int] = {}
 

@@ -64,13 +64,13 @@ def kills(doc: dict, mutant: str, tier: str = "symbolic") -> str | None:
     return min(new - stock, default=None)
 
 
-def _kill(findings_dir: Path, mutant: str) -> tuple[float | None, str, dict | None]:
+def _kill(findings_dir: Path, mutant: str, tier: str) -> tuple[float | None, str, dict | None]:
     """The earliest kept finding that kills the mutant."""
     best = (None, "", None)
     for path in sorted(findings_dir.glob("finding-*/finding.json")):
         doc = json.loads(path.read_text())
         try:
-            sig = kills(doc["scenario"], mutant, doc.get("tier", "symbolic"))
+            sig = kills(doc["scenario"], mutant, doc.get("tier", tier))
         except (HarnessError, BadInput):
             continue
         if sig is None:
@@ -123,7 +123,11 @@ def _changes_behaviour(corpus: Path, mutant: str, tier: str = "symbolic", limit:
     return False, compared
 
 
-def check(names: list[str], *, budget_s: float, jobs: int, trials: int, work: Path | None = None) -> list[MutantResult]:
+def check(names: list[str], *, budget_s: float, jobs: int, trials: int, work: Path | None = None,
+          seed_corpus: bool = False, full_budget: bool = False, tier: str | None = None) -> list[MutantResult]:
+    """A trial ends at its first new finding unless `full_budget`; `seed_corpus` starts from the seed corpus
+    (`make fuzz`'s settings); `tier` runs an allocator mutant's campaigns on another tier (worker mutants
+    always run on the engine tier with their runner)."""
     results = []
     root = Path(work or tempfile.mkdtemp(prefix="hh-mutants-"))
     for name in names:
@@ -132,28 +136,30 @@ def check(names: list[str], *, budget_s: float, jobs: int, trials: int, work: Pa
             from harness.engine import options
 
             options.use(runner=mutant.runner)
+        on = mutant.tier if mutant.runner else (tier or mutant.tier)
         res = MutantResult(name)
         corpus = None
         for trial in range(trials):
             art = root / name / f"trial-{trial}"
-            camp = Campaign(target=mutant.tier, corpus=art / "corpus", artifacts=art, jobs=jobs, seconds=budget_s,
-                            runs=None, seed=trial, mutant=name, seed_corpus=False, checkpoints=True, progress=False)
+            camp = Campaign(target=on, corpus=art / "corpus", artifacts=art, jobs=jobs, seconds=budget_s,
+                            runs=None, seed=trial, mutant=name, seed_corpus=seed_corpus, checkpoints=True,
+                            progress=False, stop_on_new=not full_budget)
             summary = camp.run()
-            t, sig, doc = _kill(art / "findings", name)
+            t, sig, doc = _kill(art / "findings", name, on)
             res.kill_times.append(t if sig else None)
             red = any(v["new"] for v in summary["verdicts"].values())  # what `hybrid-harness fuzz` exits 1 on
             if red != bool(sig):
                 res.disagreements.append(trial)
             if sig and not res.signature:
                 res.signature = sig
-                small = minimized_kill(doc["scenario"], sig, name, root / name / "minimized.json", tier=mutant.tier)
+                small = minimized_kill(doc["scenario"], sig, name, root / name / "minimized.json", tier=on)
                 res.minimized = ("minimized: " if small is not doc["scenario"] else "not minimized: ") + \
                     describe_scenario(small)
             corpus = art / "corpus"
         if any(t is not None for t in res.kill_times) or res.signature:
             res.verdict = "killed"
         else:
-            changed, compared = _changes_behaviour(corpus, name, mutant.tier) if corpus else (True, 0)
+            changed, compared = _changes_behaviour(corpus, name, on) if corpus else (True, 0)
             res.verdict = "survived" if changed else "not shown to change behaviour"
             res.evidence = ("allocator results differ on the corpus" if changed else
                             f"identical allocator results on all {compared} corpus inputs")

@@ -126,7 +126,7 @@ def vllm_exception(trace: Trace) -> list[Finding]:
 
 
 # float64 CPU: chunked/recurrent cached runs differ from the one-chunk reference by at most 1.02e-14
-# (measured: `hybrid-harness sweep --tier model --count 300`, README); seven orders of magnitude of headroom.
+# (measured: `hybrid-harness sweep --tier model --count 300`, docs/model-tier.md); seven orders of magnitude of headroom.
 # float32 (the GPU path): 2.4e-6 measured with the torch kernels on CPU; Triton's TF32 dots are coarser.
 LOGIT_TOLERANCES = {"float64": 1e-7, "float32": 1e-3}
 LOGIT_TOLERANCE = LOGIT_TOLERANCES["float64"]

@@ -1,5 +1,5 @@
 """ClusterFuzzLite: the targets work from a PyInstaller bundle, ship a corpus and dictionary each, the
-workflows run every mode, and the crash files kept in fuzz/regressions/ replay as the README says.
+workflows run every mode, and the crash files kept in fuzz/regressions/ replay as docs/fuzzing.md says.
 
 The PyInstaller build itself (~10 min and ~730 MB per target) is not run here: bench/pyinstaller_check.sh
 builds both targets as compile_python_fuzzer does and replays crash files through the bundles
@@ -228,7 +228,7 @@ def test_no_environment_variable_changes_what_the_fuzzers_decode():
 # -- crash files kept in fuzz/regressions/ ----------------------------------------------------------------------
 REGRESSIONS = {
     # found by campaigns on stock 0.33.0 (prefill checkpoints on); both are known issues of stock vLLM
-    # (harness/known.py, README "What it has found"): the target keeps the finding as KNOWN and returns normally,
+    # (harness/known.py, docs/known-issues.md): the target keeps the finding as KNOWN and returns normally,
     # so the crash file replays with exit 0 -- a crash file fails only when it shows a new finding
     "checkpoint-midblock-start": ("cache-integrity", "checkpoint-midblock-start"),
     # the main job's red input on stock 0.33.0 before geometries followed align mode (issue 17): a sync external

@@ -120,10 +120,10 @@ def test_preemption_under_pool_pressure_comes_from_the_scheduler():
     assert trace.pool_end["num_free"] == 11 and not trace.pool_end["live_requests"]
 
 
-# 0.26.0: its chunk rule and connector lookup differ from the mirror's model of them (README, engine tier:
+# 0.26.0: its chunk rule and connector lookup differ from the mirror's model of them (docs/engine-tier.md:
 # open differences); the agreement tests are checked on 0.27.1 and later
 MIRROR_MODELS_THIS_RELEASE = pytest.mark.skipif(
-    VERSION < (0, 27, 0), reason="vLLM 0.26.0: mirror/engine differences are open (README, engine tier)")
+    VERSION < (0, 27, 0), reason="vLLM 0.26.0: mirror/engine differences are open (docs/engine-tier.md)")
 
 
 @MIRROR_MODELS_THIS_RELEASE

@@ -42,7 +42,7 @@ _WHY = _why_not()
 pytestmark = [
     pytest.mark.skipif(_WHY is not None, reason=str(_WHY)),
     # stock generated scenarios show the seed bug on 0.26-0.27, and the mirrored loop departs from 0.26's
-    # scheduler (README: Mirror departures): the stock-clean and agreement assertions hold from 0.28 on
+    # scheduler (docs/engine-tier.md: Mirror departures): the stock-clean and agreement assertions hold from 0.28 on
     pytest.mark.skipif(seed_bug_release, reason="0.26.0-0.27.1 carry the seed bug (stock scenarios show it) and "
                        "0.26's scheduler departs from the mirror; the model forward on the engine tier is checked "
                        "on 0.28+"),

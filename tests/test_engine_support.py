@@ -1,4 +1,4 @@
-"""Which engine-tier workers run on the installed vLLM release: the README's support matrix, checked on every
+"""Which engine-tier workers run on the installed vLLM release: the support matrix in docs/releases.md, checked on every
 release the nightly job installs (make test VLLM=X). A worker the harness cannot follow on a release must be
 bad input (exit 2) with the reason, never a harness error; the seed scenario's verdict is the release's."""
 
@@ -30,7 +30,7 @@ RELEASE = version_tuple()[:2]
 SEED_BUG = RELEASE in ((0, 26), (0, 27))
 
 
-@pytest.mark.skipif(RELEASE not in SUPPORT, reason=f"vLLM {RELEASE} is not a release the README claims")
+@pytest.mark.skipif(RELEASE not in SUPPORT, reason=f"vLLM {RELEASE} is not a release docs/releases.md claims")
 @pytest.mark.parametrize("runner", ["mirror", "v1", "v2", "auto"])
 def test_engine_worker_support_matches_the_readme(runner, monkeypatch):
     from harness.known import judge_scenario
@@ -44,7 +44,7 @@ def test_engine_worker_support_matches_the_readme(runner, monkeypatch):
         assert SUPPORT[RELEASE][runner] == BAD, f"--runner {runner} refused: {exc}"
         assert str(exc), "bad input says why"
         return
-    assert SUPPORT[RELEASE][runner] == RUNS, f"--runner {runner} ran; the README says it is bad input here"
+    assert SUPPORT[RELEASE][runner] == RUNS, f"--runner {runner} ran; docs/releases.md says it is bad input here"
     findings = judge(trace)
     signatures = {f.signature.split(":")[0] for f in findings}
     if SEED_BUG:  # the seed bug, seen by vLLM's own runner as by the mirror: the live-column disagreement

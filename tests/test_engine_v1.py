@@ -156,7 +156,7 @@ def test_torch_kernels_give_the_triton_kernels_trace():
     """--kernels torch (harness/engine/kernels_v1.py) against vLLM's own Triton kernels under Triton's
     interpreter: the same rows, the same states every forward starts from and the same copies, step by step,
     on scenarios with spec decode (the fused align pre/post-copy kernels) and without (batch_memcpy). Under
-    --kernels triton the V1 worker does not see the copies' own source reads (README: Engine tier)."""
+    --kernels triton the V1 worker does not see the copies' own source reads (docs/engine-tier.md)."""
     pytest.importorskip("triton", reason="Triton is not installed: only the replacements can run here")
     _v1_or_skip(load_scenario(SEED))
     seeds = (1, 3, 21)  # K = 0, 2, 1
@@ -249,5 +249,5 @@ def test_known_issues_rejudged_on_the_v1_runner(capsys):
                                                                                         "0.31."))
     for issue in expected:
         line = next(ln for ln in out.splitlines() if ln.startswith(issue))
-        # 0.27.1: v1-readd's repro stops at that release's spec-decode padding bug first (README: known issues)
+        # 0.27.1: v1-readd's repro stops at that release's spec-decode padding bug first (docs/known-issues.md)
         assert any(ok in line for ok in ("reproduces, fix removes it", "not expressible", BLOCKED)), line

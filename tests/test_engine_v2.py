@@ -245,7 +245,7 @@ def test_model_forward_on_v2_reads_and_writes_at_v2s_indices(scheduling):
 def test_async_decision_is_vllms_for_the_drafting_method():
     """vLLM decides async scheduling per drafting method: on for EAGLE with V2 (0.32 and 0.33), and for n-gram
     only from 0.33 (0.32 turns it off); an EAGLE geometry gets the EAGLE decision although its config is built
-    as n-gram (harness/engine/scheduler.py _as_eagle)."""
+    as n-gram (harness/engine/config.py _as_eagle)."""
     from harness.engine.scheduler import EngineDriver
     from harness.vllm_adapter import _parse_version
 

@@ -86,7 +86,7 @@ def test_vllm_exception_absent_when_the_pool_has_room():
 @needs_checkpoints
 def test_provenance_and_cache_trip_on_checkpoint_mid_block_start():
     """A real vLLM 0.33.0 behaviour: with prefill checkpoints a final chunk starting mid-block runs past
-    the block boundary and its start block is cached under the boundary hash (see README)."""
+    the block boundary and its start block is cached under the boundary hash (docs/oracles.md)."""
     _, findings = run("checkpoint-midblock-start.json")
     cache = by_oracle(findings, "cache-integrity")
     prov = by_oracle(findings, "provenance")

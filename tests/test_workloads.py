@@ -11,7 +11,8 @@ from hypothesis import given, settings, strategies as st
 
 from harness.errors import BadInput
 from harness.scenario import load_scenario, parse_scenario, scenario_to_json
-from harness.workloads import load_workload, main, synthetic_sessions, workload_requests, write_workload
+from harness.workload_cli import main
+from harness.workloads import load_workload, synthetic_sessions, workload_requests, write_workload
 from models.tokenizer import BOS, SEP, ByteTokenizer
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"  # not testlib: it imports vLLM

@@ -206,7 +206,7 @@ class ScenarioDrafter:
 
 
 class _scenario_drafter:
-    """While the runner is built, the n-gram (or relabelled EAGLE, scheduler._as_eagle) config reads as
+    """While the runner is built, the n-gram (or relabelled EAGLE, config._as_eagle) config reads as
     `custom_class` naming ScenarioDrafter; restored after (the Scheduler and the runner's later steps see the
     method as built)."""
 
@@ -255,7 +255,7 @@ class V1Worker:
         if why:
             raise BadInput(f"--runner v1: vLLM {installed_version()} is not supported by the V1 worker: {why}")
         opts = driver.options
-        # async scheduling as vLLM decides it, where this worker follows it (scheduler.follows_async)
+        # async scheduling as vLLM decides it, where this worker follows it (config.follows_async)
         self.asynchronous = bool(driver.vc.scheduler_config.async_scheduling)
         if opts.kernels == "triton":
             try:
@@ -289,7 +289,7 @@ class V1Worker:
         self.driver, self.trace = driver, driver.trace
         # --forward model: the model tier's backend (harness.model_tier) runs at the indices vLLM's runner computes
         self.backend = getattr(driver, "backend", None)
-        from harness.engine.workers import runner_config
+        from harness.engine.config import runner_config
 
         _sizes, vc = runner_config(driver)  # the runner's buffers at the shared floors: one runner per shape
         self.vc = vc
@@ -473,7 +473,7 @@ class V1Worker:
             self._forward(so, req_ids, ns_np, kinds, prev_idx, seq_fps, core_tables)
 
     def _kinds(self, so) -> dict[str, str]:
-        from harness.engine.workers import resumed_ids
+        from harness.engine.config import resumed_ids
 
         kinds = {nr.req_id: "NEW" for nr in so.scheduled_new_reqs}
         for rid in resumed_ids(so.scheduled_cached_reqs):

@@ -129,7 +129,7 @@ def _classes():
             from dataclasses import replace
 
             # what vLLM's Mamba2 layer declares (mamba_mixer2.py:1108-1118): one internal prefill checkpoint
-            # block, any token position; the scheduler's MambaSpec says the same (scheduler.build_scheduler)
+            # block, any token position; the scheduler's MambaSpec says the same (config.build_scheduler)
             return replace(spec, num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1)
 
         def get_state_dtype(self):
@@ -187,12 +187,12 @@ def _init_distributed() -> None:
 def _runner_model_config(vc):
     """The scheduler's stand-in model config plus what the V2 runner reads (a hybrid Mamba2 test model:
     float32, no MoE, no multimodal, no LoRA, the harness's vocabulary)."""
-    from harness.engine.scheduler import _ModelConfigStandIn
+    from harness.engine.config import ModelConfigStandIn
     from harness.scenario import VOCAB_SIZE
 
     import torch
 
-    class RunnerModelConfig(_ModelConfigStandIn):
+    class RunnerModelConfig(ModelConfigStandIn):
         is_moe = False
         dtype = torch.float32
         enable_prompt_embeds = False
@@ -279,7 +279,7 @@ class _Runner:
                 vc.cache_config.hash_block_size, vc.cache_config.cache_hit_alignment_tokens = checkpoint
             spec = vc.speculative_config
             method = getattr(spec, "method", None)
-            if method == "eagle":  # no EAGLE draft model on CPU (harness/engine/scheduler.py _as_eagle): the
+            if method == "eagle":  # no EAGLE draft model on CPU (harness/engine/config.py _as_eagle): the
                 object.__setattr__(spec, "method", "ngram")  # runner holds an n-gram speculator instead, whose
             try:  # proposal the harness replaces anyway (V2Worker._propose)
                 self.runner = r = CPUModelRunner(vc, torch.device("cpu"))
@@ -370,7 +370,7 @@ class _Runner:
 def _runner_vc(driver):
     """The VllmConfig the worker's runner is built from (harness.engine.workers.runner_config) and the shape
     it is kept under."""
-    from harness.engine.workers import runner_config
+    from harness.engine.config import runner_config
 
     g, eg = driver.sc.geometry, driver.eg
     sizes, vc = runner_config(driver)
@@ -389,7 +389,7 @@ def runner_for(driver) -> _Runner:
     needs more slots, tokens or blocks than it has)."""
     import gc
 
-    from harness.engine.workers import RUNNER_FLOORS
+    from harness.engine.config import RUNNER_FLOORS
 
     shape, sizes, vc = _runner_vc(driver)
     num_blocks = driver.sc.geometry.num_blocks

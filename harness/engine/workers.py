@@ -19,28 +19,7 @@ from harness.errors import BadInput, HarnessError
 from harness.states import SymbolicStates
 from harness.vllm_adapter import MAMBA_GROUP
 from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow
-
-
-# A runner's buffers are sized by max_num_seqs, max_num_batched_tokens and max_model_len (request slots, input
-# and token-id buffers, block-table width); nothing it does with a step depends on them beyond those extents. A
-# deployment sizes them once: so does the harness, per block / hash-block / spec shape, at these floors (or the
-# scenario's own values when larger), instead of building a runner for every geometry a sweep draws.
-RUNNER_FLOORS = {"max_num_seqs": 32, "budget": 2048, "max_model_len": 4096, "num_blocks": 256}
-
-
-def runner_config(driver):
-    """(sizes, VllmConfig) a worker's model runner (V1 or V2) is built from: the scenario's engine config with
-    the buffer extents at RUNNER_FLOORS; the scheduler keeps the scenario's own."""
-    from harness.engine.scheduler import _vllm_config
-
-    vc, g, eg = driver.vc, driver.sc.geometry, driver.eg
-    f = RUNNER_FLOORS
-    sizes = (max(vc.scheduler_config.max_num_seqs, f["max_num_seqs"]),
-             max(vc.scheduler_config.max_num_batched_tokens, f["budget"]),
-             max(g.max_model_len, f["max_model_len"]))
-    return sizes, _vllm_config(*sizes, eg.block_size, eg.hash_block_size, eg.num_speculative_tokens,
-                               g.eagle_block_drop, driver.options.runner, failure_policy=g.kv_load_failure_policy,
-                               async_scheduling=bool(vc.scheduler_config.async_scheduling))
+from harness.engine.config import resumed_ids
 
 
 def make_worker(driver, runner: str):
@@ -143,12 +122,3 @@ def convert(so, step: int) -> SchedulerOutput:
     sso.copies = [(c.src_block_id, c.dst_block_id) for c in (getattr(so, "kv_cache_block_copies", None) or ())]
     sso.zero_ids = list(so.new_block_ids_to_zero or ())
     return sso
-
-
-def resumed_ids(cr) -> set[str]:
-    """Requests resumed from preemption this step (0.33.0 lists them; older releases flag each row)."""
-    ids = getattr(cr, "resumed_req_ids", None)
-    if ids is not None:
-        return set(ids)
-    flags = getattr(cr, "resumed_from_preemption", None) or ()
-    return {rid for rid, f in zip(cr.req_ids, flags) if f}

@@ -2,7 +2,7 @@
 
 A mutant is a `Mutant` (harness/mutants/base.py) with `apply()` returning an undo callable. Built-ins live
 in the registry; a user's own file works the same way: `--mutant path/to/my_patch.py`, a Python file that
-defines `MUTANT = Mutant(...)` (see README), so a vLLM developer can fuzz a local change before sending it.
+defines `MUTANT = Mutant(...)` (docs/mutants.md), so a vLLM developer can fuzz a local change before sending it.
 """
 
 from __future__ import annotations

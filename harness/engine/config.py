@@ -1,0 +1,324 @@
+"""How the engine tier configures vLLM for a scenario: the `VllmConfig` (validated by vLLM, cached per
+geometry), the stand-in model config, the block sizes vLLM derives in align mode, the model runner and async
+scheduling vLLM picks, the `Scheduler` itself, and the buffer extents the workers' model runners are built at.
+Set-up only: the step loop is harness/engine/scheduler.py, the workers harness/engine/workers.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+from dataclasses import dataclass
+
+from harness.errors import BadInput
+from harness.scenario import VOCAB_SIZE, Scenario
+from harness.vllm_adapter import (
+    installed_version,
+    supports_failed_recving,
+    supports_prefill_checkpoints,
+    supports_prefix_match_unit,
+    vllm_namespace,
+)
+
+CONNECTOR_MODULE = "harness.engine.connector"
+
+
+class ModelConfigStandIn:
+    """The model-config attributes vLLM's Scheduler reads (0.27.1 - 0.33.0); anything else is a harness
+    error naming the attribute, so a release that reads more fails loudly instead of guessing."""
+
+    uses_mrope = False
+    uses_xdrope = False  # read by 0.29.x (XD-RoPE positions); a hybrid test model has none
+    is_encoder_decoder = False
+    runner_type = "generate"
+    is_diffusion = False
+    supports_multimodal_inputs = False
+    is_multimodal_model = False
+    skip_tokenizer_init = True
+    is_hybrid = True
+    multimodal_config = None
+    return_sampling_mask = False
+    enable_return_routed_experts = False
+    # read by the V1 model runner (--runner v1, harness/engine/runner_v1.py; gpu_model_runner.py __init__,
+    # parallel_state.py:2327 in 0.33.0): a float32 model without MoE, M-RoPE, prompt embeds or sliding window
+    is_moe = False
+    logits_processors = None
+    logprobs_mode = "raw_logprobs"
+    enable_prompt_embeds = False
+    is_multimodal_raw_input_only_model = False
+    is_mm_prefix_lm = False
+    is_attention_free = False
+    use_fp64_gumbel = False
+    mrope_num_dims = None
+    model = "hybrid-harness/stand-in"
+    hf_config = None
+    hf_text_config = None
+    uses_xdrope_dim = 0  # read by 0.27.x's V1 runner (XD-RoPE dims: none)
+    disable_cascade_attn = True  # read by 0.27.x's V1 runner
+    uses_alibi = False  # read by 0.27.x's V1 runner
+
+    def get_vocab_size(self) -> int:  # the scenario's token ids (harness.scenario.VOCAB_SIZE)
+        return VOCAB_SIZE
+
+    def get_sliding_window(self):
+        return None
+
+    def get_inputs_embeds_size(self) -> int:
+        return 2
+
+    def get_hidden_size(self) -> int:
+        return 2
+
+    def get_num_attention_heads(self, parallel_config=None) -> int:  # read by 0.27.x's runner
+        return 1
+
+    def __init__(self, max_model_len: int) -> None:
+        import torch  # already imported with vLLM
+
+        self.max_model_len = max_model_len
+        self.dtype = torch.float32  # the V1 runner's buffer dtype (gpu_model_runner.py:501)
+
+    def __getattr__(self, name: str):
+        raise AttributeError(f"the engine tier's stand-in model config has no {name!r} (vLLM reads it)")
+
+
+@dataclass(frozen=True)
+class EngineGeometry:
+    block_size: int
+    hash_block_size: int
+    num_speculative_tokens: int
+
+
+def derive_geometry(scenario: Scenario) -> EngineGeometry:
+    """Block sizes as vLLM sets them in align mode; BadInput for what vLLM's engine cannot be given."""
+    g = scenario.geometry
+    if g.eagle_block_drop and not g.num_speculative_tokens:
+        raise BadInput("geometry.eagle_block_drop needs num_speculative_tokens > 0 (vLLM drops the block for EAGLE "
+                       "drafters only)")
+    if any(r.external is not None and r.external.load_fails for r in scenario.requests) and not supports_failed_recving():
+        raise BadInput(f"external.load_fails: vLLM {installed_version()} has no KVConnectorOutput.failed_recving, the "
+                       "only failed-load report it accepts for a hybrid model (0.30+)")
+    if g.prefill_checkpoint and not supports_prefill_checkpoints():
+        raise BadInput(f"geometry.prefill_checkpoint: vLLM {installed_version()} has no Mamba prefill checkpoint "
+                       "blocks whose worker export this harness mirrors (0.33.x)")
+    return EngineGeometry(g.mamba_block_size, g.hash_block_size, g.num_speculative_tokens)
+
+
+_V2_ENV = {"mirror": "0", "v1": "0", "v2": "1", "auto": None}  # VLLM_USE_V2_MODEL_RUNNER per --runner
+
+
+def _pick_runner(runner: str) -> None:
+    """`mirror` / `v1` force V1 and `v2` forces V2 through vLLM's own switch (config/vllm.py:748-750);
+    `auto` leaves vLLM's pick (config/vllm.py:752-767). The scheduler reads it too (placeholder drafts
+    under V2, scheduler.py:1642), so it is set before the config and the Scheduler are built."""
+    value = _V2_ENV[runner]
+    if value is None:
+        os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+    else:
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = value
+
+
+ASYNC_WANTED = {"auto": None, "on": True, "off": False}  # --async-scheduling -> SchedulerConfig.async_scheduling
+
+
+def follows_async(vc, runner: str, forward: str = "symbolic") -> bool:
+    """Whether the worker for `runner` follows async scheduling. vLLM's V2 runner does (its own request state
+    fills the scheduler's placeholders), and so does its V1 runner without drafts (`prev_sampled_token_ids`
+    fills them, gpu_model_runner.py:1740-1860) on the symbolic forward. Driven synchronously only: V1 with
+    drafts (its async draft and valid-count copies, :4328-4420, are not followed yet), V1 with the model
+    forward, and the mirror worker."""
+    if runner == "v2" or (runner == "auto" and bool(getattr(vc, "use_v2_model_runner", False))):
+        return True
+    return runner in ("v1", "auto") and vc.speculative_config is None and forward == "symbolic"
+
+
+def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirror", async_mode: str = "off",
+                    forward: str = "symbolic"):
+    """vLLM's scheduler (the class vLLM picks: `AsyncScheduler` under async scheduling) from a real VllmConfig
+    for this scenario (BadInput if vLLM refuses the config). `async_mode` auto: vLLM's decision for this
+    config, where the worker follows it (else synchronous); on: asked for."""
+    v = vllm_namespace()
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    g = scenario.geometry
+    B, H, K = eg.block_size, eg.hash_block_size, eg.num_speculative_tokens
+    _pick_runner(runner)
+    args = (max(1, min(len(scenario.requests), g.token_budget)), g.token_budget, g.max_model_len, B, H, K,
+            g.eagle_block_drop, runner)
+    wanted = ASYNC_WANTED[async_mode]
+    if runner == "mirror" and wanted is None:  # a synchronous worker: vLLM's decision cannot be followed
+        wanted = False
+    vc = vllm_config(*args, failure_policy=g.kv_load_failure_policy, async_scheduling=wanted)
+    if vc.scheduler_config.async_scheduling and not follows_async(vc, runner, forward):
+        if async_mode == "on":
+            raise BadInput(f"--async-scheduling on: the {runner} worker is driven with synchronous scheduling only "
+                           "here (async: vLLM's V2 runner, or its V1 runner without drafts on the symbolic "
+                           "forward)")
+        vc = vllm_config(*args, failure_policy=g.kv_load_failure_policy, async_scheduling=False)
+    vc.cache_config.num_gpu_blocks = g.num_blocks  # the Scheduler reads it once, when built
+    kci, torch = v.kci, v.torch
+    mamba_kwargs = dict(block_size=B, shapes=((1, 1),), dtypes=(torch.float32,), mamba_cache_mode="align",
+                        num_speculative_blocks=K)
+    if g.prefill_checkpoint:
+        mamba_kwargs.update(num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1)
+    kvc = kci.KVCacheConfig(num_blocks=g.num_blocks, kv_cache_tensors=[], kv_cache_groups=[
+        kci.KVCacheGroupSpec(["attn"], kci.FullAttentionSpec(block_size=B, num_kv_heads=1, head_size=1,
+                                                             dtype=torch.float32)),
+        kci.KVCacheGroupSpec(["mamba"], kci.MambaSpec(**mamba_kwargs))])
+    try:
+        sched = vc.scheduler_config.get_scheduler_cls()(
+            vllm_config=vc, kv_cache_config=kvc, structured_output_manager=StructuredOutputManager(vc),
+            block_size=B, hash_block_size=H, log_stats=False)
+    except (ValueError, AssertionError) as exc:
+        raise BadInput(f"vLLM {installed_version()}'s Scheduler refuses this geometry: {exc!r}") from None
+    return vc, sched
+
+
+@contextlib.contextmanager
+def _gpu_async_decision(decided: list):
+    """vLLM decides async scheduling in VllmConfig.__post_init__ (config/vllm.py:1668-1719: on unless the
+    executor, a pooling model or a V1-runner feature rules it out), then the CPU platform turns it off
+    ("async scheduling is not required on CPU", platforms/cpu.py:346-348). The harness stands in for a GPU
+    deployment: record the decision as the platform hook receives it, so it can be restored."""
+    from vllm.platforms import current_platform
+
+    cls = type(current_platform)
+    hook = cls.__dict__.get("check_and_update_config")
+
+    def check_and_update_config(klass, vllm_config):
+        decided.append(vllm_config.scheduler_config.async_scheduling)
+        return hook.__func__(klass, vllm_config)
+
+    if not isinstance(hook, classmethod):
+        yield
+        return
+    cls.check_and_update_config = classmethod(check_and_update_config)
+    try:
+        yield
+    finally:
+        cls.check_and_update_config = hook
+
+
+@functools.lru_cache(maxsize=512)  # a few hundred KB each; a fuzz campaign revisits its geometries
+def vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: int, K: int, eagle: bool,
+                 runner: str = "mirror", failure_policy: str = "fail", async_scheduling: bool | None = False):
+    """The VllmConfig for one geometry (validated by vLLM, then the stand-ins set); built once per geometry
+    in a process: pydantic validation of the config tree costs more than a short replay. `async_scheduling`:
+    None = vLLM's own decision for this config on a GPU platform (_gpu_async_decision); True = asked for
+    (vLLM refuses it where its checks fail)."""
+    from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, SchedulerConfig, VllmConfig
+
+    _quiet_vllm()
+    decided: list = []
+    try:
+        cache_kwargs = dict(block_size=B, enable_prefix_caching=True, mamba_cache_mode="align")
+        if supports_prefix_match_unit():
+            cache_kwargs["prefix_match_unit"] = H
+        elif H != B:
+            raise BadInput(f"geometry.hash_block_size {H} < block {B}: vLLM {installed_version()}'s CacheConfig has "
+                           "no prefix_match_unit")
+        kv_kwargs = dict(kv_connector="HarnessConnector", kv_connector_module_path=CONNECTOR_MODULE, kv_role="kv_both")
+        if failure_policy != "fail":  # "fail" is vLLM's default (config/kv_transfer.py:88 in 0.33.0)
+            if "kv_load_failure_policy" not in KVTransferConfig.__dataclass_fields__:
+                raise BadInput(f"geometry.kv_load_failure_policy: vLLM {installed_version()}'s KVTransferConfig has no "
+                               "kv_load_failure_policy")
+            kv_kwargs["kv_load_failure_policy"] = failure_policy
+
+        def build(asked: bool | None, method: str | None = None):
+            """A VllmConfig for this geometry; vLLM's async decision is appended to `decided`. `method`: the
+            drafting method to validate as (the config is built n-gram: see _as_eagle)."""
+            extra = {}
+            if K:
+                from vllm.config import SpeculativeConfig
+
+                extra["speculative_config"] = spec = _speculative_config(SpeculativeConfig, K)
+                if method is not None:
+                    object.__setattr__(spec, "method", method)
+            with _gpu_async_decision(decided):
+                return VllmConfig(scheduler_config=SchedulerConfig(
+                                      max_num_seqs=max_num_seqs, max_num_batched_tokens=budget,
+                                      max_model_len=max_model_len, enable_chunked_prefill=True,
+                                      is_encoder_decoder=False, async_scheduling=asked),
+                                  cache_config=CacheConfig(**cache_kwargs), device_config=DeviceConfig(device="cpu"),
+                                  kv_transfer_config=KVTransferConfig(**kv_kwargs), **extra)
+
+        # an EAGLE config asking for async scheduling is validated below as EAGLE (this one says n-gram)
+        vc = build(None if eagle and async_scheduling else async_scheduling)
+        if eagle and async_scheduling is not False:  # vLLM's decision for the EAGLE config (it depends on the method,
+            # config/vllm.py: 0.32 turns async off for n-gram, not for EAGLE): a second config, labelled before
+            # validation, decides; the scheduler's own config stays the one above (see _as_eagle)
+            build(None, method="eagle")
+            if async_scheduling and not decided[-1]:
+                raise BadInput(f"vLLM {installed_version()} does not schedule this EAGLE config asynchronously")
+    except BadInput:
+        raise
+    except (ValueError, AssertionError, TypeError) as exc:
+        raise BadInput(f"vLLM {installed_version()} refuses the engine config for this geometry: {exc}") from None
+    _quiet_vllm()  # VllmConfig may have re-applied vLLM's logging config
+    if decided:  # the GPU platform leaves vLLM's decision in place
+        vc.scheduler_config.async_scheduling = bool(decided[-1])
+    if eagle:
+        _as_eagle(vc.speculative_config)
+    object.__setattr__(vc, "model_config", ModelConfigStandIn(max_model_len))
+    vc.cache_config.mamba_block_size = B  # platforms/interface.py:1114-1115 (align mode)
+    return vc
+
+
+def _quiet_vllm() -> None:
+    """vLLM's config and scheduler warn about CPU block sizes, draft-token budgets and the experimental
+    connector API on every build: per-scenario noise on stderr. Errors still show."""
+    logger = logging.getLogger("vllm")
+    if logger.level != logging.ERROR:  # setLevel clears every logger's cache: ~2 ms
+        logger.setLevel(logging.ERROR)
+
+
+def _as_eagle(spec) -> None:
+    """EAGLE drafting without a draft model: an EAGLE config cannot be built on CPU (it loads the draft
+    model's HF config), so the n-gram config built above is relabelled `method="eagle"` after validation,
+    as the model config is stood in for. What the scheduler derives from it is vLLM's own: EAGLE's
+    lookahead slots (`VllmConfig.num_lookahead_tokens` = K), the trailing-block drop on prefix hits
+    (`use_eagle_block_drop`), the prefill lookahead. The drafts still come from the scenario."""
+    object.__setattr__(spec, "method", "eagle")
+    drops = spec.use_eagle_block_drop() if hasattr(spec, "use_eagle_block_drop") else spec.use_eagle()
+    if not drops:
+        raise BadInput(f"geometry.eagle_block_drop: vLLM {installed_version()} does not drop the block for this "
+                       "EAGLE config")
+
+
+def _speculative_config(cls, K: int):
+    """n-gram drafting (no draft model: constructible on CPU); the drafts themselves come from the scenario."""
+    try:
+        return cls(method="ngram", num_speculative_tokens=K, prompt_lookup_min=1, prompt_lookup_max=1)
+    except TypeError:
+        return cls(method="ngram", num_speculative_tokens=K)
+
+
+# A runner's buffers are sized by max_num_seqs, max_num_batched_tokens and max_model_len (request slots, input
+# and token-id buffers, block-table width); nothing it does with a step depends on them beyond those extents. A
+# deployment sizes them once: so does the harness, per block / hash-block / spec shape, at these floors (or the
+# scenario's own values when larger), instead of building a runner for every geometry a sweep draws.
+RUNNER_FLOORS = {"max_num_seqs": 32, "budget": 2048, "max_model_len": 4096, "num_blocks": 256}
+
+
+def runner_config(driver):
+    """(sizes, VllmConfig) a worker's model runner (V1 or V2) is built from: the scenario's engine config with
+    the buffer extents at RUNNER_FLOORS; the scheduler keeps the scenario's own."""
+    vc, g, eg = driver.vc, driver.sc.geometry, driver.eg
+    f = RUNNER_FLOORS
+    sizes = (max(vc.scheduler_config.max_num_seqs, f["max_num_seqs"]),
+             max(vc.scheduler_config.max_num_batched_tokens, f["budget"]),
+             max(g.max_model_len, f["max_model_len"]))
+    return sizes, vllm_config(*sizes, eg.block_size, eg.hash_block_size, eg.num_speculative_tokens,
+                               g.eagle_block_drop, driver.options.runner, failure_policy=g.kv_load_failure_policy,
+                               async_scheduling=bool(vc.scheduler_config.async_scheduling))
+
+
+def resumed_ids(cr) -> set[str]:
+    """Requests resumed from preemption this step (0.33.0 lists them; older releases flag each row)."""
+    ids = getattr(cr, "resumed_req_ids", None)
+    if ids is not None:
+        return set(ids)
+    flags = getattr(cr, "resumed_from_preemption", None) or ()
+    return {rid for rid, f in zip(cr.req_ids, flags) if f}
