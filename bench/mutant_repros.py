@@ -29,6 +29,7 @@ def main() -> int:
     from harness.generate import random_scenario
     from harness.mutants import REGISTRY, mutant_applied
     from harness.mutation import describe_scenario, kills, minimized_kill
+    from harness.run_config import RunConfig
     from harness.replay import replay
     from harness.oracles import judge
     from harness.scenario import scenario_to_json
@@ -56,7 +57,7 @@ def main() -> int:
             continue
         seed, sig, doc = found
         path = out / f"{name}.json"
-        kept = minimized_kill(doc, sig, name, path, seconds=60)
+        kept = minimized_kill(doc, sig, path, seconds=60, config=RunConfig(mutant=name))
         stored = json.loads(path.read_text())
         stored["scenario"]["name"] = f"kills mutant {name} ({sig}); generator seed {seed}, minimized"
         path.write_text(json.dumps(stored, indent=1) + "\n")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """atheris target, engine tier: the symbolic target's decoder and mutator, decoding only the geometries vLLM
 builds in align mode, replayed on vLLM's own Scheduler and KV connector with the engine worker the
-environment picks (HH_ENGINE_RUNNER etc., harness/engine/options.py; recorded in each kept finding).
+environment picks (HH_ENGINE_RUNNER etc., harness/run_config.py; recorded in each kept finding).
 
     python fuzz/engine_target.py [libFuzzer flags] [CORPUS_DIR ...]   # fuzz
     python fuzz/engine_target.py CRASH_FILE                          # replay one input
@@ -10,12 +10,11 @@ Coverage also instruments vLLM's worker code (vllm.v1.worker.*). The shared body
 symbolic_target.py as a module (see fuzz/model_target.py for why).
 """
 
-import os
 import sys
 
 # Fixed here, before symbolic_target builds its Target: this target always decodes with the engine tier's
 # budget, whatever the caller's environment says.
-os.environ["HH_TIER"] = "engine"
+TARGET_TIER = "engine"  # read by symbolic_target (the tier is the target's, whatever HH_TIER says)
 
 import atheris  # noqa: E402
 

@@ -10,12 +10,11 @@ symbolic_target.py as a module, not run from a path next to __file__: PyInstalle
 compile_python_fuzzer) follows the import and bundles it, so the onefile bundle runs on its own.
 """
 
-import os
 import sys
 
 # Fixed here, before symbolic_target builds its Target: this target always decodes with the model tier's
 # budget, whatever the caller's environment says.
-os.environ["HH_TIER"] = "model"
+TARGET_TIER = "model"  # read by symbolic_target (the tier is the target's, whatever HH_TIER says)
 
 import atheris  # noqa: E402
 

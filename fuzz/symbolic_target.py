@@ -3,9 +3,11 @@
 
     python fuzz/symbolic_target.py [libFuzzer flags] [CORPUS_DIR ...]   # fuzz
     python fuzz/symbolic_target.py CRASH_FILE                          # replay one input
-Environment: HH_ARTIFACTS (kept findings, default artifacts/fuzz), HH_MUTANT (mutant to apply),
-HH_NO_CHECKPOINTS, HH_GENERATOR_SHARE and HH_STATE_COVERAGE (search only), HH_KNOWN_FIXES, HH_KEEP_GOING, HH_TIER (see harness/fuzzing.py; fuzz/model_target.py sets
-HH_TIER=model, fuzz/engine_target.py HH_TIER=engine).
+Environment (this entry point is the only reader): the run configuration's variables (HH_MUTANT, HH_MODEL,
+HH_KNOWN_FIXES, HH_NO_CHECKPOINTS, HH_ENGINE_*: harness/run_config.py RunConfig.from_env, what a campaign
+writes for its workers), HH_ARTIFACTS (kept findings, default artifacts/fuzz), HH_KEEP_GOING (campaign
+workers), and for the search only HH_GENERATOR_SHARE and HH_STATE_COVERAGE. The tier is the target's own:
+fuzz/model_target.py and fuzz/engine_target.py fix it.
 
 Coverage: the harness is instrumented as it is imported; vLLM's allocator package (vllm.v1.core) is
 instrumented function by function after import. (atheris.instrument_imports widens "vllm.v1.core" to the
@@ -19,12 +21,13 @@ import sys
 import atheris
 
 # The tier is the target's, not the environment's: run as a script this is the symbolic target whatever
-# HH_TIER says (how bytes decode must not depend on the environment); fuzz/model_target.py imports this
-# module after fixing HH_TIER=model.
-TIER = "symbolic" if __name__ == "__main__" else os.environ.get("HH_TIER") or "symbolic"
+# HH_TIER says (how bytes decode must not depend on the environment); fuzz/model_target.py and
+# fuzz/engine_target.py import this module after setting TARGET_TIER.
+TIER = "symbolic" if __name__ == "__main__" else getattr(sys.modules["__main__"], "TARGET_TIER", "symbolic")
 
 with atheris.instrument_imports(include=["harness", "models"]):
     from harness import fuzzing, genome
+    from harness.run_config import RunConfig
     from harness.state_coverage import StateCoverage
     from harness.vllm_adapter import instrument_allocator
 
@@ -35,7 +38,8 @@ with atheris.instrument_imports(include=["harness", "models"]):
 
 # vllm.v1.core.* (allocator and Scheduler); the engine tier also runs vLLM's worker code
 instrument_allocator(atheris.instrument_func, worker=TIER == "engine")
-TARGET = fuzzing.Target(tier=TIER)
+TARGET = fuzzing.Target(RunConfig.from_env(tier=TIER), artifacts=os.environ.get("HH_ARTIFACTS") or "artifacts/fuzz",
+                        keep_going=bool(os.environ.get("HH_KEEP_GOING")))
 # abstract allocator/runner transitions as extra edges (HH_STATE_COVERAGE=off: Python edges only)
 if os.environ.get("HH_STATE_COVERAGE", "on") != "off":
     TARGET.on_trace = StateCoverage(atheris.instrument_func).feed

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from harness.oracles import Finding
-from harness.replay import runs_model
+from harness.run_config import RunConfig
 from harness.scenario import Scenario, scenario_to_json
 
 
@@ -24,18 +24,22 @@ def write_json_atomic(path: Path, payload: dict) -> Path:
     return path
 
 
-def finding_artifact(scenario: Scenario, findings: list[Finding], vllm_version: str, mutant: str | None,
-                     tier: str = "symbolic", verdict=None) -> dict:
-    """A self-contained artifact: `hybrid-harness run ARTIFACT.json` replays its scenario (in its tier).
-    With a verdict (harness.known.Verdict), it records which findings are known (and by which fix) and which
-    are new; "signature" is the first new one (or the first finding of an all-known input)."""
+def finding_artifact(scenario: Scenario, findings: list[Finding], vllm_version: str, config: RunConfig,
+                     verdict=None, trace=None) -> dict:
+    """A self-contained artifact: `hybrid-harness run ARTIFACT.json` replays its scenario under the recorded
+    configuration (`config`: RunConfig.as_json, the engine tier's `auto` async scheduling as `trace` resolved it;
+    `tier`, `mutant`, `model` and `engine` repeated for readers and older tools). With a verdict
+    (harness.known.Verdict), it records which findings are known (and by which fix) and which are new;
+    "signature" is the first new one (or the first finding of an all-known input)."""
+    config = config.with_resolved(trace)
     artifact = {
         "kind": "hybrid-harness-finding",
         "vllm_version": vllm_version,
-        "mutant": mutant,
-        "tier": tier,
-        "model": (os.environ.get("HH_MODEL") or "random") if runs_model(tier) else None,
-        "engine": _engine_options() if tier == "engine" else None,
+        "mutant": config.mutant,
+        "tier": config.tier,
+        "model": config.model if config.runs_model else None,
+        "engine": config.engine.as_json() if config.tier == "engine" else None,
+        "config": config.as_json(),
         "scenario": scenario_to_json(scenario),
         "findings": [f.to_json() for f in findings],
         "signature": verdict.headline_signature if verdict else findings[0].signature,
@@ -43,12 +47,6 @@ def finding_artifact(scenario: Scenario, findings: list[Finding], vllm_version: 
     if verdict is not None:
         artifact["verdict"] = verdict.to_json()
     return artifact
-
-
-def _engine_options() -> dict:
-    from harness.engine.options import resolved
-
-    return resolved().as_json()  # `auto` as it resolved: the replay runs the input the same way
 
 
 def write_finding(directory: Path, stem: str, artifact: dict) -> Path:

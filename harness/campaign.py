@@ -25,6 +25,7 @@ from pathlib import Path
 
 from harness.artifacts import write_json_atomic
 from harness.known import new_signatures
+from harness.run_config import RunConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = {t: ROOT / "fuzz" / f"{t}_target.py" for t in ("symbolic", "model", "engine")}
@@ -53,21 +54,27 @@ class WorkerState:
 
 @dataclass
 class Campaign:
-    target: str
+    config: RunConfig  # tier (the target), mutant, model, engine options, known fixes, checkpoints: workers get it
     corpus: Path
     artifacts: Path
     jobs: int
     seconds: float | None
     runs: int | None
     seed: int
-    mutant: str | None
     seed_corpus: bool
-    checkpoints: bool = True
     progress: bool = True
-    extra_env: dict = field(default_factory=dict)
+    extra_env: dict = field(default_factory=dict)  # search settings only (HH_GENERATOR_SHARE, HH_STATE_COVERAGE)
     # end the campaign once it keeps a new finding (what `hybrid-harness fuzz` exits 1 on): `mutants check`
     # measures time to the first kill, and the rest of a killed trial's budget would measure nothing
     stop_on_new: bool = False
+
+    @property
+    def target(self) -> str:
+        return self.config.tier
+
+    @property
+    def mutant(self) -> str | None:
+        return self.config.mutant
 
     def __post_init__(self) -> None:
         self.findings_dir = self.artifacts / "findings"
@@ -123,10 +130,9 @@ class Campaign:
             cmd.append(f"-max_total_time={max(1, int(self.remaining()))}")
         if self.runs is not None:
             cmd.append(f"-runs={max(1, self.runs // self.jobs - w.execs_done)}")
+        # the worker's entry point reads its run configuration back from these (RunConfig.from_env)
         env = dict(os.environ, HH_ARTIFACTS=str(self.findings_dir), PYTHONPATH=str(ROOT), HH_KEEP_GOING="1")
-        env["HH_MUTANT"] = self.mutant or ""
-        if not self.checkpoints:
-            env["HH_NO_CHECKPOINTS"] = "1"
+        env.update(self.config.to_env())
         env.update(self.extra_env)
         w.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
                                   cwd=ROOT, start_new_session=True)
@@ -238,10 +244,9 @@ class Campaign:
                    findings_total=len(found), findings_new=[p.name for p in new],
                    findings_other_configurations=[p.name for p in self.foreign_findings()],
                    verdicts={p.name: finding_verdict(p) for p in found}, outputs=self.outputs())
-        if self.target == "engine":  # the options the workers ran with (they inherit this process's)
-            from harness.engine.options import current
-
-            out["engine"] = current().as_json()
+        out["config"] = self.config.as_json()
+        if self.target == "engine":  # the options the workers ran with
+            out["engine"] = self.config.engine.as_json()
         out["findings_new_signatures"] = sorted({s for v in out["verdicts"].values() if v["new"]
                                                  for s in new_signatures(v)})
         write_json_atomic(self.artifacts / "campaign.json", out)

@@ -17,20 +17,20 @@ MODEL_HELP = ("model tier: random (seeded random weights, default) or trained (t
               "chat corpus, cached under artifacts/models/)")
 
 
-def _use_model(name: str | None) -> None:
-    """The model tier's model for this process and the fuzz workers it starts (HH_MODEL)."""
-    if name:
-        os.environ["HH_MODEL"] = name
+def _config(args: argparse.Namespace, recorded: dict | None = None, **given):
+    """This command's run configuration (harness.run_config.RunConfig), built once here and passed down: for
+    each field the value `given` by the command, else its flag, else what a finding artifact `recorded`, else
+    the environment's HH_* variable (the CLI is an entry point), else the default."""
+    from harness.run_config import ENV, RunConfig
 
-
-def _use_engine(args: argparse.Namespace, recorded: dict | None = None) -> None:
-    """The engine tier's options for this process and the workers it starts (harness.engine.options): the
-    flags given, else what a finding artifact recorded."""
-    from harness.engine import options
-
-    options.use_recorded(recorded)
-    options.use(getattr(args, "runner", None), getattr(args, "async_scheduling", None), getattr(args, "kernels", None),
-                getattr(args, "forward", None))
+    fields = ("tier", "mutant", "model", "runner", "async_scheduling", "kernels", "forward")
+    values = {k: os.environ.get(ENV[k]) or None for k in fields}
+    if recorded:
+        values.update({k: recorded.get(k) for k in ("tier", "mutant", "model") if recorded.get(k)})
+        values.update({k: v for k, v in (recorded.get("engine") or {}).items() if k in fields and v})
+    values.update({k: getattr(args, k) for k in fields if getattr(args, k, None) is not None})
+    values.update({k: v for k, v in given.items() if v is not None})
+    return RunConfig.from_env({}, **values)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -45,18 +45,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     version = installed_version()
     check_supported(version)
-    tier = args.tier or _artifact_field(args.scenario, "tier")
-    _use_model(args.model or _artifact_field(args.scenario, "model"))
-    _use_engine(args, _artifact_field(args.scenario, "engine"))
+    recorded = _artifact(args.scenario)
+    recorded.pop("mutant", None)  # a replay applies --mutant only (an artifact found with a mutant replays on stock)
+    config = _config(args, recorded, mutant=args.mutant)
+    tier = config.tier
     with mutant_applied(args.mutant):
-        trace = replay(scenario, args.mutant, tier)
+        trace = replay(scenario, config=config)
         findings = judge(trace)
-        verdict = judge_scenario(scenario, findings, args.mutant, tier) if findings else None
+        verdict = judge_scenario(scenario, findings, config=config) if findings else None
     artifact_path = None
     if findings:
         stem = Path(args.scenario).stem
         artifact_path = write_finding(Path(args.artifacts), stem,
-                                      finding_artifact(scenario, findings, version, args.mutant, tier, verdict))
+                                      finding_artifact(scenario, findings, version, config, verdict, trace))
     if args.json:
         print(json.dumps({
             "scenario": str(args.scenario), "vllm_version": version, "mutant": args.mutant,
@@ -66,7 +67,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             "unjudged": trace.unjudged,
         }, indent=1, default=str))
     else:
-        label = f"vLLM {version}" + (f" + mutant {args.mutant}" if args.mutant else "") + f", {_tier_label(tier)}"
+        label = f"vLLM {version}" + (f" + mutant {args.mutant}" if args.mutant else "") + f", {_tier_label(config)}"
         if trace.outputs is not None:
             print(f"outputs: {describe_outputs(output_summary(trace))}")
         if not findings:
@@ -86,21 +87,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_FINDING if findings else EXIT_OK
 
 
-def _tier_label(tier: str) -> str:
+def _tier_label(config) -> str:
     """"engine tier" names the model forward when it runs (`--forward model`)."""
-    from harness.replay import runs_model
-
-    return f"{tier} tier" + (", model forward" if tier == "engine" and runs_model(tier) else "")
+    return f"{config.tier} tier" + (", model forward" if config.tier == "engine" and config.runs_model else "")
 
 
-def _artifact_field(path: str, name: str) -> str | None:
-    """The tier (default symbolic) or model a finding artifact was found with (a plain scenario: defaults)."""
-    default = "symbolic" if name == "tier" else None
+def _artifact(path: str) -> dict:
+    """What a finding artifact recorded about how it was found (its `config`, else the `tier`, `model`,
+    `mutant` and `engine` fields older artifacts carry); a plain scenario records nothing."""
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError):
-        return default  # load_scenario reports the problem
-    return (doc.get(name) or default) if isinstance(doc, dict) else default
+        return {}  # load_scenario reports the problem
+    if not isinstance(doc, dict) or "scenario" not in doc:
+        return {}
+    return dict(doc["config"]) if isinstance(doc.get("config"), dict) else \
+        {k: doc.get(k) for k in ("tier", "model", "mutant", "engine")}
 
 
 def _outputs_json(trace) -> list | None:
@@ -116,19 +118,18 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from harness.mutants import mutant_applied
     from harness.vllm_adapter import check_supported, installed_version
 
-    _use_model(args.model)
-    _use_engine(args)
+    config = _config(args, known_fixes=args.known_fixes == "on")
+    config = config.but(checkpoints=_checkpoints(args.checkpoints, config))
     version = installed_version()
     check_supported(version)
     with mutant_applied(args.mutant):
-        return _sweep(args, version)
+        return _sweep(args, version, config)
 
 
-def _sweep(args: argparse.Namespace, version: str) -> int:
+def _sweep(args: argparse.Namespace, version: str, config) -> int:
     import time
 
     from harness.artifacts import finding_artifact, write_finding, write_json_atomic
-    from harness.replay import runs_model
     from harness.generate import random_scenario
     from harness.known import replay_and_judge
     from harness.oracles import describe_outputs, merge_output_summaries, output_summary
@@ -136,18 +137,17 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
     from harness.vllm_adapter import load_vllm, supports_prefill_checkpoints
 
     startup = load_vllm()
-    checkpoints = _checkpoints(args.checkpoints, args.tier) and supports_prefill_checkpoints()
+    checkpoints = config.checkpoints and supports_prefill_checkpoints()
     found, errors, known, steps = [], [], [], 0
     outputs = None  # model tier: the output summaries added up
     started = time.perf_counter()
-    small = runs_model(args.tier)  # the model's smaller scenarios (model tier, engine tier --forward model)
+    small = config.runs_model  # the model's smaller scenarios (model tier, engine tier --forward model)
     for seed in range(args.seed, args.seed + args.count):
         scenario = random_scenario(seed, checkpoints=checkpoints, small=small)
         try:
-            fixed = args.known_fixes == "on"
-            trace, findings, verdict = replay_and_judge(scenario, args.mutant, args.tier, fixed)
-            if verdict is None and fixed:  # clean with the fixes: replayed on stock to count the known issues
-                trace, findings, verdict = replay_and_judge(scenario, args.mutant, args.tier, known_fixes=False)
+            trace, findings, verdict = replay_and_judge(scenario, config=config)
+            if verdict is None and config.known_fixes:  # clean with the fixes: replayed on stock to count known issues
+                trace, findings, verdict = replay_and_judge(scenario, config=config.but(known_fixes=False))
         except HarnessError as exc:  # replaying, or replaying with the known fixes applied
             path = write_json_atomic(Path(args.artifacts) / f"harness-error-{seed}.json",
                                      {"kind": "hybrid-harness-error", "error": str(exc),
@@ -159,7 +159,7 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
             outputs = merge_output_summaries(outputs, output_summary(trace))
         if findings:
             path = write_finding(Path(args.artifacts), f"sweep-{seed}",
-                                 finding_artifact(scenario, findings, version, args.mutant, args.tier, verdict))
+                                 finding_artifact(scenario, findings, version, config, verdict, trace))
             if verdict.is_new:
                 found.append((seed, findings, path))
                 print(f"FINDING seed {seed}: new {', '.join(verdict.new)} (known: {verdict.known or 'none'}) ({path})")
@@ -171,7 +171,7 @@ def _sweep(args: argparse.Namespace, version: str) -> int:
                 print(f"KNOWN seed {seed}: {verdict.known} ({path})")
     elapsed = time.perf_counter() - started
     print(f"sweep: {args.count} scenarios (seeds {args.seed}..{args.seed + args.count - 1}), {steps} steps, "
-          f"{_tier_label(args.tier)}, "
+          f"{_tier_label(config)}, "
           f"vLLM {version}{' + mutant ' + args.mutant if args.mutant else ''}: {len(found)} with findings "
           f"({len(known)} more with known vLLM issues), "
           f"{len(errors)} harness errors; {args.count / elapsed:.1f} scenarios/s after {startup:.1f} s start-up")
@@ -192,22 +192,20 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
 
     if args.mutant:
         get_mutant(args.mutant)  # bad name: exit 2 before any worker starts
-    _use_model(args.model)  # the workers inherit it
-    _use_engine(args)
+    config = _config(args, tier=args.target, known_fixes=args.known_fixes == "on")
+    config = config.but(checkpoints=_checkpoints(args.checkpoints, config))  # the workers get it (to_env)
     if args.jobs < 1:
         raise BadInput("--jobs must be at least 1")
     seconds = args.minutes * 60 if args.minutes is not None else (None if args.runs else 120.0)
     artifacts = Path(args.artifacts)
     corpus = Path(args.corpus) if args.corpus else artifacts / "corpus"
-    campaign = Campaign(target=args.target, corpus=corpus, artifacts=artifacts, jobs=args.jobs, seconds=seconds,
-                        runs=args.runs, seed=args.seed, mutant=args.mutant, seed_corpus=args.seed_corpus,
-                        checkpoints=_checkpoints(args.checkpoints, args.target), progress=not args.no_progress,
-                        extra_env={"HH_KNOWN_FIXES": args.known_fixes})
+    campaign = Campaign(config=config, corpus=corpus, artifacts=artifacts, jobs=args.jobs, seconds=seconds,
+                        runs=args.runs, seed=args.seed, seed_corpus=args.seed_corpus, progress=not args.no_progress)
     summary = campaign.run()
     new = summary["findings_new"]
     new_bugs = [name for name in new if summary["verdicts"][name]["new"]]  # known issues have their repro already
     if new_bugs and not args.no_minimize:
-        _minimize_kept([artifacts / "findings" / name for name in new_bugs], args.mutant)
+        _minimize_kept([artifacts / "findings" / name for name in new_bugs], config)
         summary = dict(campaign.summary(), elapsed=summary["elapsed"], execs_per_s=summary["execs_per_s"])
     n_new = sum(v["new"] for v in summary["verdicts"].values())
     n_departures = sum(map(is_departure, summary["verdicts"].values()))
@@ -240,7 +238,14 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     return EXIT_FINDING if unknown else EXIT_OK
 
 
-def _minimize_kept(folders, mutant: str | None) -> None:
+def _recorded_config(artifact: dict, default):
+    """The configuration a kept finding recorded (its `config`), else the campaign's."""
+    from harness.run_config import RunConfig
+
+    return RunConfig.from_json(artifact) if isinstance(artifact.get("config"), dict) else default
+
+
+def _minimize_kept(folders, config) -> None:
     from harness.artifacts import write_json_atomic
     from harness.fuzzing import read_finding
     from harness.known import fixes_for
@@ -251,11 +256,12 @@ def _minimize_kept(folders, mutant: str | None) -> None:
 
     for folder in folders:
         artifact = read_finding(folder)
+        mutant = config.mutant
         try:
             with mutant_applied(mutant):
-                small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], mutant, seconds=60,
-                                 tier=artifact.get("tier", "symbolic"),
-                                 new_only=bool((artifact.get("verdict") or {}).get("new")))
+                small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], seconds=60,
+                                 new_only=bool((artifact.get("verdict") or {}).get("new")),
+                                 config=_recorded_config(artifact, config))
         except BadInput as exc:  # e.g. the finding no longer reproduces: keep it as found, say why
             print(f"  {folder.name}: not minimized: {exc}", file=sys.stderr)
             continue
@@ -273,12 +279,11 @@ def _cmd_minimize(args: argparse.Namespace) -> int:
     from harness.scenario import parse_scenario, scenario_to_json
 
     artifact = read_finding(args.finding)
-    mutant = args.mutant if args.mutant is not None else artifact.get("mutant")
-    _use_model(artifact.get("model"))  # the model tier's model it was found with
-    _use_engine(args, artifact.get("engine"))
+    config = _config(args, _artifact(args.finding) or {k: artifact.get(k) for k in ("tier", "model", "mutant", "engine")})
+    mutant = config.mutant
     with mutant_applied(mutant):
-        small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], mutant, seconds=args.seconds,
-                         tier=artifact.get("tier", "symbolic"), new_only=bool((artifact.get("verdict") or {}).get("new")))
+        small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], seconds=args.seconds,
+                         new_only=bool((artifact.get("verdict") or {}).get("new")), config=config)
     out = dict(artifact, scenario=scenario_to_json(small))
     write_json_atomic(Path(args.output), out)
     print(f"minimized to {len(small.requests)} request(s), {len(small.events)} event(s): {args.output}")
@@ -341,26 +346,25 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     from harness.vllm_adapter import check_supported, installed_version, supports_prefill_checkpoints
 
     check_supported(installed_version())
-    _use_engine(args)
-    if getattr(args, "runner", None) is None and "HH_ENGINE_RUNNER" not in os.environ:  # diff checks the mirrored
-        from harness.engine import options  # worker by default (the engine's default is vLLM's own runner)
+    from harness.run_config import ENV
 
-        options.use(runner="mirror")
-    if getattr(args, "async_scheduling", None) is None and "HH_ENGINE_ASYNC" not in os.environ:
-        from harness.engine import options  # the mirrored tier is synchronous: so is the engine side it is
-
-        options.use(async_scheduling="off")  # compared with, unless asked (V2's async schedule differs by design)
+    # diff checks the mirrored worker by default (the engine's default is vLLM's own runner), synchronously:
+    # the mirrored tier is synchronous, so is the engine side it is compared with, unless asked (V2's async
+    # schedule differs by design)
+    defaults = {k: v for k, v in (("runner", "mirror"), ("async_scheduling", "off"))
+                if getattr(args, k, None) is None and ENV[k] not in os.environ}
+    config = _config(args, tier="engine", **defaults)
     if args.scenario:
-        report = diff(load_scenario(args.scenario), args.mutant)
+        report = diff(load_scenario(args.scenario), config=config)
         print(report.describe(limit=args.limit))
         return EXIT_OK if report.same else EXIT_FINDING
     if args.count is None or args.count < 1:
         raise BadInput("give a SCENARIO or --count N")
-    checkpoints = supports_prefill_checkpoints() and _checkpoints(args.checkpoints)
+    checkpoints = supports_prefill_checkpoints() and _checkpoints(args.checkpoints, config)
     differing, skipped = {}, 0
     for seed in range(args.seed, args.seed + args.count):
         try:
-            report = diff(random_scenario(seed, checkpoints=checkpoints), args.mutant)
+            report = diff(random_scenario(seed, checkpoints=checkpoints), config=config)
         except BadInput:  # a scenario vLLM's scheduler cannot express (the engine tier says why)
             skipped += 1
             continue
@@ -377,16 +381,14 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     return EXIT_FINDING if differing else EXIT_OK
 
 
-def _checkpoints(mode: str, tier: str = "engine") -> bool:
+def _checkpoints(mode: str, config) -> bool:
     """--checkpoints (sweep, fuzz, diff): `auto` generates prefill checkpoint geometries (where the release has
     them) except on the engine tier with `--runner v1`, whose worker does not simulate them (each would be bad
     input: skipped by a sweep, a harness error in a campaign, whose decoder must only produce what its tier
     runs)."""
     if mode != "auto":
         return mode == "on"
-    from harness.engine.options import current
-
-    return tier != "engine" or current().runner != "v1"
+    return config.tier != "engine" or config.engine.runner != "v1"
 
 
 def _cmd_known(args: argparse.Namespace) -> int:
@@ -402,16 +404,12 @@ def _cmd_known(args: argparse.Namespace) -> int:
     from harness.scenario import load_scenario
     from harness.vllm_adapter import installed_version
 
-    _use_engine(args)
-    runner = None
-    if args.tier == "engine":
-        from harness.engine.options import current
-
-        runner = current().runner
+    config = _config(args, tier=args.tier, mutant="")
+    runner = config.engine.runner if config.tier == "engine" else None
 
     def replay_findings(repro, issues):
         with fixes_applied(issues):
-            trace = replay(load_scenario(ROOT / repro), None, args.tier)
+            trace = replay(load_scenario(ROOT / repro), config=config)
             if runner == "auto":  # the runner vLLM picked for this repro's config
                 last_pick[0] = getattr(trace, "runner", None)
                 runner_seen.add(last_pick[0] or "auto")

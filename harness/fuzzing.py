@@ -3,21 +3,23 @@
 Every finding of an input is classified by the known issues' fixes (harness/known.py): an input is *new*
 when any of its findings is unexplained (or revealed once a known fix lets the replay run on). The target
 raises `Finding` for a new input every time it runs it (a crash file replays non-zero every time, whatever
-is on disk), unless HH_KEEP_GOING is set (campaign workers keep the finding on disk and go on instead of
+is on disk), unless `keep_going` (campaign workers keep the finding on disk and go on instead of
 paying a ~10 s restart); inputs whose findings are all known return normally. `HarnessFailure` is a harness
 error, kept apart and never reported as a vLLM finding. Kept findings are deduplicated by their set of new
 signatures (all-known inputs by their set of known ones), so a known finding never shadows a new one.
 
-How bytes decode depends on the bytes and the installed release only (libFuzzer: a crash file alone
-reproduces). Configuration from the environment, so `python fuzz/TARGET.py FILE` replays like any libFuzzer
-target: HH_ARTIFACTS (where findings go), HH_MUTANT (a mutant to apply first), HH_TIER (symbolic | model | engine; fuzz/model_target.py and fuzz/engine_target.py fix it),
-HH_KEEP_GOING (campaign workers), HH_KNOWN_FIXES (on, the default: replay with the known fixes applied and
-confirm a finding on stock; off: replay on stock), HH_NO_CHECKPOINTS (the mutator clears the prefill-checkpoint bit; an input
-that still has it, e.g. from the seed corpus, is passed over unrun; the decoder ignores it).
+How bytes decode depends on the bytes, the installed release and the tier's budget (libFuzzer: a crash file
+alone reproduces with its target). The run configuration (harness/run_config.py: tier, mutant, model, engine
+options, known fixes, checkpoints) comes from the fuzz target's entry point (fuzz/*_target.py read it from
+the environment a campaign wrote) and is recorded in every kept finding, so `hybrid-harness run
+finding.json` replays it in an empty environment. known_fixes (the default): replay with the known fixes
+applied and confirm a finding on stock; off: replay on stock. checkpoints off: the mutator clears the
+prefill-checkpoint bit; an input that still has it (e.g. from the seed corpus) is passed over unrun.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -33,7 +35,7 @@ from harness.errors import BadInput, HarnessError
 from harness.genome import decode, release_budget, without_checkpoints
 from harness.known import Verdict, replay_and_judge
 from harness.oracles import merge_output_summaries, output_summary
-from harness.replay import runs_model
+from harness.run_config import RunConfig
 from harness.scenario import scenario_to_json
 
 
@@ -50,31 +52,43 @@ class HarnessFailure(Exception):
 
 
 class Target:
-    def __init__(self, artifacts: str | os.PathLike | None = None, mutant: str | None = None,
-                 tier: str | None = None) -> None:
+    def __init__(self, config: RunConfig | None = None, artifacts: str | os.PathLike = "artifacts/fuzz",
+                 keep_going: bool = False) -> None:
+        """`keep_going`: a campaign worker keeps a new finding on disk and goes on instead of raising."""
         from harness.mutants import apply_mutant
         from harness.vllm_adapter import installed_version, load_vllm
 
         load_vllm()
+        self.config = config or RunConfig()
         self.version = installed_version()
-        self.mutant = mutant if mutant is not None else os.environ.get("HH_MUTANT") or None
+        self.mutant, self.tier = self.config.mutant, self.config.tier
         self._undo_mutant = apply_mutant(self.mutant) if self.mutant else None
-        self.tier = tier or os.environ.get("HH_TIER") or "symbolic"
-        self.budget = release_budget(small=runs_model(self.tier), tier=self.tier)  # engine --forward model too
+        self.budget = release_budget(small=self.config.runs_model, tier=self.tier)  # engine --forward model too
         # the mutator clears the checkpoint bit; inputs that have it are passed over, never decoded otherwise
-        self.no_checkpoints = bool(os.environ.get("HH_NO_CHECKPOINTS"))
-        self.dir = Path(artifacts or os.environ.get("HH_ARTIFACTS") or "artifacts/fuzz")
+        self.no_checkpoints = not self.config.checkpoints
+        self.dir = Path(artifacts)
         self.dir.mkdir(parents=True, exist_ok=True)
-        # fuzz the fixed system (every applicable known fix applied; HH_KNOWN_FIXES=off: stock, the old behaviour)
-        self.known_fixes = os.environ.get("HH_KNOWN_FIXES", "on") != "off"
         self.execs = 0
         self.on_trace = None  # callable(trace), called after every replay
-        self.keep_going = bool(os.environ.get("HH_KEEP_GOING"))
+        self.keep_going = keep_going
         # model tier: generations judged and their symptoms, flushed to ARTIFACTS/../outputs/PID.json (the
         # campaign sums the files into its repeat rate; libFuzzer exits without running Python's atexit)
         self.outputs: dict | None = None
         self.first_exec: float | None = None  # time.monotonic() of the first input (end of start-up)
         self.startup_s: float | None = None
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """The first replays pay one-off costs (lazy imports; vLLM's config, Scheduler and runner built for
+        the engine tier that confirms a symbolic finding): ~1.5 s, paid here as part of start-up, so a time to
+        detect counts the search, not the warm-up. The result is discarded."""
+        from harness.generate import random_scenario
+
+        scenario = random_scenario(0, checkpoints=False, small=self.config.runs_model)
+        configs = [self.config] + ([self.config.but(tier="engine")] if self.tier == "symbolic" else [])
+        for config in configs:
+            with contextlib.suppress(HarnessError, BadInput):
+                replay_and_judge(scenario, config=config)
 
     def __call__(self, data: bytes) -> None:
         if self.no_checkpoints and without_checkpoints(data) != data:
@@ -85,11 +99,11 @@ class Target:
             self.startup_s = round(time.time() - psutil.Process().create_time(), 2)
         scenario = decode(data, self.budget)
         try:
-            trace, findings, verdict = replay_and_judge(scenario, self.mutant, self.tier, self.known_fixes)
-            if verdict is None and self.known_fixes and (self.execs <= KNOWN_FIRST or self.execs % KNOWN_SAMPLE == 0):
+            trace, findings, verdict = replay_and_judge(scenario, config=self.config)
+            if verdict is None and self.config.known_fixes and (self.execs <= KNOWN_FIRST or self.execs % KNOWN_SAMPLE == 0):
                 # the fixed system is clean: the first inputs (the seed corpus, a replayed crash file) and every
                 # KNOWN_SAMPLE-th one are replayed on stock too, so a campaign still reports the known issues it reached
-                trace, findings, verdict = replay_and_judge(scenario, self.mutant, self.tier, known_fixes=False)
+                trace, findings, verdict = replay_and_judge(scenario, config=self.config.but(known_fixes=False))
         except (HarnessError, BadInput) as exc:
             self._keep_error(data, scenario, exc)
             raise HarnessFailure(str(exc)) from exc
@@ -104,7 +118,7 @@ class Target:
             return
         folder = self.dir / f"finding-{verdict.key}"
         if not folder.exists():
-            self._keep_finding(folder, data, scenario, findings, verdict)
+            self._keep_finding(folder, data, scenario, findings, verdict, trace)
             self._flush_outputs()
         if verdict.is_new and not self.keep_going:
             head = next((f for f in findings if f.signature in verdict.unexplained), findings[0])
@@ -126,12 +140,12 @@ class Target:
         if self.outputs:
             write_json_atomic(self.dir.parent / "outputs" / f"{os.getpid()}.json", self.outputs)
 
-    def _keep_finding(self, folder: Path, data: bytes, scenario, findings, verdict: Verdict) -> None:
+    def _keep_finding(self, folder: Path, data: bytes, scenario, findings, verdict: Verdict, trace) -> None:
         """Raw input, decoded scenario and trace excerpt, each written atomically, the folder renamed in last."""
         tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
         (tmp / "input.bin").write_bytes(data)
-        artifact = finding_artifact(scenario, findings, self.version, self.mutant, self.tier, verdict)
+        artifact = finding_artifact(scenario, findings, self.version, self.config, verdict, trace)
         artifact["detection"] = {"execs": self.execs, "startup_s": self.startup_s,
                                  "after_startup_s": round(time.monotonic() - self.first_exec, 3)}
         write_json_atomic(tmp / "finding.json", artifact)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.mutants.base import Mutant, bound_arguments, method_wrapped, wrap_method
+from harness.run_config import RunConfig
 
 
 ROOT = Path(__file__).resolve().parent.parent  # repro paths are relative to the checkout
@@ -45,18 +46,13 @@ class KnownIssue:
     def applicable(self) -> bool:
         return self.applies is None or bool(self.applies())
 
-    def runs_on(self, tier: str, runner: str | None = None) -> bool:
+    def runs_on(self, tier: str, runner: str = "auto") -> bool:
         """Whether the code carrying the bug runs on this tier: the mirrored tiers run the harness's V1 worker
-        shadow ("mirror"); the engine tier runs `runner` (None: the engine options' runner; "auto" may pick
-        either of vLLM's runners)."""
+        shadow ("mirror"); the engine tier runs `runner` ("auto" may pick either of vLLM's runners)."""
         if self.runners is None:
             return True
         if tier != "engine":
             return "mirror" in self.runners
-        if runner is None:
-            from harness.engine.options import current
-
-            runner = current().runner
         return runner in self.runners or (runner == "auto" and bool({"v1", "v2"} & set(self.runners)))
 
     def repro_expected(self) -> bool:
@@ -451,10 +447,10 @@ def new_signatures(verdict: dict) -> list[str]:
     return list(verdict.get("unexplained", [])) + [f"revealed:{s}" for s in verdict.get("revealed", [])]
 
 
-def issues_for(tier: str) -> list[KnownIssue]:
+def issues_for(tier: str, runner: str = "auto") -> list[KnownIssue]:
     """The known issues whose fixes can change a replay on this tier: the fix's target exists in the installed
     release and the code carrying the bug runs there (a V2-runner issue is not judged on the mirrored tiers)."""
-    return [k for k in KNOWN_ISSUES if k.runs_on(tier) and k.applicable()]
+    return [k for k in KNOWN_ISSUES if k.runs_on(tier, runner) and k.applicable()]
 
 
 def classify(signatures, replay_signatures, issues=None) -> Verdict:
@@ -495,9 +491,10 @@ def classify(signatures, replay_signatures, issues=None) -> Verdict:
     return verdict
 
 
-def _signature_replays(scenario, mutant: str | None, tier: str, done: dict | None = None):
-    """`replay_signatures(issues)` for `classify`: the signatures of a replay with those issues' fixes applied,
-    each set of fixes replayed once (`done`: replays already made, keyed by the frozenset of issue ids)."""
+def _signature_replays(scenario, config: RunConfig, done: dict | None = None):
+    """`replay_signatures(issues)` for `classify`: the signatures of a replay (under `config`) with those issues'
+    fixes applied, each set of fixes replayed once (`done`: replays already made, keyed by the frozenset of
+    issue ids)."""
     from harness.oracles import judge
     from harness.replay import replay
 
@@ -507,17 +504,22 @@ def _signature_replays(scenario, mutant: str | None, tier: str, done: dict | Non
         key = frozenset(k.id for k in issues)
         if key not in replays:
             with fixes_applied(issues):
-                replays[key] = {f.signature for f in judge(replay(scenario, mutant, tier))}
+                replays[key] = {f.signature for f in judge(replay(scenario, config=config))}
         return replays[key]
     return replay_signatures
 
 
-def judge_scenario(scenario, findings, mutant: str | None, tier: str) -> Verdict:
-    """Classify a replayed scenario's findings (the caller has the mutant applied already)."""
-    return classify([f.signature for f in findings], _signature_replays(scenario, mutant, tier), issues_for(tier))
+def judge_scenario(scenario, findings, mutant: str | None = None, tier: str | None = None, *,
+                   config: RunConfig | None = None) -> Verdict:
+    """Classify a replayed scenario's findings (the caller has the mutant applied already). `mutant` / `tier`
+    change `config` (harness.run_config.RunConfig.of)."""
+    cfg = RunConfig.of(config, mutant=mutant, tier=tier)
+    return classify([f.signature for f in findings], _signature_replays(scenario, cfg),
+                    issues_for(cfg.tier, cfg.engine.runner))
 
 
-def replay_and_judge(scenario, mutant: str | None, tier: str, known_fixes: bool = True):
+def replay_and_judge(scenario, mutant: str | None = None, tier: str | None = None, known_fixes: bool | None = None,
+                     *, config: RunConfig | None = None):
     """Replay and judge one input; returns (trace, findings, verdict or None when nothing fired).
 
     known_fixes=True (campaigns' and sweeps' default: fuzz the fixed system): the replay runs with every
@@ -527,22 +529,24 @@ def replay_and_judge(scenario, mutant: str | None, tier: str, known_fixes: bool 
     from harness.oracles import judge
     from harness.replay import replay
 
-    issues = issues_for(tier) if known_fixes else []
+    cfg = RunConfig.of(config, mutant=mutant, tier=tier, known_fixes=known_fixes)
+    issues = issues_for(cfg.tier, cfg.engine.runner) if cfg.known_fixes else []
     with fixes_applied(issues):
-        trace = replay(scenario, mutant, tier)
+        trace = replay(scenario, config=cfg)
     findings = judge(trace)
     if not findings:
         return trace, findings, None
     if not issues:
-        verdict = judge_scenario(scenario, findings, mutant, tier)
+        verdict = judge_scenario(scenario, findings, config=cfg)
     else:
-        verdict = confirm_on_stock(scenario, findings, mutant, tier, issues)
-    if tier == "symbolic" and verdict.is_new:
-        confirm_on_engine(scenario, verdict, mutant)
+        verdict = confirm_on_stock(scenario, findings, issues, config=cfg)
+    if cfg.tier == "symbolic" and verdict.is_new:
+        confirm_on_engine(scenario, verdict, config=cfg)
     return trace, findings, verdict
 
 
-def confirm_on_engine(scenario, verdict: Verdict, mutant: str | None) -> Verdict:
+def confirm_on_engine(scenario, verdict: Verdict, mutant: str | None = None, *,
+                      config: RunConfig | None = None) -> Verdict:
     """The symbolic tier mirrors vLLM's scheduler loop and V1 runner by hand; before its new finding is called
     a vLLM bug, the same scenario runs on the engine tier: vLLM's own Scheduler and connector with the model
     runner vLLM picks (the engine options'; the mutant, an allocator patch, applies there too). New there too:
@@ -550,22 +554,21 @@ def confirm_on_engine(scenario, verdict: Verdict, mutant: str | None) -> Verdict
     scenario the engine tier cannot express keeps the mirror's verdict, and says so."""
     from harness.errors import BadInput
 
+    cfg = RunConfig.of(config, mutant=mutant, tier="engine", known_fixes=True)
     try:
-        _, _, engine = replay_and_judge(scenario, mutant, "engine", known_fixes=True)
+        _, _, engine = replay_and_judge(scenario, config=cfg)
     except BadInput as exc:
         verdict.engine = f"unconfirmable: {exc}"
         return verdict
     if engine is not None and engine.is_new:
         verdict.engine = "confirmed"
     else:
-        from harness.engine.options import current
-
-        verdict.engine = (f"departure: vLLM's own Scheduler and runner (engine tier, --runner {current().runner}) show "
+        verdict.engine = (f"departure: vLLM's own Scheduler and runner (engine tier, --runner {cfg.engine.runner}) show "
                           f"nothing new: {', '.join(engine.signatures) if engine else 'no finding'}")
     return verdict
 
 
-def confirm_on_stock(scenario, fixed_findings, mutant: str | None, tier: str, issues) -> Verdict:
+def confirm_on_stock(scenario, fixed_findings, issues, *, config: RunConfig) -> Verdict:
     """A finding of the fixed system, replayed on the system as shipped (no fixes): shown there too ->
     unexplained (NEW); absent there while stock shows a finding the fixes remove (a known bug fires first) ->
     NEW, revealed (latent until vLLM fixes the known one). Absent for no such reason means the fixes changed
@@ -575,10 +578,10 @@ def confirm_on_stock(scenario, fixed_findings, mutant: str | None, tier: str, is
     from harness.replay import replay
 
     fixed = list(dict.fromkeys(f.signature for f in fixed_findings))
-    stock = list(dict.fromkeys(f.signature for f in judge(replay(scenario, mutant, tier))))  # oracle order
+    stock = list(dict.fromkeys(f.signature for f in judge(replay(scenario, config=config))))  # oracle order
     # the fixed and the stock replays are done already
-    replay_signatures = _signature_replays(scenario, mutant, tier, {frozenset(k.id for k in issues): set(fixed),
-                                                                    frozenset(): set(stock)})
+    replay_signatures = _signature_replays(scenario, config, {frozenset(k.id for k in issues): set(fixed),
+                                                              frozenset(): set(stock)})
     verdict = classify(stock, replay_signatures, issues) if stock else Verdict([], revealed=fixed)
     if verdict.revealed and not verdict.unexplained and not verdict.known:
         raise HarnessError(f"known fixes misbehave: with {', '.join(k.id for k in issues)} applied the replay shows "

@@ -15,19 +15,20 @@ from harness.errors import BadInput
 from harness.known import judge_scenario
 from harness.oracles import judge
 from harness.replay import replay
+from harness.run_config import RunConfig
 from harness.scenario import Scenario, parse_scenario, scenario_to_json
 
 
-def _signatures(doc: dict, mutant: str | None, tier: str, new_only: bool = False) -> tuple[set[str], int]:
+def _signatures(doc: dict, config: RunConfig, new_only: bool = False) -> tuple[set[str], int]:
     """The signatures a candidate shows (with new_only: only those no known fix explains)."""
     try:
         scenario = parse_scenario(doc)
-        trace = replay(scenario, mutant, tier)
+        trace = replay(scenario, config=config)
     except BadInput:
         return set(), 0
     findings = judge(trace)
     if new_only and findings:
-        verdict = judge_scenario(scenario, findings, mutant, tier)
+        verdict = judge_scenario(scenario, findings, config=config)
         return set(verdict.unexplained) | set(verdict.revealed), trace.steps_run  # both are new
     return {f.signature for f in findings}, trace.steps_run
 
@@ -89,11 +90,12 @@ def _candidates(doc: dict, steps: int) -> Iterator[dict]:
 
 
 def minimize(scenario: Scenario, signature: str, mutant: str | None = None, *, seconds: float = 120.0,
-             tier: str = "symbolic", new_only: bool = False) -> Scenario:
-    """Shrink while `signature` still fires (with new_only: while it stays new, so a new finding never
-    shrinks into a known issue's repro)."""
+             tier: str | None = None, new_only: bool = False, config: RunConfig | None = None) -> Scenario:
+    """Shrink while `signature` still fires under `config` (`mutant` / `tier` change it; the caller applies the
+    mutant). With new_only: while it stays new, so a new finding never shrinks into a known issue's repro."""
+    config = RunConfig.of(config, mutant=mutant, tier=tier)
     doc = scenario_to_json(scenario)
-    sigs, steps = _signatures(doc, mutant, tier, new_only)
+    sigs, steps = _signatures(doc, config, new_only)
     if signature not in sigs:
         raise BadInput(f"the scenario does not reproduce signature {signature!r} (got {sorted(sigs)})")
     deadline = time.monotonic() + seconds
@@ -107,7 +109,7 @@ def minimize(scenario: Scenario, signature: str, mutant: str | None = None, *, s
                 parse_scenario(cand)
             except BadInput:
                 continue
-            cand_sigs, cand_steps = _signatures(cand, mutant, tier, new_only)
+            cand_sigs, cand_steps = _signatures(cand, config, new_only)
             if signature in cand_sigs:
                 doc, steps, improved = cand, cand_steps, True
                 break

@@ -13,11 +13,11 @@ are accepted by verification against the cached run's logits. After the replay e
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, field
 
 import torch
 
+from harness.run_config import MODELS  # the model names a run configuration allows
 from harness.errors import BadInput
 from harness.oracles import LOGIT_TOLERANCES, first_token_divergence
 from harness.worker import Forward
@@ -53,16 +53,12 @@ class OutputRecord:
     ref_continuation: list[int] = field(default_factory=list)
 
 
-MODELS = ("random", "trained")
-
-
-def default_model() -> HybridLM:
-    """HH_MODEL=random (default: seeded random weights) or trained (models/train.py, cached on disk)."""
-    return _model(os.environ.get("HH_MODEL") or "random")
 
 
 @functools.cache
-def _model(kind: str) -> HybridLM:
+def load_model(kind: str = "random") -> HybridLM:
+    """`random` (seeded random weights, the default) or `trained` (models/train.py, cached on disk): a run
+    configuration's `model` (harness/run_config.py)."""
     if kind == "random":
         return HybridLM(ModelConfig())
     if kind == "trained":
@@ -86,7 +82,7 @@ class ModelBackend:
     by this step's drafts (what the forward consumes)."""
 
     def __init__(self, geometry, model: HybridLM | None = None, drafter: str = "layer-skip") -> None:
-        self.model = model or default_model()
+        self.model = model or load_model()
         self.drafter = LayerSkipDrafter(self.model) if drafter == "layer-skip" else None
         self.pool = TensorPool(self.model, geometry.num_blocks, geometry.num_speculative_tokens,
                                geometry.attn_block_size)
@@ -190,4 +186,4 @@ class ModelBackend:
         return rec
 
 
-__all__ = ["MODELS", "ModelBackend", "OutputRecord", "default_model"]
+__all__ = ["MODELS", "ModelBackend", "OutputRecord", "load_model"]

@@ -26,6 +26,7 @@ from harness.minimize import minimize
 from harness.mutants import get_mutant, mutant_applied
 from harness.oracles import judge
 from harness.replay import replay
+from harness.run_config import RunConfig
 from harness.scenario import parse_scenario, scenario_to_json
 
 
@@ -49,28 +50,30 @@ class MutantResult:
                 f"{'trials ' + ', '.join(map(str, self.disagreements)) if self.disagreements else 'none'} |")
 
 
-def kills(doc: dict, mutant: str, tier: str = "symbolic") -> str | None:
+def kills(doc: dict, mutant: str | None = None, tier: str | None = None, *, config: RunConfig | None = None) -> str | None:
     """The kill rule: the first signature this scenario shows with the mutant applied that no known fix
-    explains and that stock vLLM does not show; None if there is none. The caller has no mutant applied."""
+    explains and that stock vLLM does not show; None if there is none. The caller has no mutant applied.
+    `mutant` / `tier` change `config` (RunConfig.of)."""
+    cfg = RunConfig.of(config, mutant=mutant, tier=tier)
     scenario = parse_scenario(doc)
-    with mutant_applied(mutant):
-        findings = judge(replay(scenario, mutant, tier))
+    with mutant_applied(cfg.mutant):
+        findings = judge(replay(scenario, config=cfg))
         if not findings:
             return None
-        new = set(judge_scenario(scenario, findings, mutant, tier).unexplained)
+        new = set(judge_scenario(scenario, findings, config=cfg).unexplained)
     if not new:
         return None
-    stock = {f.signature for f in judge(replay(scenario, None, tier))}
+    stock = {f.signature for f in judge(replay(scenario, config=cfg.but(mutant=None)))}
     return min(new - stock, default=None)
 
 
-def _kill(findings_dir: Path, mutant: str, tier: str) -> tuple[float | None, str, dict | None]:
+def _kill(findings_dir: Path, config: RunConfig) -> tuple[float | None, str, dict | None]:
     """The earliest kept finding that kills the mutant."""
     best = (None, "", None)
     for path in sorted(findings_dir.glob("finding-*/finding.json")):
         doc = json.loads(path.read_text())
         try:
-            sig = kills(doc["scenario"], mutant, doc.get("tier", tier))
+            sig = kills(doc["scenario"], config=config)
         except (HarnessError, BadInput):
             continue
         if sig is None:
@@ -81,15 +84,15 @@ def _kill(findings_dir: Path, mutant: str, tier: str) -> tuple[float | None, str
     return best
 
 
-def minimized_kill(doc: dict, signature: str, mutant: str, out: Path, seconds: float = 30.0,
-                   tier: str = "symbolic") -> dict:
-    """Minimize a killing scenario while the mutant still fires `signature`; keep the result only if it still
-    kills (fires with the patch, not on stock). Written to `out`; returns the scenario document kept."""
-    with mutant_applied(mutant):
-        small = scenario_to_json(minimize(parse_scenario(doc), signature, mutant, seconds=seconds, tier=tier,
-                                          new_only=True))
-    kept = small if kills(small, mutant, tier) else doc
-    write_json_atomic(out, {"mutant": mutant, "signature": signature, "minimized": kept is small, "scenario": kept})
+def minimized_kill(doc: dict, signature: str, out: Path, seconds: float = 30.0, *, config: RunConfig) -> dict:
+    """Minimize a killing scenario while the mutant (`config.mutant`) still fires `signature`; keep the result
+    only if it still kills (fires with the patch, not on stock). Written to `out`; returns the document kept."""
+    with mutant_applied(config.mutant):
+        small = scenario_to_json(minimize(parse_scenario(doc), signature, seconds=seconds, new_only=True,
+                                          config=config))
+    kept = small if kills(small, config=config) else doc
+    write_json_atomic(out, {"mutant": config.mutant, "signature": signature, "minimized": kept is small,
+                            "config": config.as_json(), "scenario": kept})
     return kept
 
 
@@ -99,11 +102,13 @@ def describe_scenario(doc: dict) -> str:
             f"{[r['max_tokens'] for r in doc['requests']]}, K={doc['geometry']['num_speculative_tokens']}")
 
 
-def _changes_behaviour(corpus: Path, mutant: str, tier: str = "symbolic", limit: int = 300) -> tuple[bool, int]:
+def _changes_behaviour(corpus: Path, config: RunConfig, limit: int = 300) -> tuple[bool, int]:
     """Replay corpus inputs with and without the patch; compare every allocator call's result (and, on the
     engine tier, the worker's rows and the states it read)."""
+    mutant, tier = config.mutant, config.tier
+
     def calls(scenario, name):
-        trace = replay(scenario, name, tier)
+        trace = replay(scenario, config=config.but(mutant=name))
         return ([(c.step, c.request, c.name, repr(c.returned), repr(c.core_after)) for c in trace.calls],
                 [repr(r) for r in trace.rows], [repr(r) for r in trace.reads])
 
@@ -132,34 +137,31 @@ def check(names: list[str], *, budget_s: float, jobs: int, trials: int, work: Pa
     root = Path(work or tempfile.mkdtemp(prefix="hh-mutants-"))
     for name in names:
         mutant = get_mutant(name)
-        if mutant.runner:  # worker code: the engine tier with that runner (the workers inherit the option)
-            from harness.engine import options
-
-            options.use(runner=mutant.runner)
         on = mutant.tier if mutant.runner else (tier or mutant.tier)
+        # worker code runs on the engine tier with that runner; `make fuzz`'s settings otherwise
+        config = RunConfig(tier=on, mutant=name).but(runner=mutant.runner) if mutant.runner else RunConfig(tier=on, mutant=name)
         res = MutantResult(name)
         corpus = None
         for trial in range(trials):
             art = root / name / f"trial-{trial}"
-            camp = Campaign(target=on, corpus=art / "corpus", artifacts=art, jobs=jobs, seconds=budget_s,
-                            runs=None, seed=trial, mutant=name, seed_corpus=seed_corpus, checkpoints=True,
-                            progress=False, stop_on_new=not full_budget)
+            camp = Campaign(config=config, corpus=art / "corpus", artifacts=art, jobs=jobs, seconds=budget_s,
+                            runs=None, seed=trial, seed_corpus=seed_corpus, progress=False, stop_on_new=not full_budget)
             summary = camp.run()
-            t, sig, doc = _kill(art / "findings", name, on)
+            t, sig, doc = _kill(art / "findings", config)
             res.kill_times.append(t if sig else None)
             red = any(v["new"] for v in summary["verdicts"].values())  # what `hybrid-harness fuzz` exits 1 on
             if red != bool(sig):
                 res.disagreements.append(trial)
             if sig and not res.signature:
                 res.signature = sig
-                small = minimized_kill(doc["scenario"], sig, name, root / name / "minimized.json", tier=on)
+                small = minimized_kill(doc["scenario"], sig, root / name / "minimized.json", config=config)
                 res.minimized = ("minimized: " if small is not doc["scenario"] else "not minimized: ") + \
                     describe_scenario(small)
             corpus = art / "corpus"
         if any(t is not None for t in res.kill_times) or res.signature:
             res.verdict = "killed"
         else:
-            changed, compared = _changes_behaviour(corpus, name, on) if corpus else (True, 0)
+            changed, compared = _changes_behaviour(corpus, config) if corpus else (True, 0)
             res.verdict = "survived" if changed else "not shown to change behaviour"
             res.evidence = ("allocator results differ on the corpus" if changed else
                             f"identical allocator results on all {compared} corpus inputs")

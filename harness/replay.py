@@ -14,13 +14,15 @@ Each tier's code is imported only when asked for (torch for the model, vLLM's Sc
 from __future__ import annotations
 
 from harness.errors import BadInput
+from harness.run_config import TIERS, RunConfig
 
-TIERS = ("symbolic", "model", "engine")
 
-
-def replay(scenario, mutant: str | None = None, tier: str = "symbolic", model=None):
-    """Run the scenario on the tier and return its trace. Mutants must already be applied by the caller.
-    `model`: the model tier's HybridLM (default: HH_MODEL's)."""
+def replay(scenario, mutant: str | None = None, tier: str | None = None, model=None, *, config: RunConfig | None = None):
+    """Run the scenario on the configured tier and return its trace. Mutants must already be applied by the
+    caller. `mutant` / `tier` change `config` (default: RunConfig's defaults); `model`: a HybridLM object for
+    the model tier (default: the configuration's model)."""
+    cfg = RunConfig.of(config, mutant=mutant, tier=tier)
+    mutant, tier = cfg.mutant, cfg.tier
     if tier != "engine" and any(r.external is not None and r.external.load_fails for r in scenario.requests):
         raise BadInput("external.load_fails: failed loads run on the engine tier only (vLLM's own recovery "
                        "path, which the mirrored scheduler does not model)")
@@ -30,26 +32,20 @@ def replay(scenario, mutant: str | None = None, tier: str = "symbolic", model=No
         return Driver(scenario, mutant).run()
     if tier == "model":
         from harness.driver import Driver
-        from harness.model_tier import ModelBackend  # torch model code only when asked for
+        from harness.model_tier import ModelBackend, load_model  # torch model code only when asked for
 
-        return Driver(scenario, mutant, backend=ModelBackend(scenario.geometry, model)).run()
+        return Driver(scenario, mutant, backend=ModelBackend(scenario.geometry, model or load_model(cfg.model))).run()
     if tier == "engine":
         from harness.engine import replay as engine_replay  # vLLM's real Scheduler only when asked for
 
-        return engine_replay(scenario, mutant)
+        return engine_replay(scenario, mutant, cfg.engine, cfg.model)
     raise BadInput(f"unknown tier {tier!r}: choose one of {', '.join(TIERS)}")
 
 
-def runs_model(tier: str) -> bool:
-    """Whether the tier runs the tiny LM (the model tier, or the engine tier with `--forward model`): such
-    replays get the model tier's smaller scenarios (sweeps, fuzz budgets) and record HH_MODEL's model."""
-    if tier == "model":
-        return True
-    if tier == "engine":
-        from harness.engine.options import current  # options only: imports nothing from vLLM
-
-        return current().forward == "model"
-    return False
+def runs_model(tier: str, config: RunConfig | None = None) -> bool:
+    """Whether the tier runs the tiny LM under `config` (the model tier, or the engine tier with the model
+    forward): such replays get the model tier's smaller scenarios and record the model."""
+    return RunConfig.of(config, tier=tier).runs_model
 
 
 __all__ = ["TIERS", "replay", "runs_model"]

@@ -1,22 +1,38 @@
 """Imported by pytest before any test module: the engine tier's environment is set before vLLM is imported
 (harness/engine/__init__.py: on a machine without an NVIDIA driver, vLLM's Triton check then accepts it and
 picks its model runner as on a GPU host), so a test's outcome never depends on which module imported vLLM
-first."""
+first. Tests that start vLLM in a fresh process, run a campaign or sweep long are marked `slow`
+(`make test-fast` leaves them out)."""
 
 import harness.engine  # noqa: F401
 
-import os  # noqa: E402
-
 import pytest  # noqa: E402
 
+# measured: `pytest --durations=100` on this 2-core box, each over ~1.5 s (most start a fuzz worker or a CLI
+# process that imports vLLM); `make test` runs them, `make test-fast` (the inner loop) does not
+SLOW = {
+    "tests/test_verdicts.py::test_crash_file_with_new_and_known_findings_fails_every_time",
+    "tests/test_verdicts.py::test_campaign_with_known_findings_only_exits_0",
+    "tests/test_verdicts.py::test_campaign_exits_1_when_a_new_finding_shares_an_input_with_a_known_one",
+    "tests/test_verdicts.py::test_crash_file_with_known_findings_only_passes",
+    "tests/test_engine_model.py::test_engine_target_with_the_model_forward_keeps_an_output_finding",
+    "tests/test_campaign_stop.py::test_a_campaign_that_keeps_a_new_finding_stops_early",
+    "tests/test_campaign_stop.py::test_a_clean_campaign_is_not_stopped",
+    "tests/test_fuzz_target.py::test_crash_file_replays_and_keeps_the_finding",
+    "tests/test_fuzz_target.py::test_short_campaign_keeps_minimizes_and_exits_1",
+    "tests/test_fuzz_target.py::test_engine_target_replays_on_vllms_scheduler_and_records_the_worker",
+    "tests/test_fuzz_target.py::test_model_target_replays_in_the_model_tier",
+    "tests/test_cflite.py::test_regression_crash_file_replays_as_a_known_issue",
+    "tests/test_engine_v2.py::test_campaign_finding_behind_the_checkpoint_issue_is_the_draftless_decode_issue",
+    "tests/test_engine_v1.py::test_no_state_leaks_across_scenarios",
+    "tests/test_engine_kernels.py::test_every_tensor_kernel_launch_of_real_runs_matches_triton",
+    "tests/test_engine_kernels.py::test_triton_kernels_run_after_the_v1_workers_replacements_were_registered",
+    "tests/test_engine_kernels.py::test_scenario_traces_identical_with_torch_and_triton_kernels",
+    "tests/test_gpu_backend.py::test_check_script_skips_cleanly",
+}
 
-@pytest.fixture(autouse=True)
-def _harness_environment_restored():
-    """The CLI sets its options in the environment for the processes it starts (engine options, the model,
-    a replayed artifact's recorded options): whatever a test leaves there is taken back after it, so no test
-    runs under another's options."""
-    saved = {k: v for k, v in os.environ.items() if k.startswith("HH_")}
-    yield
-    for k in [k for k in os.environ if k.startswith("HH_") and k not in saved]:
-        del os.environ[k]
-    os.environ.update(saved)
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.split("[")[0] in SLOW:
+            item.add_marker(pytest.mark.slow)

@@ -3,12 +3,13 @@ is what they measure, and the rest of a killed trial's budget would measure noth
 
 from __future__ import annotations
 
+from harness.run_config import RunConfig
 from harness.campaign import Campaign
 
 
 def test_a_campaign_that_keeps_a_new_finding_stops_early(tmp_path):
-    camp = Campaign(target="symbolic", corpus=tmp_path / "corpus", artifacts=tmp_path, jobs=1, seconds=300, runs=None,
-                    seed=0, mutant="cow-copies-dropped", seed_corpus=True, progress=False, stop_on_new=True)
+    camp = Campaign(config=RunConfig(mutant="cow-copies-dropped"), corpus=tmp_path / "corpus", artifacts=tmp_path, jobs=1,
+                    seconds=300, runs=None, seed=0, seed_corpus=True, progress=False, stop_on_new=True)
     summary = camp.run()
     assert summary["findings_new_signatures"], summary
     assert summary["elapsed"] < 120, summary["elapsed"]  # far inside the 300 s budget
@@ -16,8 +17,8 @@ def test_a_campaign_that_keeps_a_new_finding_stops_early(tmp_path):
 
 
 def test_a_clean_campaign_is_not_stopped(tmp_path):
-    camp = Campaign(target="symbolic", corpus=tmp_path / "corpus", artifacts=tmp_path, jobs=1, seconds=None, runs=40,
-                    seed=0, mutant=None, seed_corpus=False, progress=False, stop_on_new=True)
+    camp = Campaign(config=RunConfig(), corpus=tmp_path / "corpus", artifacts=tmp_path, jobs=1, seconds=None, runs=40,
+                    seed=0, seed_corpus=False, progress=False, stop_on_new=True)
     summary = camp.run()
     assert not camp.new_kept()
     assert summary["execs"] >= 40

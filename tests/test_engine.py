@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.run_config import RunConfig
 from harness.errors import BadInput
 from harness.mutants import mutant_applied
 from harness.oracles import judge
@@ -21,11 +22,9 @@ VERSION = tuple(int(x) for x in installed_version().split(".")[:3])
 SEED_BUG = (0, 26, 0) <= VERSION < (0, 28, 0)
 
 
-@pytest.fixture(autouse=True)
-def _mirror_runner(monkeypatch):
-    """These tests are about vLLM's Scheduler and connector: they run the mirror worker (the real runners
-    have their own test modules), whatever runner vLLM would pick here."""
-    monkeypatch.setenv("HH_ENGINE_RUNNER", "mirror")
+# These tests are about vLLM's Scheduler and connector: they run the mirror worker (the real runners have their
+# own test modules), whatever runner vLLM would pick here; the CLI ones say --runner mirror.
+MIRROR = RunConfig(tier="engine").but(runner="mirror")
 
 
 def _engine_unavailable() -> str | None:
@@ -52,7 +51,7 @@ def _scenario(requests, events=(), **geometry):
 
 
 def _engine(scenario):
-    trace = replay(scenario, None, "engine")
+    trace = replay(scenario, config=MIRROR)
     return trace, judge(trace)
 
 
@@ -132,14 +131,14 @@ def test_rows_agree_with_the_mirrored_tier(seed):
     from harness.engine.diff import diff
     from harness.generate import random_scenario
 
-    report = diff(random_scenario(seed, checkpoints=False))
+    report = diff(random_scenario(seed, checkpoints=False), config=MIRROR)
     assert report.same, report.describe()
 
 
 def test_seed_scenario_rows_agree_with_the_mirrored_tier():
     from harness.engine.diff import diff
 
-    report = diff(load_scenario(SEED))
+    report = diff(load_scenario(SEED), config=MIRROR)
     assert report.same, report.describe()
     assert report.notes == []
 
@@ -147,7 +146,7 @@ def test_seed_scenario_rows_agree_with_the_mirrored_tier():
 def test_explicit_chunk_the_scheduler_would_not_schedule_is_bad_input():
     sc = _scenario([{"id": "a", "prompt": {"length": 20, "seed": 1}, "chunks": [3], "max_tokens": 1}])
     with pytest.raises(BadInput, match=r"requests\[a\]\.chunks\[0\] = 3"):
-        replay(sc, None, "engine")
+        replay(sc, config=MIRROR)
 
 
 def test_eagle_block_drop_runs_with_vllms_eagle_lookahead_and_block_drop():
@@ -155,7 +154,7 @@ def test_eagle_block_drop_runs_with_vllms_eagle_lookahead_and_block_drop():
 
     sc = _scenario([{"id": "a", "prompt": {"length": 20, "seed": 1}, "max_tokens": 3}],
                    num_speculative_tokens=2, eagle_block_drop=True)
-    engine = EngineDriver(sc)
+    engine = EngineDriver(sc, None, MIRROR.engine)
     assert engine.sched.use_eagle and engine.sched.num_lookahead_tokens == 2
     if hasattr(engine.sched, "use_eagle_block_drop"):
         assert engine.sched.use_eagle_block_drop
@@ -170,14 +169,14 @@ def test_eagle_scenarios_agree_with_the_mirrored_tier(seed):
 
     sc = random_scenario(seed, checkpoints=False)
     assert sc.geometry.eagle_block_drop
-    report = diff(sc)
+    report = diff(sc, config=MIRROR)
     assert report.same, report.describe()
 
 
 def test_eagle_block_drop_without_drafts_is_bad_input():
     sc = _scenario([{"id": "a", "prompt": {"length": 20, "seed": 1}, "max_tokens": 3}], eagle_block_drop=True)
     with pytest.raises(BadInput, match="num_speculative_tokens > 0"):
-        replay(sc, None, "engine")
+        replay(sc, config=MIRROR)
 
 
 def test_speculative_decoding_runs_through_update_draft_token_ids():
@@ -214,7 +213,7 @@ def test_mirror_pads_a_decode_ready_admission_as_vllm_does():
     from harness.engine.diff import diff
     from harness.generate import random_scenario
 
-    report = diff(random_scenario(21, checkpoints=False))
+    report = diff(random_scenario(21, checkpoints=False), config=MIRROR)
     assert report.same, report.describe()
     mirror = replay(random_scenario(21, checkpoints=False))
     (row,) = [r for r in mirror.rows if (r.step, r.request) == (8, "a")]
@@ -232,10 +231,10 @@ def test_sync_admission_undercount_raises_on_both_tiers():
     trace, findings = _engine(sc)
     assert trace.exception is not None and "get_new_blocks" in trace.exception.site
     assert [f.oracle for f in findings] == ["vllm-exception"]
-    report = diff(sc)
+    report = diff(sc, config=MIRROR)
     assert report.same, report.describe()
     roomy = sc.model_copy(update={"geometry": sc.geometry.model_copy(update={"num_blocks": 8})})
-    assert _engine(roomy)[1] == [] and diff(roomy).same
+    assert _engine(roomy)[1] == [] and diff(roomy, config=MIRROR).same
 
 
 @pytest.mark.parametrize("abort_step", [1, 5])

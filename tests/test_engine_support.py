@@ -32,14 +32,16 @@ SEED_BUG = RELEASE in ((0, 26), (0, 27))
 
 @pytest.mark.skipif(RELEASE not in SUPPORT, reason=f"vLLM {RELEASE} is not a release docs/releases.md claims")
 @pytest.mark.parametrize("runner", ["mirror", "v1", "v2", "auto"])
-def test_engine_worker_support_matches_the_readme(runner, monkeypatch):
+def test_engine_worker_support_matches_the_readme(runner):
     from harness.known import judge_scenario
     from harness.replay import replay
 
-    monkeypatch.setenv("HH_ENGINE_RUNNER", runner)  # the engine options (the known issues' replays use them too)
+    from harness.run_config import RunConfig
+
+    config = RunConfig(tier="engine").but(runner=runner)  # the known issues' replays use it too
     scenario = load_scenario(SEED)
     try:
-        trace = replay(scenario, None, "engine")
+        trace = replay(scenario, config=config)
     except BadInput as exc:
         assert SUPPORT[RELEASE][runner] == BAD, f"--runner {runner} refused: {exc}"
         assert str(exc), "bad input says why"
@@ -52,7 +54,7 @@ def test_engine_worker_support_matches_the_readme(runner, monkeypatch):
         if not trace.async_scheduling:
             assert {"live-column", "provenance", "cache-integrity"} <= signatures
     else:  # nothing new: 0.28-0.31's V1 runner under async scheduling shows known async-prompt-tail-rekeyed
-        assert not findings or not judge_scenario(scenario, findings, None, "engine").is_new
+        assert not findings or not judge_scenario(scenario, findings, config=config).is_new
 
 
 @pytest.mark.skipif(RELEASE != (0, 32), reason="0.32.x: the V2 worker with vLLM's own (interpreted) kernels")

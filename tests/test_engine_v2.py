@@ -303,18 +303,13 @@ FINDING = SCENARIOS / "findings" / "v2-draftless-decode-after-short-prefill.json
 FINDING_INPUT = Path(__file__).resolve().parent / "data" / "engine-v2-draftless-decode.bin"
 
 
-def _verdict(path: Path, runner: str):
-    import os
-
+def _verdict(path: Path, runner: str, async_scheduling: str = "auto"):
     from harness.known import judge_scenario
+    from harness.run_config import RunConfig
 
-    os.environ["HH_ENGINE_RUNNER"] = runner  # the verdict's fix replays read the process's options
-    try:
-        findings = judge(_replay(path, EngineOptions(runner=runner, async_scheduling=os.environ.get("HH_ENGINE_ASYNC",
-                                                                                                   "auto"))))
-        return findings, judge_scenario(load_scenario(path), findings, None, "engine")
-    finally:
-        del os.environ["HH_ENGINE_RUNNER"]
+    config = RunConfig(tier="engine").but(runner=runner, async_scheduling=async_scheduling)  # the fix replays too
+    findings = judge(_replay(path, config.engine))
+    return findings, judge_scenario(load_scenario(path), findings, config=config)
 
 
 @pytest.mark.skipif(not installed_version().startswith("0.33."), reason="the V2 worker follows 0.33.x")
@@ -346,11 +341,7 @@ def test_campaign_finding_behind_the_checkpoint_issue_is_the_draftless_decode_is
     import sys
     import tempfile
 
-    os.environ["HH_ENGINE_ASYNC"] = "off"  # found when the engine tier ran synchronously only
-    try:
-        _campaign_finding_verdicts()
-    finally:
-        del os.environ["HH_ENGINE_ASYNC"]
+    _campaign_finding_verdicts()  # found when the engine tier ran synchronously only
     root = Path(__file__).resolve().parent.parent
     env = dict(os.environ, HH_ARTIFACTS="art", PYTHONPATH=str(root), HH_ENGINE_RUNNER="v2", HH_MUTANT="",
                HH_ENGINE_ASYNC="off")
@@ -367,7 +358,7 @@ def _campaign_finding_verdicts():
     from harness.known import fixes_applied, known_issue_by_id
 
     for runner in ("v2", "mirror"):
-        _, verdict = _verdict(FINDING, runner)
+        _, verdict = _verdict(FINDING, runner, "off")
         assert verdict.known == {"cache-integrity": "checkpoint-midblock-start"} and not verdict.is_new, runner
     checkpoint = known_issue_by_id("checkpoint-midblock-start")
     with fixes_applied([checkpoint]):

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from harness.run_config import RunConfig
 from harness.errors import HarnessError
 from harness.fuzzing import Finding, Target
 from harness.generate import random_scenario
@@ -57,9 +58,9 @@ def test_a_bank_mutant_sharing_every_known_issues_input_turns_the_target_red(tmp
     """Every kept crash file of a known issue, replayed by a campaign worker's target with the leak mutant: the
     target raises Finding (new) on each, where the stock-judged target credited the leak to the known issue
     (the masking the fixed system removes)."""
-    target = Target(artifacts=tmp_path / "fixed", mutant=LEAK, tier="symbolic")
+    target = Target(RunConfig(mutant=LEAK), artifacts=tmp_path / "fixed")
     try:
-        assert target.known_fixes
+        assert target.config.known_fixes
         for path in REGRESSIONS:
             with pytest.raises(Finding):
                 target(path.read_bytes())
@@ -76,7 +77,7 @@ def test_fixes_that_change_a_run_without_a_stock_finding_are_a_harness_error():
         fixed = judge(replay(scenario))
     assert fixed
     with pytest.raises(HarnessError, match="known fixes misbehave"):
-        confirm_on_stock(scenario, fixed, None, "symbolic", [bogus])
+        confirm_on_stock(scenario, fixed, [bogus], config=RunConfig())
 
 
 @pytest.mark.skipif(seed_bug_release, reason="vLLM 0.26.0-0.27.1 carry the seed bug, which is not a known issue: new")

@@ -74,18 +74,17 @@ def test_engine_target_replays_on_vllms_scheduler_and_records_the_worker(tmp_pat
     assert {f["oracle"] for f in doc["findings"]} & {"live-column", "provenance"}
 
 
-def test_campaign_without_checkpoints_passes_over_checkpoint_inputs(tmp_path, monkeypatch):
+def test_campaign_without_checkpoints_passes_over_checkpoint_inputs(tmp_path):
     """`fuzz --checkpoints off` (the default `auto` for `--tier engine --runner v1`, whose worker does not
     simulate prefill checkpoint blocks): an input that has the checkpoint bit, e.g. from the seed corpus, is
     passed over unrun, not turned into bad input (a harness error) nor decoded otherwise; without the bit it
     runs."""
     from harness.cli import _checkpoints
-    from harness.engine import options
     from harness.fuzzing import Finding, Target
+    from harness.run_config import RunConfig
     from harness.genome import FLAGS_BYTE, without_checkpoints
 
-    monkeypatch.setenv("HH_NO_CHECKPOINTS", "1")
-    target = Target(artifacts=tmp_path / "art", tier="symbolic")
+    target = Target(RunConfig(checkpoints=False), artifacts=tmp_path / "art")
     data = bytearray(SEED_INPUT.read_bytes())
     data[FLAGS_BYTE] |= 1
     target(bytes(data))
@@ -95,7 +94,6 @@ def test_campaign_without_checkpoints_passes_over_checkpoint_inputs(tmp_path, mo
     except Finding:  # 0.26-0.27: the seed bug itself
         assert seed_bug_release
     assert target.execs == 1
-    monkeypatch.setenv("HH_ENGINE_RUNNER", "v1")
-    assert not _checkpoints("auto", "engine") and _checkpoints("auto", "symbolic") and _checkpoints("on", "engine")
-    options.use(runner="v2")
-    assert _checkpoints("auto", "engine")
+    v1 = RunConfig(tier="engine").but(runner="v1")
+    assert not _checkpoints("auto", v1) and _checkpoints("auto", v1.but(tier="symbolic")) and _checkpoints("on", v1)
+    assert _checkpoints("auto", v1.but(runner="v2"))

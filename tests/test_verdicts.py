@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from harness.run_config import RunConfig
 from harness.known import KNOWN_ISSUES, Verdict, classify, fixes_applied, judge_scenario, known_issue_by_id
 from harness.scenario import load_scenario
 from testlib import ROOT, run, seed_bug_release, version_tuple
@@ -226,8 +227,8 @@ def test_a_campaign_judges_only_findings_kept_by_its_own_configuration(tmp_path)
     keep("finding-other-release", vllm_version="0.0.1")
     keep("finding-mutant", mutant="seed-unmarked-early-return")
     keep("finding-engine", tier="engine")
-    c = Campaign(target="symbolic", corpus=tmp_path / "corpus", artifacts=tmp_path, jobs=1, seconds=1, runs=None,
-                 seed=0, mutant=None, seed_corpus=False, progress=False)
+    c = Campaign(config=RunConfig(), corpus=tmp_path / "corpus", artifacts=tmp_path, jobs=1, seconds=1, runs=None,
+                 seed=0, seed_corpus=False, progress=False)
     assert [p.name for p in c.kept_findings()] == ["finding-ours"]
     assert sorted(p.name for p in c.foreign_findings()) == ["finding-engine", "finding-mutant", "finding-other-release"]
 

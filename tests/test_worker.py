@@ -51,8 +51,14 @@ def test_preemption_and_resume_replace_the_row():
                            "requests": [{"id": "a", "prompt": {"length": 9}, "max_tokens": 10}],
                            "events": [{"step": 4, "kind": "preempt", "request": "a"}]})
     assert findings == []
-    kinds = [r.kind for r in trace.rows if r.request == "a"]
-    assert "RESUMED" in kinds and kinds[0] == "NEW"
+    rows = [r for r in trace.rows if r.request == "a"]
+    assert rows[0].kind == "NEW"
+    i = next(i for i, r in enumerate(rows) if r.kind == "RESUMED")
+    resumed, before = rows[i], rows[i - 1]
+    # a resumed request's row is replaced by the scheduler's whole table (gpu_model_runner.py _update_states,
+    # resumed_from_preemption: block_ids replace the row), not appended to what the row held before preemption
+    assert resumed.worker_row == resumed.core_row
+    assert resumed.worker_row[: len(before.worker_row)] != before.worker_row
 
 
 def test_rows_follow_the_persistent_batch():

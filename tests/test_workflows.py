@@ -35,9 +35,28 @@ def test_workflow_is_well_formed(path):
         assert re.fullmatch(r"[\w.\s'\"=!&|()-]+", expr), f"odd expression {expr!r}"
 
 
+def _commands(script: str) -> list[list[str]]:
+    """The commands a shell script runs (comments and blank lines dropped), each split into words."""
+    import shlex
+
+    return [shlex.split(line, comments=True) for line in script.splitlines()
+            if line.strip() and not line.strip().startswith("#")]
+
+
+def _readme_test_command() -> list[str]:
+    """The test command of the README's two-commands block (`make test    # ...`)."""
+    block = (ROOT / "README.md").read_text().split("## The two commands", 1)[1].split("```")[1]
+    return next(c for c in _commands(block) if c[:2] == ["make", "test"])
+
+
 def test_ci_workflow_runs_the_readme_test_command():
-    assert "make test" in (ROOT / ".github" / "workflows" / "ci.yml").read_text()
-    assert "make test" in (ROOT / ".ci" / "run").read_text()
+    want = _readme_test_command()
+    assert want == ["make", "test"]
+    assert want in _commands((ROOT / ".ci" / "run").read_text()), ".ci/run must run the README's test command"
+    doc = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text())
+    runs = [c for job in doc["jobs"].values() for step in job["steps"] if "run" in step
+            for c in _commands(step["run"])]
+    assert any(c[: len(want)] == want for c in runs), "the CI workflow must run the README's test command"
 
 
 def _campaign(tmp_path, signatures=(), code=None):
@@ -92,3 +111,19 @@ def test_bench_values_hand_the_action_one_value_per_benchmark(tmp_path):
         (entry,) = json.loads((tmp_path / "out.json").read_text())
         assert entry["name"] == "bench/x.py::test_a" and entry["unit"] == "s" and entry["value"] == want
     assert "tool: customSmallerIsBetter" in (ROOT / ".github" / "workflows" / "bench.yml").read_text()
+
+
+def test_every_slow_marked_test_exists():
+    """`make test-fast` leaves out the tests tests/conftest.py marks slow: a renamed test must not silently
+    move into the fast loop's blind spot or out of it."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.spec_from_file_location("tests_conftest", ROOT / "tests" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    root = ROOT
+    assert conftest.SLOW
+    for nodeid in conftest.SLOW:
+        path, name = nodeid.split("::")
+        assert re.search(rf"^def {name}\(", (root / path).read_text(), re.M), nodeid

@@ -23,11 +23,12 @@ if not _os.path.exists("/proc/driver/nvidia/version"):
     _os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-def replay(scenario, mutant: str | None = None):
-    """Run the scenario on the engine tier (mutants must already be applied by the caller)."""
+def replay(scenario, mutant: str | None = None, options=None, model: str = "random"):
+    """Run the scenario on the engine tier with these EngineOptions (default: the defaults) and, for the model
+    forward, this model (mutants must already be applied by the caller)."""
     from harness.engine.scheduler import replay as engine_replay
 
-    return engine_replay(scenario, mutant)
+    return engine_replay(scenario, mutant, options, model)
 
 
 __all__ = ["replay"]

@@ -143,18 +143,20 @@ def compare(mirror_trace, engine_trace) -> list[Difference]:
     return diffs
 
 
-def diff(scenario: Scenario, mutant: str | None = None) -> DiffReport:
-    """Replay the scenario on the mirrored (symbolic; model with `--forward model`) and the engine tier and
-    report what differs.
+def diff(scenario: Scenario, mutant: str | None = None, *, config=None) -> DiffReport:
+    """Replay the scenario on the mirrored (symbolic; model with `--forward model`) and the engine tier under
+    `config` (harness.run_config.RunConfig; `mutant` changes it) and report what differs.
     BadInput from either tier propagates (a scenario one tier cannot express is not a disagreement); a
     mutant must already be applied by the caller (as for `replay`)."""
-    from harness.replay import replay, runs_model
     from harness.oracles import judge
+    from harness.replay import replay
+    from harness.run_config import RunConfig
 
+    engine = RunConfig.of(config, mutant=mutant, tier="engine")
     # both tiers get the scenario as read: align mode's one block size is the scenario model's rule (Geometry)
-    engine_trace = replay(scenario, mutant, "engine")
+    engine_trace = replay(scenario, config=engine)
     # --forward model: the mirrored loop with the same forward backend (the model tier), tokens and all
-    mirror_trace = replay(scenario, mutant, "model" if runs_model("engine") else "symbolic")
+    mirror_trace = replay(scenario, config=engine.but(tier="model" if engine.runs_model else "symbolic"))
     report = DiffReport(scenario.name or "scenario", [], compare(mirror_trace, engine_trace))
     report.mirror_findings = [f.headline() for f in judge(mirror_trace)]
     report.engine_findings = [f.headline() for f in judge(engine_trace)]

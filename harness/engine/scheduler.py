@@ -49,8 +49,6 @@ from harness.vllm_adapter import (
 )
 from harness.engine.config import build_scheduler, derive_geometry
 from harness.engine.options import EngineOptions
-from harness.engine.options import current as current_options
-from harness.engine.options import record_resolved
 from harness.engine.workers import make_worker
 
 MODEL_RUNNERS = ("mirror", "v1", "v2")  # the workers that run a forward backend (--forward model)
@@ -71,11 +69,13 @@ class _Req:
 
 
 class EngineDriver:
-    def __init__(self, scenario: Scenario, mutant: str | None = None, options: EngineOptions | None = None) -> None:
+    def __init__(self, scenario: Scenario, mutant: str | None = None, options: EngineOptions | None = None,
+                 model: str = "random") -> None:
         self.sc = scenario
+        self.model_name = model  # the model forward's weights (harness.model_tier.load_model)
         self.eg = eg = derive_geometry(scenario)
         self.K = eg.num_speculative_tokens
-        self.options = options or current_options()
+        self.options = options or EngineOptions()
         self.vc, self.sched = build_scheduler(scenario, eg, self.options.runner, self.options.async_scheduling,
                                               self.options.forward)
         # vLLM's engine loop: EngineCore.step, or step_with_batch_queue (two batches in flight) under async
@@ -98,7 +98,6 @@ class EngineDriver:
         self.worker_drafts = getattr(self.worker, "proposes_drafts", False)
         self.trace.runner = getattr(self.worker, "runner_name", self.options.runner)
         self.trace.async_scheduling = self.asynchronous
-        record_resolved("on" if self.asynchronous else "off")
         self.states = self.worker.states  # what the oracles read: the worker's state pages
         connector = self.sched.connector
         if connector is None or not hasattr(connector, "plan"):
@@ -133,9 +132,9 @@ class EngineDriver:
         it is given (propose) and what the connector loads (deliver), as with the mirrored scheduler loop."""
         if self.options.forward != "model":
             return None
-        from harness.model_tier import ModelBackend  # torch model code only when asked for
+        from harness.model_tier import ModelBackend, load_model  # torch model code only when asked for
 
-        backend = ModelBackend(self.geometry)
+        backend = ModelBackend(self.geometry, load_model(self.model_name))
         backend.step_tokens = self._step_tokens
         return backend
 
@@ -438,5 +437,6 @@ def _true_next(fps: list[int], k: int) -> int:
     return true_token(last)
 
 
-def replay(scenario: Scenario, mutant: str | None = None, options: EngineOptions | None = None) -> Trace:
-    return EngineDriver(scenario, mutant, options).run()
+def replay(scenario: Scenario, mutant: str | None = None, options: EngineOptions | None = None,
+           model: str = "random") -> Trace:
+    return EngineDriver(scenario, mutant, options, model).run()

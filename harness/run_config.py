@@ -1,0 +1,131 @@
+"""One run configuration: how a scenario is replayed and judged, as one immutable value.
+
+Built once at an entry point (the CLI from its flags, a fuzz target from the environment its campaign wrote,
+a test from its arguments) and passed explicitly to `replay`, the verdict (`harness.known`), minimization,
+diff, the engine driver and its workers; recorded in every finding artifact (`as_json`), so a kept finding
+replays the way it was found in a fresh process with an empty environment (`from_json`). Only the entry points
+read `HH_*` (`from_env`); campaign workers get theirs from `to_env`.
+
+- tier: `symbolic` (mirrored scheduler loop, V1 worker shadow), `model` (the same loop with the tiny hybrid
+  LM on real state tensors) or `engine` (vLLM's own Scheduler, connector and model runner);
+- mutant: the mutant the caller applied (harness.mutants), recorded in the trace and in artifacts;
+- model: the model tier's weights, `random` (seeded) or `trained` (models/train.py, cached on disk), for the
+  model tier and the engine tier's model forward;
+- engine: the engine tier's options (harness.engine.options.EngineOptions: runner, async scheduling, kernels,
+  forward);
+- known_fixes: fuzz the fixed system (every applicable known issue's fix applied; a finding is then confirmed
+  on stock) or stock vLLM;
+- checkpoints: whether generated inputs may carry prefill checkpoint geometries (the fuzz mutator clears the
+  bit where the tier cannot run them).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, replace
+from typing import Mapping
+
+from harness.engine.options import CHOICES, EngineOptions, engine_options
+from harness.errors import BadInput
+
+TIERS = ("symbolic", "model", "engine")
+MODELS = ("random", "trained")
+# the variables an entry point reads (`from_env`) and a campaign writes for its workers (`to_env`)
+ENV = {"tier": "HH_TIER", "mutant": "HH_MUTANT", "model": "HH_MODEL", "known_fixes": "HH_KNOWN_FIXES",
+       "checkpoints": "HH_NO_CHECKPOINTS", "runner": "HH_ENGINE_RUNNER", "async_scheduling": "HH_ENGINE_ASYNC",
+       "kernels": "HH_ENGINE_KERNELS", "forward": "HH_ENGINE_FORWARD"}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    tier: str = "symbolic"
+    mutant: str | None = None
+    model: str = "random"
+    engine: EngineOptions = field(default_factory=EngineOptions)
+    known_fixes: bool = True
+    checkpoints: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mutant", self.mutant or None)  # "" (an unset variable) is no mutant
+        if self.tier not in TIERS:
+            raise BadInput(f"unknown tier {self.tier!r}: choose one of {', '.join(TIERS)}")
+        if self.model not in MODELS:
+            raise BadInput(f"unknown model {self.model!r}: choose one of {', '.join(MODELS)}")
+        if not isinstance(self.engine, EngineOptions):
+            raise BadInput(f"engine options must be EngineOptions, not {type(self.engine).__name__}")
+
+    @property
+    def runs_model(self) -> bool:
+        """The tiny LM runs (the model tier, or the engine tier with the model forward): such replays get the
+        model tier's smaller scenarios (sweeps, fuzz budgets) and record the model."""
+        return self.tier == "model" or (self.tier == "engine" and self.engine.forward == "model")
+
+    @classmethod
+    def of(cls, config: RunConfig | None = None, **changes) -> RunConfig:
+        """`config` (default: the defaults) with the changes given that are not None: how a function taking
+        both a config and the older `mutant=` / `tier=` arguments reads them."""
+        return (config or cls()).but(**{k: v for k, v in changes.items() if v is not None})
+
+    def but(self, **changes) -> RunConfig:
+        """This configuration with some fields changed; `runner=`, `forward=` ... change the engine options."""
+        engine = {k: changes.pop(k) for k in list(changes) if k in CHOICES}
+        if engine:
+            changes["engine"] = replace(changes.get("engine", self.engine), **engine)
+        return replace(self, **changes)
+
+    def with_resolved(self, trace) -> RunConfig:
+        """The configuration as a replay ran it: the engine tier's `auto` async scheduling resolved to what
+        vLLM decided for the config (`trace.async_scheduling`), so a replay of the artifact runs it the same
+        way even where `auto` would decide otherwise (another release, another runner)."""
+        if self.tier != "engine" or self.engine.async_scheduling != "auto" or trace is None:
+            return self
+        decided = getattr(trace, "async_scheduling", None)
+        return self if decided is None else self.but(async_scheduling="on" if decided else "off")
+
+    # -- artifacts ---------------------------------------------------------------------------------------
+    def as_json(self) -> dict:
+        return {"tier": self.tier, "mutant": self.mutant, "model": self.model, "engine": asdict(self.engine),
+                "known_fixes": self.known_fixes, "checkpoints": self.checkpoints}
+
+    @classmethod
+    def from_json(cls, doc: Mapping) -> RunConfig:
+        """A recorded configuration (`as_json`, or a finding artifact: its `config`, else the `tier`, `model`,
+        `mutant` and `engine` fields older artifacts carry). BadInput for a value not allowed."""
+        if not isinstance(doc, Mapping):
+            raise BadInput(f"a run configuration is a JSON object, not {type(doc).__name__}")
+        if isinstance(doc.get("config"), Mapping):
+            doc = doc["config"]
+        engine = doc.get("engine") or {}
+        if not isinstance(engine, Mapping):
+            raise BadInput("config engine: a JSON object of engine options")
+        return cls(tier=doc.get("tier") or "symbolic", mutant=doc.get("mutant") or None,
+                   model=doc.get("model") or "random", engine=engine_options(**engine),
+                   known_fixes=bool(doc.get("known_fixes", True)), checkpoints=bool(doc.get("checkpoints", True)))
+
+    # -- entry points --------------------------------------------------------------------------------------
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> RunConfig:
+        """The configuration a process's environment names (entry points only); `overrides` (not None) win."""
+        env = os.environ if environ is None else environ
+        given = {k: env.get(v) or None for k, v in ENV.items()}
+        known_fixes = given["known_fixes"]
+        if known_fixes not in (None, "on", "off"):
+            raise BadInput(f"{ENV['known_fixes']}={known_fixes!r}: choose on or off")
+        values = {"tier": given["tier"] or "symbolic", "mutant": given["mutant"], "model": given["model"] or "random",
+                  "known_fixes": known_fixes != "off", "checkpoints": not given["checkpoints"]}
+        engine = {k: given[k] for k in CHOICES}
+        for k, v in overrides.items():
+            if v is None:
+                continue
+            (engine if k in CHOICES else values)[k] = v
+        return cls(engine=engine_options(**engine, source="environment"), **values)
+
+    def to_env(self) -> dict[str, str]:
+        """The variables a worker process's entry point reads back into this configuration (`from_env`)."""
+        env = {ENV["tier"]: self.tier, ENV["mutant"]: self.mutant or "", ENV["model"]: self.model,
+               ENV["known_fixes"]: "on" if self.known_fixes else "off", ENV["checkpoints"]: "" if self.checkpoints else "1"}
+        env.update({ENV[k]: v for k, v in asdict(self.engine).items()})
+        return env
+
+
+__all__ = ["ENV", "MODELS", "RunConfig", "TIERS"]
