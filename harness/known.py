@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.mutants.base import Mutant, bound_arguments, method_wrapped, wrap_method
+from harness.patches import patch_attr
 from harness.run_config import RunConfig
 
 
@@ -203,11 +204,11 @@ def _decode_rows_lead(original):
             order = vllm_sort(num_tokens_per_req, draft_tokens, decode_query_len)
             return sorted(order, key=lambda r: prefill_without_drafts(r, draft_tokens))
 
-        module.sort_batch_req_ids = sort_batch_req_ids
+        undo = patch_attr(module, "sort_batch_req_ids", sort_batch_req_ids, by="fix:v2-draftless-decode-after-prefill")
         try:
             return original(self, scheduler_output, dummy_run)
         finally:
-            module.sort_batch_req_ids = vllm_sort
+            undo()
     return gather_batch_req_state
 
 

@@ -24,6 +24,8 @@ import ctypes
 
 import numpy as np
 
+from harness.patches import patch_attr
+
 OBSERVER = None  # callable(kind, req_idx, src_col, dst_col, token_bias) or None
 
 _KERNELS = {
@@ -268,7 +270,7 @@ def register() -> str:
                 module, attr = name.rsplit(".", 1)
                 host = importlib.import_module(module)
                 _JIT[name] = getattr(host, attr)
-                setattr(host, attr, _Launch(globals()[fn]))
+                patch_attr(host, attr, _Launch(globals()[fn]), by="engine:kernels")  # for the process's life
                 _OVR[name] = getattr(host, attr)
         _forget_holders()
         _active = "torch"

@@ -48,6 +48,7 @@ import socket
 
 import numpy as np
 
+from harness.patches import patch_attr, undo_all
 from harness.errors import BadInput
 from harness.states import chain
 from harness.tokens import true_token
@@ -150,15 +151,13 @@ def _host_streams():
     import torch
 
     cuda = torch.cuda
-    saved = {name: getattr(cuda, name) for name in ("Event", "Stream", "current_stream", "stream")}
-    cuda.Event, cuda.Stream = _HostEvent, _HostStream
-    cuda.current_stream = lambda *a, **k: _HostStream()
-    cuda.stream = lambda *a, **k: contextlib.nullcontext()
+    stand_ins = {"Event": _HostEvent, "Stream": _HostStream, "current_stream": lambda *a, **k: _HostStream(),
+                 "stream": lambda *a, **k: contextlib.nullcontext()}
+    undo = undo_all(patch_attr(cuda, name, value, by="engine:host-streams") for name, value in stand_ins.items())
     try:
         yield
     finally:
-        for name, value in saved.items():
-            setattr(cuda, name, value)
+        undo()
 
 
 def _host_memory_only() -> None:
@@ -173,12 +172,13 @@ def _host_memory_only() -> None:
 
     import vllm.v1.worker.cpu_model_runner  # noqa: F401  (imports every module holding PIN_MEMORY)
 
-    current_platform.is_pin_memory_available = lambda: False  # this process's platform object only
+    # stand-ins for the process's life (the patch layer lists them under engine:host-memory)
+    patch_attr(current_platform, "is_pin_memory_available", lambda: False, by="engine:host-memory")
     for name, mod in list(sys.modules.items()):
         if not name.startswith("vllm"):
             continue
-        if getattr(mod, "PIN_MEMORY", None) is True:
-            mod.PIN_MEMORY = False  # the module constant `PIN_MEMORY = is_pin_memory_available()`, as imported
+        if getattr(mod, "PIN_MEMORY", None) is True:  # the module constant `PIN_MEMORY = is_pin_memory_available()`
+            patch_attr(mod, "PIN_MEMORY", False, by="engine:host-memory")
         fn = getattr(mod, "is_pin_memory_available", None)
         if hasattr(fn, "cache_clear"):
             fn.cache_clear()

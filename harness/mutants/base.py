@@ -7,6 +7,8 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harness.patches import applying, patch_attr
+
 
 @dataclass(frozen=True)
 class Mutant:
@@ -25,7 +27,8 @@ class Mutant:
         return "engine" if self.runner else "symbolic"
 
     def apply(self) -> Callable[[], None]:
-        undo = self.patch()
+        with applying(f"patch:{self.name}"):  # harness/patches.py records what it replaces under this name
+            undo = self.patch()
         if not self.is_applied():
             undo()
             raise RuntimeError(f"mutant {self.name}: self-check failed, patch not in place")
@@ -36,26 +39,19 @@ _MARK = "_hybrid_harness_mutant"
 
 
 def wrap_method(cls, method_name: str, make) -> Callable[[], None]:
-    """Replace cls.<method_name> by make(original) at run time (classmethods stay classmethods); return undo."""
+    """Replace cls.<method_name> by make(original) at run time (classmethods stay classmethods), through the
+    patch layer (harness/patches.py); return undo."""
     raw = cls.__dict__.get(method_name)
     if isinstance(raw, classmethod):
         original = raw.__func__
         patched = make(original)
         setattr(patched, _MARK, True)
-        setattr(cls, method_name, classmethod(patched))
-    else:
-        original = getattr(cls, method_name)
-        patched = make(original)
-        setattr(patched, _MARK, True)
-        patched.__wrapped__ = original  # inspect.unwrap finds vLLM's own code under any stack of patches
-        setattr(cls, method_name, patched)
-    def undo() -> None:
-        if raw is None:  # inherited: drop the override, the base class's method shows through again
-            delattr(cls, method_name)
-        else:
-            setattr(cls, method_name, raw)
-
-    return undo
+        return patch_attr(cls, method_name, classmethod(patched))
+    original = getattr(cls, method_name)
+    patched = make(original)
+    setattr(patched, _MARK, True)
+    patched.__wrapped__ = original  # inspect.unwrap finds vLLM's own code under any stack of patches
+    return patch_attr(cls, method_name, patched)
 
 
 def method_wrapped(cls, method_name: str) -> bool:

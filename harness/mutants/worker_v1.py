@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from harness.patches import patch_attr
 from harness.mutants.base import Mutant, method_wrapped, wrap_method
 
 _MARK = "_hybrid_harness_mutant"
@@ -58,11 +59,7 @@ def _patch_module_function(module_name: str, attr: str, make):
     patched = make(original)
     setattr(patched, _MARK, True)
     patched.__wrapped__ = original
-    setattr(module, attr, patched)
-
-    def undo() -> None:
-        setattr(module, attr, original)
-    return undo
+    return patch_attr(module, attr, patched)  # the patch layer (harness/patches.py) records and undoes it
 
 
 def _module_function_patched(module_name: str, attr: str) -> bool:
