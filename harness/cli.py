@@ -468,6 +468,7 @@ def _engine_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line. Long: one flat declaration per subcommand and flag, read top to bottom like --help."""
     parser = argparse.ArgumentParser(prog="hybrid-harness", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="replay one scenario (or finding artifact); exit 0 ok, 1 finding, 2 bad input")

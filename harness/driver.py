@@ -152,6 +152,9 @@ class Driver:
 
     # -- one step ------------------------------------------------------------------------------------
     def _step(self, step: int) -> None:
+        """One scheduler step as Scheduler.schedule runs it (running requests, then waiting ones, then the
+        worker and the output). Long: it follows vLLM's schedule() in order, line for line, so the two can be
+        read side by side."""
         alloc = self.alloc
         so = SchedulerOutput(step=step, finished=self.finished_since_last)
         self.finished_since_last = set()
@@ -280,7 +283,8 @@ class Driver:
             self.holding[:0] = skipped
 
     def _admit(self, r: _Req, budget: int, so: SchedulerOutput) -> int | None:
-        """Schedule one waiting request (scheduler.py:1062-1606). None: it did not fit."""
+        """Schedule one waiting request (scheduler.py:1062-1606). None: it did not fit. Long: it mirrors vLLM's
+        waiting-queue branch in its order (local hit, external hit, allocation, async load)."""
         alloc, v, status, K = self.alloc, r.vreq, self.alloc.status, self.K
         local, ext, blocks, load_async = 0, 0, None, False
         if v.num_computed_tokens == 0:

@@ -36,7 +36,8 @@ class _Recorder:
 
 
 def _record(scenario: Scenario, mutant: str | None) -> tuple[list[str], driver_mod.Driver]:
-    """Replay once with the adapter wrapped, turning each vLLM call into a line of test code."""
+    """Replay once with the adapter wrapped, turning each vLLM call into a line of test code. Long: one small
+    renderer per adapter call, each closing over the recorder and the driver of this replay."""
     rec = _Recorder()
     d = driver_mod.Driver(scenario, mutant)
     alloc = d.alloc

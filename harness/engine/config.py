@@ -207,7 +207,8 @@ def vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: i
     """The VllmConfig for one geometry (validated by vLLM, then the stand-ins set); built once per geometry
     in a process: pydantic validation of the config tree costs more than a short replay. `async_scheduling`:
     None = vLLM's own decision for this config on a GPU platform (_gpu_async_decision); True = asked for
-    (vLLM refuses it where its checks fail)."""
+    (vLLM refuses it where its checks fail). Long: vLLM validates the config tree as one unit, and the EAGLE
+    relabelling must see the same validation, so building and checking stay in one place."""
     from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, SchedulerConfig, VllmConfig
 
     _quiet_vllm()

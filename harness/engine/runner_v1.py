@@ -251,6 +251,9 @@ class V1Worker:
     runner_name = "v1"
 
     def __init__(self, driver) -> None:
+        """vLLM's V1 runner built for the driver's config, its KV cache bound to the harness's state pages.
+        Long: the build order is vLLM's own (kernels, streams, runner, cache config, attention groups) and
+        each step depends on the one before."""
         why = supported()
         if why:
             raise BadInput(f"--runner v1: vLLM {installed_version()} is not supported by the V1 worker: {why}")

@@ -59,7 +59,8 @@ def v2_unavailable() -> str | None:
 # -- the runner's model: layers vLLM binds state tensors to, a forward that moves state tags ---------------
 
 def _classes():
-    """The layer, backend and model classes (built on first use: they subclass vLLM's own bases)."""
+    """The layer, backend and model classes (built on first use: they subclass vLLM's own bases). Long: the
+    classes close over vLLM's base classes imported here, so they are defined together in one scope."""
     import torch
     from torch import nn
     from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
@@ -492,7 +493,8 @@ class V2Worker:
         """Read each request's initial state where the Mamba2 kernels read it, write the state tags where they
         write (decode rows: per-token SSM states to `state_indices_tensor_d[i, j]`, conv window offsets in
         column 0; prefill rows: the final state to `state_indices_tensor_p[i]`), and return hidden states
-        naming each position's next token."""
+        naming each position's next token. Long: decode and prefill rows are read from one metadata object
+        in the kernels' order; splitting them would split that order."""
         from vllm.forward_context import get_forward_context
 
         torch = self.torch

@@ -1,5 +1,6 @@
-"""The package's modules import each other without a cycle, lazy (function-level) imports included: a lazy
-import that closes a cycle hides a layering the next change trips over (issue 18)."""
+"""The package's shape: its modules import each other without a cycle, lazy (function-level) imports included
+(a lazy import that closes a cycle hides a layering the next change trips over), and a long function says why
+it is long."""
 
 from __future__ import annotations
 
@@ -49,3 +50,14 @@ def test_no_import_cycles():
     except graphlib.CycleError as exc:
         raise AssertionError(f"import cycle: {' -> '.join(exc.args[1])}") from None
 
+
+
+def test_long_functions_say_why():
+    """No function over 60 lines in harness/ without a reason in its docstring ("Long: ...")."""
+    unexplained = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                if "Long:" not in (ast.get_docstring(node) or ""):
+                    unexplained.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}")
+    assert not unexplained, unexplained
