@@ -388,7 +388,7 @@ def _checkpoints(mode: str, config) -> bool:
     runs)."""
     if mode != "auto":
         return mode == "on"
-    return config.tier != "engine" or config.engine.runner != "v1"
+    return config.tier_runs_checkpoints
 
 
 def _cmd_known(args: argparse.Namespace) -> int:

@@ -128,6 +128,18 @@ def _changes_behaviour(corpus: Path, config: RunConfig, limit: int = 300) -> tup
     return False, compared
 
 
+def mutant_config(name: str, tier: str | None = None) -> RunConfig:
+    """The run configuration a mutant's campaigns use: worker code on the engine tier with its runner,
+    allocator code on `tier` (default symbolic); `make fuzz`'s --checkpoints auto (on, except where the tier
+    cannot run them: the V1 runner's mutator clears the bit instead of every checkpoint input being a harness
+    error)."""
+    mutant = get_mutant(name)
+    config = RunConfig(tier=mutant.tier if mutant.runner else (tier or mutant.tier), mutant=name)
+    if mutant.runner:
+        config = config.but(runner=mutant.runner)
+    return config.but(checkpoints=config.tier_runs_checkpoints)
+
+
 def check(names: list[str], *, budget_s: float, jobs: int, trials: int, work: Path | None = None,
           seed_corpus: bool = False, full_budget: bool = False, tier: str | None = None) -> list[MutantResult]:
     """A trial ends at its first new finding unless `full_budget`; `seed_corpus` starts from the seed corpus
@@ -136,10 +148,7 @@ def check(names: list[str], *, budget_s: float, jobs: int, trials: int, work: Pa
     results = []
     root = Path(work or tempfile.mkdtemp(prefix="hh-mutants-"))
     for name in names:
-        mutant = get_mutant(name)
-        on = mutant.tier if mutant.runner else (tier or mutant.tier)
-        # worker code runs on the engine tier with that runner; `make fuzz`'s settings otherwise
-        config = RunConfig(tier=on, mutant=name).but(runner=mutant.runner) if mutant.runner else RunConfig(tier=on, mutant=name)
+        config = mutant_config(name, tier)
         res = MutantResult(name)
         corpus = None
         for trial in range(trials):
@@ -193,4 +202,4 @@ def mutant_names(selection: list[str] | None) -> list[str]:
     return selection
 
 
-__all__ = ["check", "kills", "table", "mutant_names"]
+__all__ = ["check", "kills", "mutant_config", "table", "mutant_names"]

@@ -60,6 +60,12 @@ class RunConfig:
         model tier's smaller scenarios (sweeps, fuzz budgets) and record the model."""
         return self.tier == "model" or (self.tier == "engine" and self.engine.forward == "model")
 
+    @property
+    def tier_runs_checkpoints(self) -> bool:
+        """Whether this tier's worker simulates Mamba prefill checkpoint blocks: all but the engine tier's V1
+        runner (a checkpoint geometry there is bad input, so its campaigns' mutator must not make one)."""
+        return self.tier != "engine" or self.engine.runner != "v1"
+
     @classmethod
     def of(cls, config: RunConfig | None = None, **changes) -> RunConfig:
         """`config` (default: the defaults) with the changes given that are not None: how a function taking

@@ -85,3 +85,17 @@ def test_no_module_below_the_entry_points_reads_hh_variables():
             offenders[rel] = lines
     assert not offenders, f"HH_* read below the entry points: {offenders}"
     assert _reads_hh_environment(ROOT / "harness" / "cli.py")  # the check sees a read where there is one
+
+
+def test_mutant_campaigns_run_what_their_tier_can():
+    """A V1-runner mutant's campaign never makes checkpoint geometries (each would be bad input there);
+    allocator mutants keep make fuzz's checkpoints on."""
+    from harness.mutation import mutant_config
+
+    v1 = mutant_config("v1-accepted-count-lost")
+    assert (v1.tier, v1.engine.runner, v1.checkpoints) == ("engine", "v1", False)
+    v2 = mutant_config("v2-postcopy-skipped")
+    assert (v2.tier, v2.engine.runner, v2.checkpoints) == ("engine", "v2", True)
+    core = mutant_config("cow-copies-dropped")
+    assert (core.tier, core.checkpoints, core.mutant) == ("symbolic", True, "cow-copies-dropped")
+    assert mutant_config("cow-copies-dropped", "engine").tier == "engine"
