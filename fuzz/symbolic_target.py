@@ -46,6 +46,11 @@ if os.environ.get("HH_STATE_COVERAGE", "on") != "off":
 # a share of the mutator's outputs are fresh generator scenarios (the sweep's, with a swarm mask): the campaign
 # samples at least as broadly as the sweep (HH_GENERATOR_SHARE=0: genome inputs only)
 GENERATOR_SHARE = float(os.environ.get("HH_GENERATOR_SHARE", "0.25"))
+# the campaign starts as the sweep: a worker's first SWEEP_FIRST mutations are the sweep's own scenarios (fresh
+# seeds, every feature on), where sampling is strongest (most bank bugs show in the first seeds); then the mix
+# above, with coverage guidance for the long tail (HH_SWEEP_FIRST=0: mix from the start)
+SWEEP_FIRST = int(os.environ.get("HH_SWEEP_FIRST", "512"))
+_MUTATIONS = [0]
 
 
 def TestOneInput(data: bytes) -> None:
@@ -54,7 +59,10 @@ def TestOneInput(data: bytes) -> None:
 
 def CustomMutator(data: bytes, max_size: int, seed: int) -> bytes:
     rng = random.Random(seed)
-    if rng.random() < GENERATOR_SHARE:
+    _MUTATIONS[0] += 1
+    if _MUTATIONS[0] <= SWEEP_FIRST:
+        out = genome.generator_input(rng, mask=0)
+    elif rng.random() < GENERATOR_SHARE:
         out = genome.generator_input(rng)
     elif genome.is_generator_input(data):  # another seed, or the same scenario with other features switched off
         out = genome.generator_input(rng, None if rng.random() < 0.5 else genome.generator_fields(data)[0])

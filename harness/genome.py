@@ -97,10 +97,12 @@ SWARM = ("checkpoints", "connector", "async_load", "spec_decode", "prefix_sharin
 SWARM_CHECKPOINTS_OFF = 1  # bit 0; `without_checkpoints` sets it
 
 
-def generator_input(rng: random.Random, seed: int | None = None) -> bytes:
-    """A generator input: a fresh seed (or `seed`), with the swarm off half the time and a random mask else."""
+def generator_input(rng: random.Random, seed: int | None = None, mask: int | None = None) -> bytes:
+    """A generator input: a fresh seed (or `seed`), with the swarm off half the time and a random mask else
+    (or `mask`: 0 is exactly the sweep's scenario for that seed)."""
     seed = rng.getrandbits(64) if seed is None else seed
-    mask = 0 if rng.random() < 0.5 else rng.randrange(1, 256)
+    if mask is None:
+        mask = 0 if rng.random() < 0.5 else rng.randrange(1, 256)
     return GENERATOR_MAGIC + seed.to_bytes(8, "little") + bytes([mask])
 
 
