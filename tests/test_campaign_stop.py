@@ -3,8 +3,12 @@ is what they measure, and the rest of a killed trial's budget would measure noth
 
 from __future__ import annotations
 
-from harness.run_config import RunConfig
+import pytest
+
 from harness.campaign import Campaign
+from harness.run_config import RunConfig
+
+from testlib import seed_bug_release
 
 
 def test_a_campaign_that_keeps_a_new_finding_stops_early(tmp_path):
@@ -16,6 +20,7 @@ def test_a_campaign_that_keeps_a_new_finding_stops_early(tmp_path):
     assert camp.new_kept()
 
 
+@pytest.mark.skipif(seed_bug_release, reason="0.26.0-0.27.1 ship the seed bug: a stock campaign is not clean there")
 def test_a_clean_campaign_is_not_stopped(tmp_path):
     camp = Campaign(config=RunConfig(), corpus=tmp_path / "corpus", artifacts=tmp_path, jobs=1, seconds=None, runs=40,
                     seed=0, seed_corpus=False, progress=False, stop_on_new=True)
