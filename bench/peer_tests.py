@@ -200,8 +200,10 @@ def pytest_command(mutant: str | None, report: Path, full_cleanup: bool) -> tupl
     # of vLLM's async tests (INTERNALERROR, "AST constructor recursion depth mismatch") and ends the session
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", "--tb=native", "-p", "peer_plugin",
            # pytest-asyncio's default, set so that it does not warn
-           "-o", "asyncio_default_fixture_loop_scope=function", "--hh-report", str(report),
-           *(["--hh-mutant", mutant] if mutant else []), *(["--hh-full-cleanup"] if full_cleanup else []),
+           "-o", "asyncio_default_fixture_loop_scope=function", f"--hh-report={report}", "--rootdir=.",
+           # one token each: pytest finds its rootdir from the arguments before the plugin's options are known,
+           # so a separate mutant-file path would be read as a test path (rootdir "/", the rules' paths unmatched)
+           *([f"--hh-mutant={mutant}"] if mutant else []), *(["--hh-full-cleanup"] if full_cleanup else []),
            *(s.rstrip("/") for s in SELECTED)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH")]))}
     return cmd, env
@@ -231,6 +233,8 @@ def run_tests(tests_dir: Path, mutant: str | None, logs: Path, timeout_s: float,
         row.update(killed=None, note=f"not applied: {tail[0] if tail else 'no output'}")
     elif rc is None:  # a hang is not a failing test: reported apart, with the test it hung in
         row.update(killed=None, note=f"timed out after {timeout_s:.0f} s in {doc.get('running')}")
+    elif "ERROR collecting" in log.read_text():  # a test module failed to import: the session says nothing
+        row.update(killed=None, note="collection error (not a verdict): " + (row["why"] or "see the log"))
     elif rc in (0, 1):  # pytest: 0 all passed, 1 some test failed
         row.update(killed=bool(doc.get("failed") or doc.get("errors")))
     else:  # interrupted, internal or usage error: no verdict

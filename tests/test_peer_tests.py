@@ -139,3 +139,17 @@ def test_table_has_a_row_per_mutant_and_footnotes_every_rule_stub_and_setting():
     assert "| stock" not in text.replace("| `stock", "")  # the stock run is the line above the table
     for name in [n for n, _, _ in peer_plugin.RULES] + [n for n, _ in peer_plugin.STUBS + peer_plugin.SETTINGS]:
         assert f"`{name}`" in text
+
+
+def test_a_collection_error_is_no_verdict_and_a_mutant_file_path_keeps_the_rootdir(tmp_path):
+    """A mutant given as a file path (one token: --hh-mutant=PATH) leaves pytest's rootdir at the suite, so the
+    deselection rules still match; a test module that fails to import gives no verdict, never a kill."""
+    cmd, _ = peer_tests.pytest_command(str(tmp_path / "my_mutant.py"), tmp_path / "r.json", False)
+    assert f"--hh-mutant={tmp_path / 'my_mutant.py'}" in cmd and "--rootdir=." in cmd
+    (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+    core = tmp_path / "tests/v1/core"
+    core.mkdir(parents=True)
+    (tmp_path / "tests/v1/kv_connector/unit").mkdir(parents=True)
+    (core / "test_needs_a_package.py").write_text("import a_package_this_venv_lacks\n")
+    row = peer_tests.run_tests(tmp_path, None, tmp_path / "logs", timeout_s=300)
+    assert row["killed"] is None and row["note"].startswith("collection error"), row
