@@ -161,7 +161,8 @@ def main(argv=None) -> int:
         c, e = camp.get(stem), eng.get(stem)
         ctxt = f"{c[0]}, {c[1]} ({c[2]})" if c else "-"
         cmed = (args.budget if c[1] == "-" else float(c[1])) if c else None
-        verdict = ("-" if cmed is None or gmed is None else "yes" if cmed <= gmed else
+        verdict = ("-" if cmed is None or gmed is None else
+                   "neither kills it" if min(cmed, gmed) >= args.budget else "yes" if cmed <= gmed else
                    f"tie (both <= {TIE_S} s: the first few inputs)" if max(cmed, gmed) <= TIE_S else "**no**")
         lines.append(f"| `{stem}` | {ptxt} | {stxt} | {gtxt} | {ctxt} | {f'{e[0]}, {e[1]}' if e else '-'} | {verdict} |")
         print(lines[-1], flush=True)

@@ -550,12 +550,19 @@ def confirm_on_engine(scenario, verdict: Verdict, mutant: str | None = None, *,
                       config: RunConfig | None = None) -> Verdict:
     """The symbolic tier mirrors vLLM's scheduler loop and V1 runner by hand; before its new finding is called
     a vLLM bug, the same scenario runs on the engine tier: vLLM's own Scheduler and connector with the model
-    runner vLLM picks (the engine options'; the mutant, an allocator patch, applies there too). New there too:
+    runner vLLM picks (the engine options'; the mutant, an allocator patch, applies there too), scheduled
+    synchronously as the mirror schedules it unless the options ask otherwise. New there too:
     confirmed. Nothing new there: a departure of the mirror, kept and reported as such, never as vLLM's. A
     scenario the engine tier cannot express keeps the mirror's verdict, and says so."""
     from harness.errors import BadInput
 
     cfg = RunConfig.of(config, mutant=mutant, tier="engine", known_fixes=True)
+    if cfg.engine.async_scheduling == "auto":
+        # the mirrored loop schedules synchronously: the same input on vLLM's own Scheduler runs as the mirror
+        # runs it (as `diff` compares). vLLM's async decision makes another schedule, which may not reach the
+        # state at all: that is not the mirror departing (measured: two blind-bank allocator bugs shown by
+        # vLLM's own V1 and V2 runners synchronously were filed as departures under `auto`)
+        cfg = cfg.but(async_scheduling="off")
     try:
         _, _, engine = replay_and_judge(scenario, config=cfg)
     except BadInput as exc:

@@ -19,7 +19,7 @@ from harness.oracles import judge
 from harness.replay import replay
 from harness.scenario import load_scenario
 from harness.state_coverage import abstract_states, slots
-from harness.vllm_adapter import supports_prefill_checkpoints
+from harness.vllm_adapter import installed_version, supports_prefill_checkpoints
 from testlib import ROOT, mutant, seed_bug_release
 
 LEAK = "mamba-free-leaks-block"  # fires on every input that frees a request: it shares inputs with every issue
@@ -147,3 +147,22 @@ def test_finer_attention_blocks_are_raised_to_the_mamba_block():
 
 def test_issues_for_the_symbolic_tier_are_applicable():
     assert all(k.applicable() and k.runs_on("symbolic") for k in issues_for("symbolic"))
+
+
+@pytest.mark.skipif(not installed_version().startswith("0.33."), reason="the blind bank is written against vLLM 0.33.0")
+def test_engine_confirmation_schedules_as_the_mirror_does():
+    """A symbolic-tier finding is confirmed on vLLM's own Scheduler scheduled synchronously, as the mirrored loop
+    schedules: a blind-bank allocator bug (admission under-reserves spec scratch blocks) that vLLM's V1 and V2
+    runners show synchronously was filed 'departure' when the confirmation ran vLLM's async decision, whose
+    schedule never reaches the pool pressure (a campaign that found the bug then exited 0)."""
+    import json
+
+    from harness.known import replay_and_judge
+    from harness.mutants import mutant_applied
+    from harness.scenario import parse_scenario
+
+    mutant = str(ROOT / "mutants_blind" / "mamba-spec-scratch-not-reserved-on-first-alloc.py")
+    scenario = parse_scenario(json.loads((ROOT / "tests" / "data" / "engine-confirmation-sync-spec-scratch.json").read_text()))
+    with mutant_applied(mutant):
+        _, _, verdict = replay_and_judge(scenario, config=RunConfig(mutant=mutant))
+    assert verdict is not None and verdict.is_new and verdict.engine == "confirmed", verdict.to_json()
