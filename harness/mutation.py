@@ -21,7 +21,7 @@ from harness.artifacts import write_json_atomic
 from harness.campaign import Campaign
 from harness.errors import BadInput, HarnessError
 from harness.genome import decode, release_budget
-from harness.known import judge_scenario
+from harness.known import fixes_applied, issues_for, judge_scenario
 from harness.minimize import minimize
 from harness.mutants import get_mutant, mutant_applied
 from harness.oracles import judge
@@ -52,19 +52,28 @@ class MutantResult:
 
 def kills(doc: dict, mutant: str | None = None, tier: str | None = None, *, config: RunConfig | None = None) -> str | None:
     """The kill rule: the first signature this scenario shows with the mutant applied that no known fix
-    explains and that stock vLLM does not show; None if there is none. The caller has no mutant applied.
+    explains and that stock vLLM does not show, else (revealed, as a fixed-system campaign calls it new) one the
+    mutant shows with every known fix applied that the fixed system without it does not; None if neither. The
+    caller has no mutant applied.
     `mutant` / `tier` change `config` (RunConfig.of)."""
     cfg = RunConfig.of(config, mutant=mutant, tier=tier)
     scenario = parse_scenario(doc)
+    issues = issues_for(cfg.tier, cfg.engine.runner)
+
+    def signatures(name, fixed):
+        with fixes_applied(issues if fixed else []):
+            return {f.signature for f in judge(replay(scenario, config=cfg.but(mutant=name)))}
+
     with mutant_applied(cfg.mutant):
         findings = judge(replay(scenario, config=cfg))
-        if not findings:
-            return None
-        new = set(judge_scenario(scenario, findings, config=cfg).unexplained)
-    if not new:
-        return None
-    stock = {f.signature for f in judge(replay(scenario, config=cfg.but(mutant=None)))}
-    return min(new - stock, default=None)
+        new = set(judge_scenario(scenario, findings, config=cfg).unexplained) if findings else set()
+        fixed = signatures(cfg.mutant, True) if issues else set()
+    shown = new - signatures(None, False) if new else set()
+    if shown:
+        return min(shown)
+    # revealed (what a campaign on the fixed system calls new): with every known fix applied the patch shows a
+    # signature the fixed system without it does not, while on stock a known bug fires first
+    return min(fixed - signatures(None, True), default=None) if fixed else None
 
 
 def _kill(findings_dir: Path, config: RunConfig) -> tuple[float | None, str, dict | None]:

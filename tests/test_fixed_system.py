@@ -166,3 +166,20 @@ def test_engine_confirmation_schedules_as_the_mirror_does():
     with mutant_applied(mutant):
         _, _, verdict = replay_and_judge(scenario, config=RunConfig(mutant=mutant))
     assert verdict is not None and verdict.is_new and verdict.engine == "confirmed", verdict.to_json()
+
+
+@pytest.mark.skipif(not installed_version().startswith("0.33."), reason="the blind bank is written against vLLM 0.33.0")
+def test_the_kill_rule_counts_a_bug_revealed_behind_a_known_one():
+    """The replay judge of `mutants check` agrees with a fixed-system campaign: a mutant whose symptom shows
+    only once the known fixes let the replay run on (stock: checkpoint-midblock-start fires first) kills it;
+    the campaign filed this input NEW (revealed) and the judge used to disagree."""
+    import json
+
+    from harness.mutation import kills
+    from harness.scenario import scenario_to_json
+
+    mutant = str(ROOT / "mutants_blind" / "mamba-spec-scratch-not-reserved-on-first-alloc.py")
+    doc = json.loads((ROOT / "tests" / "data" / "kill-revealed-spec-scratch.json").read_text())
+    assert kills(doc, config=RunConfig(mutant=mutant)) is not None
+    stock_only = scenario_to_json(load_scenario(ROOT / "scenarios" / "seed-external-hit-same-block.json"))
+    assert kills(stock_only, config=RunConfig(mutant=mutant)) is None  # no effect there: no kill
