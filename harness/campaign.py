@@ -85,6 +85,7 @@ class Campaign:
         self.started = time.monotonic()
         self.stop = False
         self._owners: dict[str, bool] = {}  # finding folder -> kept by this configuration (_ours)
+        self._new: dict[str, bool] = {}  # finding folder kept this run -> its verdict is new (new_kept)
         self.known_before = self.kept_findings()
 
     def kept_findings(self) -> list[Path]:
@@ -201,8 +202,12 @@ class Campaign:
         return self.summary()
 
     def new_kept(self) -> bool:
-        """A finding this campaign kept is new (departures and known-only inputs are not)."""
-        return any(finding_verdict(p)["new"] for p in self.kept_findings() if p not in self.known_before)
+        """A finding this campaign kept is new (departures and known-only inputs are not). Each folder's verdict
+        is read once (asked every second; a kept verdict does not change)."""
+        for p in self.kept_findings():
+            if p not in self.known_before and p.name not in self._new:
+                self._new[p.name] = finding_verdict(p)["new"]
+        return any(self._new.values())
 
     def _request_stop(self) -> None:
         self.stop = True

@@ -67,12 +67,13 @@ def kills(doc: dict, mutant: str | None = None, tier: str | None = None, *, conf
     with mutant_applied(cfg.mutant):
         findings = judge(replay(scenario, config=cfg))
         new = set(judge_scenario(scenario, findings, config=cfg).unexplained) if findings else set()
-        fixed = signatures(cfg.mutant, True) if issues else set()
     shown = new - signatures(None, False) if new else set()
-    if shown:
-        return min(shown)
+    if shown or not issues:
+        return min(shown, default=None)
     # revealed (what a campaign on the fixed system calls new): with every known fix applied the patch shows a
     # signature the fixed system without it does not, while on stock a known bug fires first
+    with mutant_applied(cfg.mutant):
+        fixed = signatures(cfg.mutant, True)
     return min(fixed - signatures(None, True), default=None) if fixed else None
 
 

@@ -66,10 +66,10 @@ def engine_options(runner: str | None = None, async_scheduling: str | None = Non
     the variable) for a value not allowed. The model forward's default runner is the mirror worker (it runs on
     v1 and v2 when asked)."""
     values = {"runner": runner, "async_scheduling": async_scheduling, "kernels": kernels, "forward": forward}
-    for name, value in values.items():
-        if value is not None and value not in CHOICES[name]:
-            where = VARIABLES[name] if source == "environment" else FLAGS[name]
-            raise BadInput(f"{where}={value!r}: choose one of {', '.join(CHOICES[name])}")
+    if source == "environment":  # EngineOptions itself names the flag
+        for name, value in values.items():
+            if value is not None and value not in CHOICES[name]:
+                raise BadInput(f"{VARIABLES[name]}={value!r}: choose one of {', '.join(CHOICES[name])}")
     if values["forward"] == "model" and values["runner"] is None:
         values["runner"] = "mirror"
     return EngineOptions(**{k: v for k, v in values.items() if v is not None})
