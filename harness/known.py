@@ -579,8 +579,10 @@ def confirm_on_engine(scenario, verdict: Verdict, mutant: str | None = None, *,
 def confirm_on_stock(scenario, fixed_findings, issues, *, config: RunConfig) -> Verdict:
     """A finding of the fixed system, replayed on the system as shipped (no fixes): shown there too ->
     unexplained (NEW); absent there while stock shows a finding the fixes remove (a known bug fires first) ->
-    NEW, revealed (latent until vLLM fixes the known one). Absent for no such reason means the fixes changed
-    a run where no known bug fired: they misbehave, a harness error (never reported as vLLM's)."""
+    NEW, revealed (latent until vLLM fixes the known one); absent there, but the mutant under test makes it
+    (the fixed system without the mutant does not show it: the fixes changed the schedule) -> NEW, revealed.
+    Absent for no such reason means the fixes changed a run where no known bug fired and made the finding
+    themselves: they misbehave, a harness error (never reported as vLLM's)."""
     from harness.errors import HarnessError
     from harness.oracles import judge
     from harness.replay import replay
@@ -591,11 +593,28 @@ def confirm_on_stock(scenario, fixed_findings, issues, *, config: RunConfig) -> 
     replay_signatures = _signature_replays(scenario, config, {frozenset(k.id for k in issues): set(fixed),
                                                               frozenset(): set(stock)})
     verdict = classify(stock, replay_signatures, issues) if stock else Verdict([], revealed=fixed)
-    if verdict.revealed and not verdict.unexplained and not verdict.known:
+    if verdict.revealed and not verdict.unexplained and not verdict.known and not _mutant_shows(
+            scenario, verdict.revealed, issues, config):
         raise HarnessError(f"known fixes misbehave: with {', '.join(k.id for k in issues)} applied the replay shows "
                            f"{', '.join(verdict.revealed)}, which stock vLLM does not show, and stock shows no finding "
                            "the fixes remove")
     return verdict
+
+
+def _mutant_shows(scenario, signatures, issues, config: RunConfig) -> bool:
+    """Whether the mutant applied in this process, not the fixes, makes these signatures of the fixed system:
+    the fixed system replayed with the mutant taken out shows none of them. (The fixes can change the schedule,
+    chunking or admission, so that a mutant's symptom shows only on the fixed system: a finding revealed by the
+    fixes, not a misbehaving fix.) Without a mutant the fixed system is the system under test: False."""
+    from harness.mutants import mutant_suspended
+    from harness.oracles import judge
+    from harness.replay import replay
+
+    if not config.mutant:
+        return False
+    with mutant_suspended(config.mutant), fixes_applied(issues):
+        without = {f.signature for f in judge(replay(scenario, config=config))}
+    return not without & set(signatures)
 
 
 BLOCKED = "REPRO STOPS AT ANOTHER FINDING (the fix changes nothing)"

@@ -3,7 +3,7 @@ through `patch_attr` (or `wrap_method` on top of it), which records it, so what 
 listed (`active()`), each live patch can be checked to still be in place (`check()`), and an undo restores the
 exact object that was there before (a class's own attribute, or no own attribute where it was inherited).
 
-Who patches (the `by` label): a mutant (`mutant:NAME`), a known issue's fix (`fix:ID`), the engine tier's
+Who patches (the `by` label): a mutant or a known issue's fix (`patch:NAME`, harness/mutants/base.py), the engine tier's
 stand-ins for what a GPU host has (`engine:...`: CUDA streams and events, kernel replacements, pinned
 memory) and the harness's own recorders. tests/test_patches.py applies every mutant and every fix, undoes
 them, and proves every vLLM class attribute and module global is back to the object it was.
@@ -77,11 +77,7 @@ def patch_attr(owner, attr: str, value, *, by: str | None = None) -> Callable[[]
     def undo() -> None:
         if _ACTIVE.pop(patch.id, None) is None:
             return  # undone already
-        if patch.original is _MISSING:
-            if _own(owner, attr) is not _MISSING:
-                delattr(owner, attr)
-        else:
-            setattr(owner, attr, patch.original)
+        _restore(patch)
     return undo
 
 
@@ -95,6 +91,35 @@ def check() -> list[str]:
     return [p.describe() for p in _ACTIVE.values() if not p.in_place()]
 
 
+class suspended:
+    """`with suspended("patch:NAME"):` the live patches recorded under that label are taken out (their owners get
+    back what was there before) for the with-block and put back after it, in order: a replay of the system
+    without a mutant inside a process that has it applied (harness.known: is a finding the mutant's, or the
+    known fixes'?)."""
+
+    def __init__(self, by: str) -> None:
+        self.by = by
+        self.patches: list[Patch] = []
+
+    def __enter__(self):
+        self.patches = [p for p in _ACTIVE.values() if p.by == self.by]
+        for patch in reversed(self.patches):
+            _restore(patch)
+        return self.patches
+
+    def __exit__(self, *exc) -> None:
+        for patch in self.patches:
+            setattr(patch.owner, patch.attr, patch.value)
+
+
+def _restore(patch: Patch) -> None:
+    if patch.original is _MISSING:
+        if _own(patch.owner, patch.attr) is not _MISSING:
+            delattr(patch.owner, patch.attr)
+    else:
+        setattr(patch.owner, patch.attr, patch.original)
+
+
 def undo_all(undos) -> Callable[[], None]:
     """One undo for several, run last-applied first."""
     undos = list(undos)
@@ -105,4 +130,4 @@ def undo_all(undos) -> Callable[[], None]:
     return undo
 
 
-__all__ = ["Patch", "active", "applying", "check", "patch_attr", "undo_all"]
+__all__ = ["Patch", "active", "applying", "check", "patch_attr", "suspended", "undo_all"]

@@ -13,7 +13,7 @@ from harness.errors import HarnessError
 from harness.fuzzing import Finding, Target
 from harness.generate import random_scenario
 from harness.genome import Budget, decode, generator_input, release_budget, without_checkpoints
-from harness.known import KNOWN_ISSUES, KnownIssue, confirm_on_stock, issues_for, replay_and_judge
+from harness.known import KNOWN_ISSUES, KnownIssue, confirm_on_stock, fixes_applied, issues_for, replay_and_judge
 from harness.mutants import get_mutant
 from harness.oracles import judge
 from harness.replay import replay
@@ -78,6 +78,35 @@ def test_fixes_that_change_a_run_without_a_stock_finding_are_a_harness_error():
     assert fixed
     with pytest.raises(HarnessError, match="known fixes misbehave"):
         confirm_on_stock(scenario, fixed, [bogus], config=RunConfig())
+
+
+def test_a_misbehaving_fix_is_a_harness_error_with_a_mutant_applied_too():
+    """With a mutant under test the verdict asks whether the mutant makes the fixed system's finding (replayed
+    with the mutant taken out): here the 'fix' makes it on its own, so it is still the harness's error."""
+    bogus = KnownIssue(id="bogus", summary="", releases="", repro="", reached_by="", fix=get_mutant(LEAK))
+    scenario = random_scenario(0, checkpoints=False)
+    with mutant("cow-copies-dropped"):
+        with mutant(LEAK):
+            fixed = judge(replay(scenario))
+        with pytest.raises(HarnessError, match="known fixes misbehave"):
+            confirm_on_stock(scenario, fixed, [bogus], config=RunConfig(mutant="cow-copies-dropped"))
+
+
+@pytest.mark.skipif(not installed_version().startswith("0.33."), reason="a 0.33.0 campaign's input")
+def test_a_mutant_shown_only_on_the_schedule_the_fixes_make_is_revealed():
+    """`make fuzz --mutant cow-copies-dropped` hit this input and exited 3 ('known fixes misbehave'): the fixes
+    change the schedule, so the dropped copy corrupts a cached block only on the fixed system, and stock shows
+    nothing. The fixed system without the mutant is clean, so the finding is the mutant's: NEW, revealed."""
+    name = "cow-copies-dropped"
+    scenario = load_scenario(ROOT / "tests" / "data" / "fixes-reveal-cow-copies-dropped.json")
+    issues = issues_for("symbolic")
+    assert judge(replay(scenario)) == []  # the fixed system as shipped, without the mutant
+    with mutant(name):
+        assert judge(replay(scenario, name)) == []  # stock with the mutant: nothing
+        with fixes_applied(issues):
+            fixed = judge(replay(scenario, name))
+        verdict = confirm_on_stock(scenario, fixed, issues, config=RunConfig(mutant=name))
+    assert verdict.revealed == ["cache-integrity"] and verdict.is_new, verdict
 
 
 @pytest.mark.skipif(seed_bug_release, reason="vLLM 0.26.0-0.27.1 carry the seed bug, which is not a known issue: new")

@@ -102,3 +102,17 @@ def test_check_reports_a_patch_overwritten_behind_its_back():
     assert patches.check() == [p.describe() for p in patches.active("test")]
     undo()
     assert Owner.x == 1 and patches.check() == []
+
+
+def test_suspended_takes_a_label_out_and_puts_it_back():
+    class Owner:
+        x = 1
+
+    undo_a = patches.patch_attr(Owner, "x", 2, by="a")
+    undo_b = patches.patch_attr(Owner, "y", 5, by="b")
+    with patches.suspended("a") as taken:
+        assert Owner.x == 1 and Owner.y == 5 and [p.by for p in taken] == ["a"]
+    assert Owner.x == 2 and patches.check() == []
+    undo_b()
+    undo_a()
+    assert Owner.x == 1 and not hasattr(Owner, "y")

@@ -18,6 +18,7 @@ from harness.mutants.lifetime import MAMBA_FREE_LEAKS_BLOCK, MAMBA_OVERALLOCATE
 from harness.mutants.seed import SEED_UNMARKED_EARLY_RETURN
 from harness.mutants.worker_v1 import V1_MUTANTS
 from harness.mutants.worker_v2 import V2_MUTANTS
+from harness.patches import suspended
 
 REGISTRY: dict[str, Mutant] = {
     m.name: m for m in (SEED_UNMARKED_EARLY_RETURN, MAMBA_FREE_LEAKS_BLOCK, MAMBA_OVERALLOCATE, *BANK, *V1_MUTANTS,
@@ -55,6 +56,12 @@ def get_mutant(name: str) -> Mutant:
 def apply_mutant(name: str):
     """Apply a named mutant; returns the undo callable."""
     return get_mutant(name).apply()
+
+
+def mutant_suspended(name: str | None):
+    """A with-block in which the mutant applied in this process (none when name is empty) is taken out and
+    vLLM runs as shipped; it is put back after (harness/patches.py `suspended`)."""
+    return suspended(f"patch:{get_mutant(name).name}") if name else contextlib.nullcontext()
 
 
 @contextlib.contextmanager
