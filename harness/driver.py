@@ -150,6 +150,9 @@ class Driver:
     def _all_done(self) -> bool:
         return all(r.phase == "finished" for r in self.reqs.values())
 
+    def _unfinished(self) -> dict[str, str]:
+        return {r.id: r.phase for r in self.reqs.values() if r.phase not in ("pending", "finished")}
+
     # -- one step ------------------------------------------------------------------------------------
     def _step(self, step: int) -> None:
         """One scheduler step as Scheduler.schedule runs it (running requests, then waiting ones, then the

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 
 from harness.scenario import Scenario, parse_scenario
+from harness.trace import largest_request
 
 
 def _divisors(n: int) -> list[int]:
@@ -40,9 +41,16 @@ def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False)
     requests = []
     lengths: dict[str, int] = {}
     sampling = random.Random(f"{seed}:temperature")
+    # now and then one prompt near the pool's capacity (admission and eviction at the pool's edge, where an
+    # allocator that over-reserves stalls), from a stream of its own: the draws below stay what they were
+    filling = random.Random(f"{seed}:pool-filling")
+    fill_at = filling.randrange(4) if not small and filling.random() < 0.1 else -1
     for i in range(rng.choice([1, 2, 2, 3, 4])):
         rid = "abcdefgh"[i]
         length = rng.randint(2, (3 if small else 5) * mamba)
+        if i == fill_at:
+            cap = min(geo["max_model_len"], largest_request(geo["num_blocks"], mamba, k)) - 8  # room for max_tokens
+            length = max(length, filling.randint(max(2, cap // 2), cap))
         prompt: dict = {"length": length, "seed": rng.randrange(1 << 16)}
         if requests and rng.random() < 0.6:
             other = rng.choice(requests)["id"]

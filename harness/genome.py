@@ -15,6 +15,7 @@ import random
 from dataclasses import dataclass
 
 from harness.scenario import Scenario, parse_scenario, scenario_to_json
+from harness.trace import largest_request
 
 MAMBA_SIZES = (4, 8, 16)
 POOL_SIZES = (12, 16, 24, 32, 48, 64, 128, 256)
@@ -168,10 +169,13 @@ def decode(data: bytes, budget: Budget = Budget()) -> Scenario:
     k, mamba = geo["num_speculative_tokens"], geo["mamba_block_size"]
     max_len = min(48, 3 * mamba) if budget.small else min(96, 6 * mamba)
     nreq = r.range(1, MAX_REQUESTS - 1 if budget.small else MAX_REQUESTS)
+    # a request the pool could never hold is one vLLM never admits (harness.scenario refuses it): the longest
+    # prompt that leaves room for the longest output
+    fits = largest_request(geo["num_blocks"], mamba, k) - 6
     requests, lengths = [], []
     for i in range(nreq):
         rid = "abcd"[i]
-        length = r.range(2, max_len)
+        length = min(r.range(2, max_len), fits)
         arrival = r.range(0, 7)
         share_from = r.range(0, i)  # 0: none; j: request j-1
         share_len = r.range(1, 255)

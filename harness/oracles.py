@@ -7,7 +7,10 @@
                  state of the prefix that key names;
 4. pool          at the end every block is back in the free queue once, no ref count is left;
 5. exception     vLLM raised at some step;
-6. output        (model tier) every generated token's logits match the uncached reference within
+6. liveness      the run stops with arrived requests unfinished (nothing scheduled and nothing left to change
+                 it, or the step limit reached after more idle steps than the longest load could explain)
+                 while the pool could hold each of them on its own: vLLM would hang there;
+7. output        (model tier) every generated token's logits match the uncached reference within
                  LOGIT_TOLERANCES[dtype] and every token is the reference's greedy choice; a divergence is
                  classified by symptom: repeat (the cached run copies an earlier span verbatim where the
                  reference does not), garbage (non-finite logits, or an error wider than the reference
@@ -123,6 +126,35 @@ def vllm_exception(trace: Trace) -> list[Finding]:
     return [Finding("vllm-exception", e.step, e.request, None, [], expected="no exception",
                     actual=e.error, detail=f"{e.call} raised at {e.site}", signature=f"vllm-exception:{e.site}",
                     excerpt=trace.excerpt(e.step, e.request))]
+
+
+IDLE_SLACK = 2  # idle steps a run may end with, beyond its longest load, and still be making progress
+
+
+def liveness(trace: Trace) -> list[Finding]:
+    """A request vLLM never finishes although the pool could hold it. `stuck`: the step loop saw nothing
+    scheduled, no load in flight and no arrival or event to come, so vLLM would spin there forever. At the step
+    limit, idle steps count only beyond the longest external load (a load in flight keeps a request waiting)
+    plus IDLE_SLACK (the step the connector reports the load and the one async scheduling lags by). A request
+    larger than the pool is one vLLM can never admit: the scenario is refused (harness.scenario), never judged."""
+    end = trace.end
+    if end is None or end.reason == "done" or not end.unfinished:
+        return []
+    if end.reason == "step-limit" and end.idle_steps <= end.longest_load + IDLE_SLACK:
+        return []
+    usable = end.num_blocks - 1  # all but the null block
+    needs = {rid: end.blocks_to_hold(rid) for rid in end.unfinished}
+    if max(needs.values()) > usable:
+        return []
+    first = min(end.unfinished)
+    how = ("nothing was scheduled and nothing left can change that" if end.reason == "stuck" else
+           f"the step limit was reached after {end.idle_steps} steps that scheduled nothing")
+    return [Finding("liveness", end.step, first, None, [],
+                    expected=f"request(s) {', '.join(sorted(end.unfinished))} admitted and finished: each needs at most "
+                             f"{max(needs.values())} of the pool's {usable} usable blocks",
+                    actual=f"the run stops at step {end.step} with them unfinished "
+                           f"({', '.join(f'{r}: {p}' for r, p in sorted(end.unfinished.items()))})",
+                    detail=how, signature=f"liveness:{end.reason}", excerpt=trace.excerpt(end.step - 1, first))]
 
 
 # float64 CPU: chunked/recurrent cached runs differ from the one-chunk reference by at most 1.02e-14
@@ -252,6 +284,7 @@ ORACLES = {
     "cache-integrity": cache_integrity,
     "pool-accounting": pool_accounting,
     "vllm-exception": vllm_exception,
+    "liveness": liveness,
     "output": outputs,
 }
 

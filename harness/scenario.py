@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harness.errors import BadInput
+from harness.trace import blocks_at_least
 
 SCENARIO_VERSION = 1
 VOCAB_SIZE = 32000
@@ -173,6 +174,11 @@ class Scenario(_Strict):
             n = len(req.prompt.tokens) if req.prompt.tokens is not None else req.prompt.length
             if n + req.max_tokens > max_len:
                 raise ValueError(f"requests[{i}]: prompt + max_tokens = {n + req.max_tokens} exceeds max_model_len {max_len}")
+            g = self.geometry
+            need = blocks_at_least(n + req.max_tokens, (g.attn_block_size, g.mamba_block_size))
+            if need > g.num_blocks - 1:  # vLLM could never admit it: it would wait forever, by design
+                raise ValueError(f"requests[{i}]: {n + req.max_tokens} tokens need at least {need} blocks, more than the "
+                                 f"pool's {g.num_blocks - 1} usable ones (num_blocks {g.num_blocks} less the null block)")
         return self
 
     def prompt_tokens(self) -> dict[str, list[int]]:

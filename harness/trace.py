@@ -77,6 +77,27 @@ class VllmException:
     site: str
 
 
+@dataclass(slots=True)
+class RunEnd:
+    """How the step loop ended, for the liveness oracle: `done` (every request finished), `stuck` (nothing was
+    scheduled and nothing can change: no load in flight, no arrival or event to come; vLLM would spin there
+    forever) or `step-limit` (the scenario's max_steps ran out). The pool and each unfinished request's
+    size are recorded so the oracle computes whether the pool could hold it."""
+
+    reason: str
+    step: int
+    idle_steps: int  # the trailing steps that scheduled nothing
+    unfinished: dict[str, str]  # request -> phase (waiting, loading, running, ...) of every arrived, unfinished one
+    tokens: dict[str, int]  # request -> prompt + max_tokens (the most it ever holds)
+    longest_load: int  # the scenario's longest external load (steps)
+    num_blocks: int
+    block_sizes: tuple[int, int]  # (attention, Mamba)
+    lookahead: int  # speculative tokens (K)
+
+    def blocks_to_hold(self, request: str) -> int:
+        return blocks_to_hold(self.tokens[request], self.block_sizes, self.lookahead)
+
+
 @dataclass
 class Trace:
     vllm_version: str
@@ -92,6 +113,7 @@ class Trace:
     steps_run: int = 0
     prefixes: dict[str, list[int]] = field(default_factory=dict)  # request -> prefix fingerprints (fps[n])
     outputs: list | None = None  # model tier: one harness.model_tier.OutputRecord per generating request
+    end: RunEnd | None = None  # how the step loop ended (None: vLLM raised)
 
     def name(self, state: State | None) -> str:
         """'a[:14]' for the state of request a's first 14 tokens; drafts and unknown prefixes say so."""
@@ -157,6 +179,39 @@ class CacheRecorder:
             self.trace.cache.append(CacheCheck(step, block, n, rid, (n, requests[rid][1][n]), conv[0], ssm))
 
 
+def blocks_to_hold(tokens: int, block_sizes: tuple[int, int], lookahead: int) -> int:
+    """The most blocks one request of `tokens` tokens (prompt + max_tokens) holds at once in align mode, all
+    groups together, by the allocator's specification rather than its code (so an allocator that over-reserves
+    is judged against it): the attention group holds every block of its tokens plus the lookahead
+    (`cdiv(num_tokens, block_size)`, single_type_kv_cache_manager.py:176-215 in 0.33.0); the Mamba group holds at
+    most its align-mode cap (single_type_kv_cache_manager.py:1779-1784): the running state's block, one for a
+    partial hit's copy, one for a prefill checkpoint, and a block per speculative token."""
+    attn, _ = block_sizes
+    return -(-(tokens + lookahead) // attn) + 3 + lookahead
+
+
+def blocks_at_least(tokens: int, block_sizes: tuple[int, int]) -> int:
+    """The fewest blocks one request of `tokens` tokens needs to finish, by the same specification: every
+    attention block of its tokens and the Mamba group's running-state block. A request needing more than the
+    pool is one vLLM can never admit (harness.scenario refuses it); between this and `blocks_to_hold` the
+    liveness oracle does not judge."""
+    return -(-tokens // block_sizes[0]) + 1
+
+
+def largest_request(num_blocks: int, block_size: int, lookahead: int) -> int:
+    """The most tokens (prompt + max_tokens) one request may have for the pool to hold it (`blocks_to_hold`)."""
+    return (num_blocks - 1 - 3 - lookahead) * block_size - lookahead
+
+
+def run_end(sc, reason: str, step: int, idle: int, unfinished: dict[str, str]) -> RunEnd:
+    g = sc.geometry
+    tokens = {r.id: (len(r.prompt.tokens) if r.prompt.tokens is not None else r.prompt.length) + r.max_tokens
+              for r in sc.requests}
+    loads = [r.external.load_steps for r in sc.requests if r.external is not None]
+    return RunEnd(reason, step, idle, unfinished, tokens, max(loads, default=0), g.num_blocks,
+                  (g.attn_block_size, g.mamba_block_size), g.num_speculative_tokens)
+
+
 class VllmRaised(Exception):
     """vLLM raised during a replay (any tier): the replay ends and the exception becomes a finding."""
 
@@ -165,18 +220,23 @@ class VllmRaised(Exception):
 
 
 def run_steps(tier) -> Trace:
-    """The step loop every tier shares. `tier` has sc, step_idx, trace, alloc and _all_done(), _stuck(step),
-    _step(step), _shutdown(). After the last step, or after vLLM raised, every request still holding blocks
+    """The step loop every tier shares. `tier` has sc, step_idx, trace, alloc, last_scheduled (requests the last
+    step scheduled) and _all_done(), _stuck(step), _step(step), _unfinished(), _shutdown(). How the loop ended
+    is recorded (`Trace.end`, the liveness oracle's input). After the last step, or after vLLM raised, every request still holding blocks
     is freed and the pool is snapshotted for pool accounting; if freeing after an exception raises too, the
     trace says the pool could not be judged."""
     trace = tier.trace
     try:
+        idle, reason = 0, "step-limit"
         for step in range(tier.sc.max_steps):
             tier.step_idx = step
             if tier._all_done() or tier._stuck(step):
+                reason = "done" if tier._all_done() else "stuck"
                 break
             tier._step(step)
             trace.steps_run = step + 1
+            idle = 0 if tier.last_scheduled else idle + 1
+        trace.end = run_end(tier.sc, reason, trace.steps_run, idle, tier._unfinished())
         tier._shutdown()
     except VllmRaised as raised:
         trace.exception = raised.record

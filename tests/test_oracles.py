@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.oracles import cache_integrity, live_columns, pool_accounting, provenance, vllm_exception
+from harness.oracles import cache_integrity, live_columns, liveness, pool_accounting, provenance, vllm_exception
 from harness.trace import CacheCheck, Read, RowView, Trace, VllmException
 
 from harness.scenario import load_scenario
@@ -102,3 +102,58 @@ def test_provenance_names_the_v1_accepted_reset():
     prov = by_oracle(findings, "provenance")
     assert prov and prov[0].signature == "provenance:initial-after-accepted-reset"
     assert prov[0].request == "c" and "c[:6]" in prov[0].expected and "c[:5]" in prov[0].actual
+
+
+# -- liveness -------------------------------------------------------------------------------------------
+def _ended(reason, unfinished, *, tokens=40, idle=1, load=0, blocks=32):
+    from harness.trace import RunEnd
+
+    t = _trace()
+    t.end = RunEnd(reason, 9, idle, {r: "waiting" for r in unfinished}, {"a": tokens, "b": 4}, load, blocks, (8, 8), 0)
+    return t
+
+
+def test_liveness_trips_when_a_request_the_pool_holds_is_never_finished():
+    (f,) = liveness(_ended("stuck", ["a"]))
+    assert f.signature == "liveness:stuck" and f.request == "a" and "of the pool's 31 usable blocks" in f.expected
+    assert liveness(_ended("done", [])) == [] and liveness(_ended("stuck", [])) == []
+
+
+def test_liveness_leaves_a_request_larger_than_the_pool_and_a_load_in_flight():
+    from harness.trace import blocks_to_hold, largest_request
+
+    largest = largest_request(32, 8, 0)
+    assert blocks_to_hold(largest, (8, 8), 0) == 31 and blocks_to_hold(largest + 1, (8, 8), 0) == 32
+    assert liveness(_ended("stuck", ["a"], tokens=largest)) and not liveness(_ended("stuck", ["a"], tokens=largest + 1))
+    # at the step limit, idle steps a load in flight explains (plus the report step and the async lag) are fine
+    assert liveness(_ended("step-limit", ["a"], idle=5, load=3)) == []
+    assert liveness(_ended("step-limit", ["a"], idle=6, load=3))[0].signature == "liveness:step-limit"
+
+
+def test_a_request_larger_than_the_pool_is_bad_input():
+    from harness.errors import BadInput
+    from harness.scenario import parse_scenario
+
+    doc = {"version": 1, "geometry": {"hash_block_size": 8, "attn_block_size": 8, "mamba_block_size": 8,
+                                      "num_blocks": 16, "max_model_len": 512},
+           "requests": [{"id": "a", "prompt": {"length": 113, "seed": 1}, "max_tokens": 1}]}
+    with pytest.raises(BadInput, match="more than the pool's 15 usable"):
+        parse_scenario(doc)  # 114 tokens: at least 15 attention blocks and the Mamba group's running state
+    doc["requests"][0]["prompt"]["length"] = 95
+    parse_scenario(doc)  # 96 tokens: 12 attention blocks, and at most 3 Mamba blocks: the liveness oracle judges it
+
+
+@pytest.mark.parametrize("tier", ["symbolic", "engine"])
+def test_liveness_trips_on_an_admission_that_over_reserves(tier):
+    """The stall mutant (admission counts a Mamba block for every block of the prompt) on a generated
+    scenario with a prompt near the pool's capacity: the request waits forever; stock vLLM finishes it."""
+    from harness.generate import random_scenario
+    from harness.oracles import judge
+    from harness.replay import replay
+    from testlib import mutant
+
+    scenario = random_scenario(18, checkpoints=False)
+    assert judge(replay(scenario, tier=tier)) == [] and replay(scenario, tier=tier).end.reason == "done"
+    with mutant("mamba-admission-uncapped"):
+        trace = replay(scenario, "mamba-admission-uncapped", tier=tier)
+    assert [f.signature for f in judge(trace)] == ["liveness:stuck"], judge(trace)

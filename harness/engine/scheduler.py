@@ -201,9 +201,17 @@ class EngineDriver:
     def _all_done(self) -> bool:
         return all(r.finished for r in self.reqs.values())
 
+    def _unfinished(self) -> dict[str, str]:
+        # (a request vLLM finished itself, e.g. FINISHED_ERROR after a failed load, is finished)
+        return {r.id: r.vreq.status.name.lower() for r in self.reqs.values()
+                if r.arrived and not r.finished and not r.vreq.is_finished()}
+
     def _stuck(self, step: int) -> bool:
-        if step == 0 or self.last_scheduled or self.loads or self.reported_loads or self.batch_queue:
-            return False  # (async scheduling: a batch still in flight reports, and what it frees is rescheduled)
+        in_flight = any(so.total_num_scheduled_tokens for _, so, _ in self.batch_queue)
+        if step == 0 or self.last_scheduled or self.loads or self.reported_loads or in_flight:
+            # (async scheduling: a batch still in flight reports, and what it frees is rescheduled; an empty
+            # batch, which the engine loop queues every step, runs nothing and frees nothing)
+            return False
         if any(not r.arrived and not r.finished for r in self.reqs.values()):
             return False
         return not any(s >= step for s in self.events)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.mutants.base import mamba_mutant
+from harness.mutants.base import bound_arguments, mamba_mutant
 
 
 def _leaking_free(original):
@@ -22,6 +22,21 @@ def _overallocating(original):
     return allocate_new_blocks
 
 
+def _uncapped_admission(original):
+    def get_num_blocks_to_allocate(self, *args, **kwargs):
+        n = original(self, *args, **kwargs)
+        a = bound_arguments(original, self, *args, **kwargs).arguments
+        rid = a["request_id"]
+        if (getattr(self, "mamba_cache_mode", "align") != "align" or n > self.block_pool.num_gpu_blocks
+                or rid in getattr(self, "_allocated_block_reqs", ())):
+            return n  # not align mode, a deferral (num_gpu_blocks + 1), or a running request
+        # single_type_kv_cache_manager.py:1779-1784 (0.33.0) caps a request's first align-mode allocation at
+        # the blocks it keeps physically; this counts every block of its table, as if none were skipped
+        table = -(-a["num_tokens_main_model"] // self.block_size) + self.num_speculative_blocks
+        return max(n, table - len(a["new_computed_blocks"]) - len(self.req_to_blocks[rid]))
+    return get_num_blocks_to_allocate
+
+
 MAMBA_FREE_LEAKS_BLOCK = mamba_mutant(
     "mamba-free-leaks-block", "lifetime: a freed request keeps one Mamba block referenced (pool leak)",
     "free", _leaking_free, releases="0.26.0-0.33.x")
@@ -29,3 +44,8 @@ MAMBA_FREE_LEAKS_BLOCK = mamba_mutant(
 MAMBA_OVERALLOCATE = mamba_mutant(
     "mamba-overallocate-running", "off-by-one: a running request asks for one Mamba block too many per step",
     "allocate_new_blocks", _overallocating, releases="0.26.0-0.33.x")
+
+MAMBA_ADMISSION_UNCAPPED = mamba_mutant(
+    "mamba-admission-uncapped", "stall: admission reserves a Mamba block for every block of the prompt (the align-mode "
+    "cap dropped), so a request the pool could hold waits forever", "get_num_blocks_to_allocate",
+    _uncapped_admission, releases="0.26.0-0.33.x")
