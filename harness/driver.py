@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from harness.errors import BadInput, HarnessError
 from harness.scenario import RequestSpec, Scenario
 from harness.states import SymbolicStates, chain
-from harness.tokens import planned_drafts, true_next
+from harness.tokens import RequestTruth
 from harness.trace import CacheRecorder, Call, Trace, VllmException, VllmRaised, run_steps
 from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, Allocator, exception_site, installed_version
 from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow
@@ -33,10 +33,9 @@ from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow
 class _Req:
     spec: RequestSpec
     vreq: object  # vllm.v1.request.Request
-    fps: list[int]  # fps[n] = fingerprint of the first n real tokens
+    truth: RequestTruth  # its tokens as the scenario defines them (harness.tokens)
     phase: str = "pending"  # pending | waiting | loading | running | finished
     chunk_idx: int = 0
-    accept_idx: int = 0
     drafts: list[int] = field(default_factory=list)
     external_used: bool = False
     load_done_step: int = -1
@@ -45,6 +44,11 @@ class _Req:
 
     def __post_init__(self) -> None:
         self.id = self.spec.id
+
+    @property
+    def fps(self) -> list[int]:
+        """fps[n] = fingerprint of the first n real tokens."""
+        return self.truth.fps
 
 
 PLACEHOLDER = -1  # a padded request's placeholder draft token (scheduler.py:1578-1582)
@@ -90,7 +94,7 @@ class Driver:
         self.reqs: dict[str, _Req] = {}
         for spec in scenario.requests:
             vreq = self.alloc.make_request(spec.id, prompts[spec.id], spec.max_tokens)
-            r = _Req(spec, vreq, chain([0], prompts[spec.id]))
+            r = _Req(spec, vreq, RequestTruth(prompts[spec.id], spec.acceptance, self.K))
             self.reqs[spec.id] = r
             self.trace.prefixes[spec.id] = r.fps  # names states lazily, only when a finding is printed
         self.cache = CacheRecorder(self.trace, self.states, g.hash_block_size)
@@ -425,7 +429,7 @@ class Driver:
             new_tokens = self._verify(r, drafts)
             good = len(new_tokens) - 1
             v.num_computed_tokens -= nd - good  # reject (scheduler.py:2346-2364)
-            chain(r.fps, new_tokens)
+            r.truth.extend(new_tokens)
             self.alloc.append_output(v, new_tokens)
             if nd:
                 self._call(r, "cache_blocks", self.alloc.cache_blocks, v, v.num_computed_tokens,
@@ -442,13 +446,7 @@ class Driver:
         plus one token."""
         if self.backend is not None:
             return self.backend.verify(r.id, self.step_idx, r.vreq.num_tokens, drafts)
-        last = r.fps[-1]
-        good = 0
-        for d in drafts:  # drafts were planned right or wrong; verification counts the right prefix
-            if d != true_next(last, good):
-                break
-            good += 1
-        return [true_next(last, k) for k in range(good + 1)]
+        return r.truth.verify(drafts)
 
     def _plan_drafts(self, r: _Req) -> None:
         nd = min(self.K, r.spec.max_tokens - r.vreq.num_output_tokens - 1)
@@ -461,10 +459,7 @@ class Driver:
         pattern says."""
         if self.backend is not None:
             return self.backend.propose(r.id, list(r.vreq.all_token_ids), nd)
-        pattern = r.spec.acceptance or [self.K]
-        good = min(pattern[r.accept_idx % len(pattern)], nd)
-        r.accept_idx += 1
-        return planned_drafts(r.fps[-1], nd, good)
+        return r.truth.propose(nd)
 
     # -- lifetimes -----------------------------------------------------------------------------------------
     def _finish(self, r: _Req) -> None:

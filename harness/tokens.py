@@ -1,12 +1,16 @@
-"""The harness's deterministic token rule, shared by every tier (imports neither a tier nor vLLM).
+"""The scenario's model of a request's tokens, shared by every tier and every worker (imports neither a tier
+nor vLLM).
 
 The symbolic "model": the next token is a function of the exact prefix (its fingerprint,
-`harness.states.chain`). Drafts are planned right or wrong from the scenario's acceptance pattern.
+`harness.states.chain`). Drafts are planned right or wrong from the scenario's acceptance pattern; verification
+counts the right prefix. `RequestTruth` holds one request's fingerprints and draft plan: the mirrored driver,
+the engine driver and the engine's workers all read it, so a worker never calls back into a driver.
 """
 
 from __future__ import annotations
 
 from harness.scenario import VOCAB_SIZE
+from harness.states import chain
 
 
 def true_token(fp: int) -> int:
@@ -35,4 +39,56 @@ def planned_drafts(last: int, nd: int, good: int) -> list[int]:
     return out
 
 
-__all__ = ["planned_drafts", "true_next", "true_token", "wrong_token"]
+class RequestTruth:
+    """One request's tokens as the scenario defines them: `fps[n]` is the fingerprint of its first n real tokens
+    (the prompt, then the outputs as vLLM records them: `record`), and its drafts are planned from the
+    acceptance pattern (`propose`) and verified by the token rule (`verify`)."""
+
+    __slots__ = ("fps", "pattern", "accept_idx")
+
+    def __init__(self, prompt: list[int], acceptance: list[int] | None, num_speculative: int) -> None:
+        self.fps = chain([0], prompt)
+        self.pattern = list(acceptance or [num_speculative])
+        self.accept_idx = 0
+
+    def record(self, tokens: list[int]) -> None:
+        """vLLM's record of the request's tokens (prompt + outputs): fingerprint the ones not yet seen."""
+        if len(tokens) + 1 > len(self.fps):
+            chain(self.fps, tokens[len(self.fps) - 1:])
+
+    def extend(self, new_tokens: list[int]) -> None:
+        chain(self.fps, new_tokens)
+
+    def fingerprint(self, n: int, known: list[int] | None = None) -> int:
+        """The first n tokens' fingerprint: the record and, past it, `known` tokens (a model forward's own), else
+        the true continuation by the token rule (under async scheduling a worker runs a step ahead of the
+        scheduler's record; a wrong token fed there shows as a state read that does not hold this prefix)."""
+        fps = self.fps
+        if n < len(fps):
+            return fps[n]
+        if known is not None and len(known) >= n:
+            return chain([fps[-1]], known[len(fps) - 1:n])[-1]
+        last = fps[-1]
+        for _ in range(n - len(fps) + 1):
+            last = hash((last, true_token(last)))
+        return last
+
+    def propose(self, nd: int, width: int | None = None, last: int | None = None) -> list[int]:
+        """nd drafts after the recorded prefix, the acceptance pattern's next entry right and the rest wrong; a
+        runner's drafter (V2) asks `width` drafts after the prefix fingerprint `last`."""
+        good = min(self.pattern[self.accept_idx % len(self.pattern)], nd)
+        self.accept_idx += 1
+        return planned_drafts(self.fps[-1] if last is None else last, nd if width is None else width, good)
+
+    def verify(self, drafts: list[int]) -> list[int]:
+        """Rejection sampling by the token rule: the drafts that match the true continuation, plus one token."""
+        last = self.fps[-1]
+        good = 0
+        for d in drafts:
+            if d != true_next(last, good):
+                break
+            good += 1
+        return [true_next(last, k) for k in range(good + 1)]
+
+
+__all__ = ["RequestTruth", "planned_drafts", "true_next", "true_token", "wrong_token"]

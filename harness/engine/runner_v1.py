@@ -290,6 +290,7 @@ class V1Worker:
         self.kernels_v1 = kernels_v1
         self.kernels = opts.kernels
         self.driver, self.trace = driver, driver.trace
+        self.truths = driver.truths  # the scenario's model of every request's tokens (harness.tokens)
         # --forward model: the model tier's backend (harness.model_tier) runs at the indices vLLM's runner computes
         self.backend = getattr(driver, "backend", None)
         from harness.engine.config import runner_config
@@ -499,7 +500,7 @@ class V1Worker:
         for i, rid in enumerate(req_ids):
             nc, ns = int(nc_np[i]), int(ns_np[i])
             nd = len(so.scheduled_spec_decode_tokens.get(rid, ()))
-            want = (nc, self.driver.prefix_fp(rid, nc))
+            want = (nc, self.truths[rid].fingerprint(nc))
             fed = chain([want[1]], fed_all[starts[i]:starts[i + 1]])  # fed[j]: the prefix of nc + j tokens as fed
             na = int(accepted[i])
             curr = r.mamba_state_idx[rid]

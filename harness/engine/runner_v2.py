@@ -32,8 +32,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from harness.errors import BadInput, HarnessError
-from harness.states import NULL_BLOCK, ZERO_STATE, chain
+from harness.states import NULL_BLOCK, chain
 from harness.tokens import true_token
 from harness.trace import Read, RowView
 from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, installed_version
@@ -419,6 +418,9 @@ class V2Worker:
 
         self.torch = torch
         self.driver, self.trace = driver, driver.trace
+        # the scenario's model of every request's tokens (harness.tokens), its prompts and output lengths
+        self.truths, self.prompts = driver.truths, driver.prompts
+        self.max_tokens = {spec.id: spec.max_tokens for spec in driver.sc.requests}
         eg = driver.eg
         self.B, self.K = eg.block_size, eg.num_speculative_tokens
         from harness.engine import kernels_v1, kernels_v2
@@ -527,7 +529,7 @@ class V2Worker:
             if ns == 0:
                 continue
             nc = pos[qs]
-            start = self.driver.prefix_fp(rid, nc)
+            start = self.fingerprint(rid, nc)
             fps = chain([start], ids[qs:qe])  # fps[j]: the prefix of nc + j tokens as fed
             targets = [true_token(fps[j + 1]) for j in range(ns)]
             hidden[qs:qe, 0] = torch.tensor(targets, dtype=torch.float32)
@@ -580,6 +582,11 @@ class V2Worker:
         return hidden
 
     # -- the model forward (--forward model) --------------------------------------------------------------------
+    def fingerprint(self, rid: str, n: int) -> int:
+        """Request `rid`'s first n tokens' fingerprint: vLLM's record, then the model forward's own tokens (this
+        worker's record, a step ahead of the scheduler's under async scheduling), else the token rule."""
+        return self.truths[rid].fingerprint(n, self.known_tokens(rid) if self.backend is not None else None)
+
     def known_tokens(self, rid: str) -> list[int] | None:
         """The request's tokens as this worker fed and sampled them (the model's, with --forward model)."""
         return self.tokens.get(rid)
@@ -595,7 +602,7 @@ class V2Worker:
         from harness.worker import Forward
 
         ns = len(fed)
-        prompt = list(self.driver.reqs[rid].vreq.prompt_token_ids)
+        prompt = list(self.prompts[rid])
         base = self.tokens.get(rid, prompt)
         base = base[:nc] if len(base) >= nc else prompt[:nc]
         self._feed[rid] = base + fed
@@ -639,7 +646,7 @@ class V2Worker:
             conv, ssm = self.states.read(conv_b, off[i], ssm_b)
             nc = int(nc_all[i])
             self.trace.reads.append(Read(self.step, rid, "precopy", MAMBA_GROUP, src[i], conv_b, conv, ssm,
-                                         (nc, self.driver.prefix_fp(rid, nc))))
+                                         (nc, self.fingerprint(rid, nc))))
             if self.backend is not None:  # the model's pages make the copy vLLM's kernel made
                 self.backend.shift_copy(col(dst[i]), conv_b, ssm_b, off[i])
 
@@ -664,7 +671,7 @@ class V2Worker:
         # the prefix of A tokens as this step fed them (drafts included: V2's scheduler holds placeholders)
         fed = self.rows.get(rid)
         nc = self._fed_from.get(rid, 0)
-        want = (A, fed[0][A - nc]) if fed is not None and 0 <= A - nc < len(fed[0]) else (A, self.driver.prefix_fp(rid, A))
+        want = (A, fed[0][A - nc]) if fed is not None and 0 <= A - nc < len(fed[0]) else (A, self.fingerprint(rid, A))
         self.trace.reads.append(Read(self.step, rid, "postcopy", MAMBA_GROUP, src_col, conv_b, conv, ssm, want))
         if self.backend is not None:  # the model's pages make the copy vLLM's kernel is about to make
             self.backend.shift_copy(col(dst_col), conv_b, ssm_b, bias)
@@ -718,17 +725,16 @@ class V2Worker:
             nd = len(spec.get(rid, ()))
             last = ns - nd - 1 + k - 1  # the last sampled token's row position
             new_fp = hash((fps[last + 1], targets[last]))
-            r = self.driver.reqs[rid]
             # output tokens once this step's are in (not the scheduler's count: under async scheduling it lags)
-            outputs = self._fed_from[rid] + ns - nd + k - r.vreq.num_prompt_tokens
-            if outputs >= r.spec.max_tokens:
+            outputs = self._fed_from[rid] + ns - nd + k - len(self.prompts[rid])
+            if outputs >= self.max_tokens[rid]:
                 continue
-            plan = min(self.K, r.spec.max_tokens - outputs - 1)
+            plan = min(self.K, self.max_tokens[rid] - outputs - 1)
             if plan > 0 and self.backend is not None:  # the model tier's drafter, on this worker's tokens
                 proposal = self.backend.propose(rid, list(self.tokens[rid]), plan)
                 drafts[i, :len(proposal)] = torch.tensor(proposal, dtype=torch.int64)
             elif plan > 0:
-                drafts[i] = torch.tensor(self.driver._propose(r, plan, self.K, new_fp), dtype=torch.int64)
+                drafts[i] = torch.tensor(self.truths[rid].propose(plan, self.K, new_fp), dtype=torch.int64)
         return drafts
 
     _seen: set

@@ -33,9 +33,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from harness.tokens import true_token  # the shared token rule
+from harness.tokens import RequestTruth  # the scenario's model of a request's tokens
 from harness.errors import BadInput, HarnessError
-from harness.scenario import VOCAB_SIZE, RequestSpec, Scenario
+from harness.scenario import RequestSpec, Scenario
 from harness.states import chain
 from harness.trace import CacheRecorder, Trace, VllmException, VllmRaised, run_steps
 from harness.vllm_adapter import (
@@ -58,14 +58,17 @@ MODEL_RUNNERS = ("mirror", "v1", "v2")  # the workers that run a forward backend
 class _Req:
     spec: RequestSpec
     vreq: object
-    fps: list[int]
+    truth: RequestTruth  # its tokens as the scenario defines them (harness.tokens), shared with the worker
     arrived: bool = False
     finished: bool = False
-    accept_idx: int = 0
     id: str = field(init=False)
 
     def __post_init__(self) -> None:
         self.id = self.spec.id
+
+    @property
+    def fps(self) -> list[int]:
+        return self.truth.fps
 
 
 class EngineDriver:
@@ -91,6 +94,9 @@ class EngineDriver:
         self.trace = Trace(vllm_version=installed_version(), mutant=mutant)
         self.so = None  # this step's SchedulerOutput (what a forward backend's step_tokens reads)
         self.backend = self._forward_backend()  # --forward model: the model tier's ModelBackend; else None
+        # the scenario's model of every request's tokens, which the worker reads too (it never asks the driver)
+        self.prompts = scenario.prompt_tokens()
+        self.truths = {spec.id: RequestTruth(self.prompts[spec.id], spec.acceptance, self.K) for spec in scenario.requests}
         self.worker = make_worker(self, self.options.runner)
         if self.backend is not None and getattr(self.worker, "runner_name", None) not in MODEL_RUNNERS:
             raise BadInput(f"--forward model runs on the mirror, v1 and v2 runners only (this config's runner: "
@@ -104,13 +110,12 @@ class EngineDriver:
             raise HarnessError("vLLM did not load the harness KV connector")
         connector.engine = self
         self.connector = connector
-        prompts = scenario.prompt_tokens()
         self.reqs: dict[str, _Req] = {}
         for spec in scenario.requests:
             sp = self.v.SamplingParams(max_tokens=spec.max_tokens, temperature=spec.temperature)
-            vreq = self.v.Request(request_id=spec.id, prompt_token_ids=list(prompts[spec.id]), sampling_params=sp,
+            vreq = self.v.Request(request_id=spec.id, prompt_token_ids=list(self.prompts[spec.id]), sampling_params=sp,
                                   pooling_params=None, block_hasher=self.alloc.hasher)
-            r = _Req(spec, vreq, chain([0], prompts[spec.id]))
+            r = _Req(spec, vreq, self.truths[spec.id])
             self.reqs[spec.id] = r
             self.trace.prefixes[spec.id] = r.fps
             if spec.external is not None:
@@ -137,22 +142,6 @@ class EngineDriver:
         backend = ModelBackend(self.geometry, load_model(self.model_name))
         backend.step_tokens = self._step_tokens
         return backend
-
-    def prefix_fp(self, rid: str, n: int) -> int:
-        """The fingerprint of request `rid`'s first n tokens: vLLM's record of its tokens and, past it, the true
-        continuation by the token rule (under async scheduling the worker runs a step ahead of the scheduler's
-        record; a wrong token fed there shows as a state read that does not hold this prefix)."""
-        fps = self.reqs[rid].fps
-        if n < len(fps):
-            return fps[n]
-        known = self.worker.known_tokens(rid) if self.backend is not None and hasattr(self.worker, "known_tokens") \
-            else None
-        if known is not None and len(known) >= n:  # the model's tokens: the worker's own record of them
-            return chain([fps[-1]], known[len(fps) - 1:n])[-1]
-        last = fps[-1]
-        for _ in range(n - len(fps) + 1):
-            last = hash((last, true_token(last)))
-        return last
 
     def _step_tokens(self, rid: str) -> list[int]:
         """A request's tokens followed by this step's scheduled drafts (what the backend's forward consumes)."""
@@ -321,13 +310,8 @@ class EngineDriver:
                 sampled[rid] = self.backend.verify(rid, self.step_idx, v.num_tokens, drafts)
                 accepted[rid] = len(sampled[rid])
                 continue
-            good = 0
-            for d in drafts:
-                if d != _true_next(r.fps, good):
-                    break
-                good += 1
-            sampled[rid] = [_true_next(r.fps, k) for k in range(good + 1)]
-            accepted[rid] = good + 1
+            sampled[rid] = r.truth.verify(drafts)
+            accepted[rid] = len(sampled[rid])
         return sampled, accepted
 
     def _after_output(self, ids: list[str]) -> None:
@@ -336,9 +320,7 @@ class EngineDriver:
         for rid in ids:
             r = self.reqs[rid]
             v = r.vreq
-            tokens = v.all_token_ids
-            if len(tokens) + 1 > len(r.fps):
-                chain(r.fps, tokens[len(r.fps) - 1:])
+            r.truth.record(v.all_token_ids)
             if v.is_finished():
                 r.finished = True
                 continue
@@ -356,21 +338,11 @@ class EngineDriver:
             self._call("", "update_draft_token_ids", self.sched.update_draft_token_ids,
                        self.DraftTokenIds(draft_ids, drafts))
 
-    def _propose(self, r: _Req, nd: int, width: int | None = None, last: int | None = None) -> list[int]:
-        """nd drafts; the scenario's acceptance pattern decides how many are right (as the mirrored tier).
-        A runner's drafter (V2) proposes `width` drafts after the prefix fingerprint `last`. With a forward
-        backend, its drafter proposes."""
-        if self.backend is not None and width is None:
+    def _propose(self, r: _Req, nd: int) -> list[int]:
+        """nd drafts: the forward backend's drafter, or the scenario's acceptance pattern (harness.tokens)."""
+        if self.backend is not None:
             return self.backend.propose(r.id, list(r.vreq.all_token_ids), nd)
-        pattern = r.spec.acceptance or [self.K]
-        good = min(pattern[r.accept_idx % len(pattern)], nd)
-        r.accept_idx += 1
-        out = []
-        fps = r.fps if last is None else [last]
-        for k in range(nd if width is None else width):
-            t = _true_next(fps, k)
-            out.append(t if k < good else t % (VOCAB_SIZE - 1) + 1)
-        return out
+        return r.truth.propose(nd)
 
     # -- events and shutdown ------------------------------------------------------------------------------
     def _apply_event(self, ev) -> None:
@@ -435,14 +407,6 @@ class EngineDriver:
     def _check_cache(self, step: int) -> None:
         self.cache.record(step, {rid: (r.vreq.block_hashes, r.fps) for rid, r in self.reqs.items()},
                           self.alloc.cached_mamba_entries())
-
-
-def _true_next(fps: list[int], k: int) -> int:
-    """The true token k positions after the prefix fps[-1] (the symbolic tier's rule)."""
-    last = fps[-1]
-    for _ in range(k):
-        last = hash((last, true_token(last)))
-    return true_token(last)
 
 
 def replay(scenario: Scenario, mutant: str | None = None, options: EngineOptions | None = None,
