@@ -48,7 +48,7 @@ def _unavailable() -> str | None:
     if os.environ.get("TRITON_INTERPRET") != "1":
         return "TRITON_INTERPRET is not 1 in this process"
     try:
-        from harness.engine.runner_v2 import v2_unavailable
+        from harness.engine.v2_setup import v2_unavailable
 
         why = v2_unavailable()
         if why is None:

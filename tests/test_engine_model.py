@@ -233,7 +233,7 @@ def test_diff_compares_the_model_tier_with_the_engine_forward(model_forward):
 
 
 def _v1_unsupported() -> str | None:
-    from harness.engine.runner_v1 import supported
+    from harness.engine.v1_process import supported
 
     return supported()
 

@@ -61,17 +61,17 @@ def test_seed_scenario_as_the_mirror_judges_it():
     assert {r.what for r in trace.reads} <= {"initial", "precopy", "postcopy"}
 
 
-# Seeds whose scenarios share a runner config (harness.engine.runner_v1._runner_key, vLLM 0.33.0): K = 0
+# Seeds whose scenarios share a runner config (harness.engine.v1_pool._runner_key, vLLM 0.33.0): K = 0
 # (7, 22), K = 1 (21, 47), K = 2 (23, 52), three of one (12, 24, 27); replayed interleaved so that every
 # replay after the first of its group runs on a runner another scenario used.
 _LEAK_SEQUENCE = (7, 22, 7, 21, 47, 21, 23, 52, 23, 12, 24, 27, 12)
 
 _FRESH_PROCESS = """
 import json, sys
-from harness.engine import runner_v1
+from harness.engine import v1_pool
 out = {}
 for seed in sys.argv[1:]:
-    runner_v1._POOL.clear()  # a runner built for this scenario alone
+    v1_pool._POOL.clear()  # a runner built for this scenario alone
     out[seed] = _digest(_replay(random_scenario(int(seed), checkpoints=False)))
 print(json.dumps(out))
 """
@@ -96,12 +96,12 @@ def test_no_state_leaks_across_scenarios():
     import subprocess
     import sys
 
-    from harness.engine import runner_v1
+    from harness.engine import v1_pool
 
     _v1_or_skip(load_scenario(SEED))
-    runner_v1._POOL.clear()
+    v1_pool._POOL.clear()
     pooled = [(seed, _digest(_replay(random_scenario(seed, checkpoints=False)))) for seed in _LEAK_SEQUENCE]
-    assert len(runner_v1._POOL) < len(set(_LEAK_SEQUENCE)), "no runner was reused: the sequence tests nothing"
+    assert len(v1_pool._POOL) < len(set(_LEAK_SEQUENCE)), "no runner was reused: the sequence tests nothing"
     code = ("import sys; sys.path.insert(0, %r); sys.path.insert(0, %r)\n" % (str(ROOT), str(ROOT / "tests"))
             + "from test_engine_v1 import _digest, _replay, random_scenario\n" + _FRESH_PROCESS)
     proc = subprocess.run([sys.executable, "-c", code, *map(str, sorted(set(_LEAK_SEQUENCE)))], capture_output=True,

@@ -28,165 +28,27 @@ RowView per request and Mamba group per step (the worker row is the runner's `in
 row; prev/curr from the runner's `mamba_state_idx`), a Read per state consumed ("initial", "precopy",
 "postcopy").
 
-One runner per runner config in the process (`_POOL`, keyed by the config values the runner is built from,
-`_runner_key`): building one costs more than a short scenario (its logits-processor set-up scans the installed
-distributions' entry points). Between scenarios a pooled runner is put back to its freshly built state
-(`_Pooled.reset`): every request it still holds is finished through its own `_update_states` (what the
-engine's next step would send), the persistent batch is rebuilt by its own `may_reinitialize_input_batch`,
-the Mamba buffers are dropped as `initialize_kv_cache` drops them, and every buffer and attribute of the
-runner itself is restored from the snapshot taken when it was built; the state tensors are the scenario's
-own. tests/test_engine_v1.py checks that a reused runner's traces equal a fresh process's.
-
-Not supported yet (BadInput): prefill checkpoint blocks (the Mamba2 checkpoint export is read from the
-attention metadata builder, not simulated here), releases whose runner lacks the pieces used here.
+Process set-up and host stand-ins: harness/engine/v1_process.py; the runner pool: harness/engine/v1_pool.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import socket
-
 import numpy as np
 
-from harness.patches import patch_attr, undo_all
 from harness.errors import BadInput
 from harness.states import chain
 from harness.tokens import true_token
 from harness.trace import Read, RowView
 from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, installed_version, parameters
 from harness.worker import Forward
-
-_PROCESS: dict = {}  # once per process: distributed init, kernel registration, the collect wrapper
-_POOL: dict[tuple, "_Pooled"] = {}  # one runner per runner config (_runner_key), reset between scenarios
-_POOL_SIZE = 256  # runners kept (a few MB each at the harness's sizes); the oldest goes first
-
-
-def supported() -> str | None:
-    """None when the installed release has what V1Worker drives, else why not."""
-    try:
-        import vllm.v1.worker.cpu_model_runner  # noqa: F401
-        from vllm.v1.worker import mamba_utils
-        from vllm.v1.attention.backends.utils import mamba_get_block_table_tensor  # noqa: F401
-        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-    except ImportError as exc:
-        return f"cannot import the V1 CPU model runner pieces ({exc})"
-    missing = [n for n in ("preprocess_mamba", "collect_mamba_copy_meta", "MambaBuffers",
-                           "stage_postprocess_inputs_to_gpu", "postprocess_mamba_align_gpu")
-               if not hasattr(mamba_utils, n)]
-    missing += [n for n in ("_update_states", "_prepare_inputs", "_get_mamba_bufs", "_bookkeeping_sync",
-                            "_update_states_after_model_execute") if not hasattr(GPUModelRunner, n)]
-    if missing:
-        return f"its V1 runner has no {', '.join(missing)}"
-    return None
-
-
-def _init_process(vc) -> None:
-    if _PROCESS:
-        return
-    from vllm.config import set_current_vllm_config
-    from vllm.distributed import init_distributed_environment, initialize_model_parallel
-    from vllm.distributed.parallel_state import model_parallel_is_initialized
-    from vllm.v1.worker import mamba_utils
-
-    from harness.engine import kernels_v1
-
-    if not model_parallel_is_initialized():
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        with set_current_vllm_config(vc):
-            init_distributed_environment(world_size=1, rank=0, local_rank=0,
-                                         distributed_init_method=f"tcp://127.0.0.1:{port}", backend="gloo")
-            initialize_model_parallel(1, 1)
-    _host_memory_only()
-    original = mamba_utils.collect_mamba_copy_meta
-
-    def collect_mamba_copy_meta(copy_bufs, kv_cache_config, funcs, group_ids, src_block_idx, dest_block_idx,
-                                accept_token_bias, req_state, forward_context):
-        # the non-fused pre-copy: every copy listed here runs in do_mamba_copy_block after the loop
-        # (mamba_utils.py:1345-1396), so the source pages read now are what the copy consumes
-        if not (src_block_idx == dest_block_idx and accept_token_bias == 0) and _PROCESS.get("observer"):
-            _PROCESS["observer"]("precopy", req_state.req_id, src_block_idx, dest_block_idx, accept_token_bias)
-        return original(copy_bufs, kv_cache_config, funcs, group_ids, src_block_idx, dest_block_idx,
-                        accept_token_bias, req_state, forward_context)
-
-    collect_mamba_copy_meta.__wrapped__ = original
-    mamba_utils.collect_mamba_copy_meta = collect_mamba_copy_meta
-    _PROCESS["init"] = True
-
-
-class _HostEvent:
-    """A CUDA event on host memory: the work it marks is done when recorded (the CPU runner's tensors are
-    host tensors, written synchronously)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        pass
-
-    def record(self, *args) -> None:
-        pass
-
-    def synchronize(self) -> None:
-        pass
-
-    def query(self) -> bool:
-        return True
-
-
-class _HostStream(_HostEvent):
-    device = "cpu"
-
-    def wait_stream(self, *args) -> None:
-        pass
-
-    def wait_event(self, *args) -> None:
-        pass
-
-
-@contextlib.contextmanager
-def _host_streams():
-    """The CUDA stream and event calls of vLLM's async output path (AsyncGPUModelRunnerOutput, the runner's
-    copy stream) on a CPU-only torch, where they raise: vLLM's CPU platform turns async scheduling off, so
-    its CPU runner has no stand-ins for them beyond its build (`_torch_cuda_wrapper`). Host copies are
-    synchronous, so every event is complete when recorded."""
-    import torch
-
-    cuda = torch.cuda
-    stand_ins = {"Event": _HostEvent, "Stream": _HostStream, "current_stream": lambda *a, **k: _HostStream(),
-                 "stream": lambda *a, **k: contextlib.nullcontext()}
-    undo = undo_all(patch_attr(cuda, name, value, by="engine:host-streams") for name, value in stand_ins.items())
-    try:
-        yield
-    finally:
-        undo()
-
-
-def _host_memory_only() -> None:
-    """Releases before 0.28 resolve no CPU platform on a CPU-only machine (platforms/__init__.py
-    cpu_platform_plugin: a "cpu" build or macOS only) and report pinned memory available, which torch
-    cannot allocate without an accelerator; the runner's buffers are then plain host memory."""
-    from vllm.platforms import current_platform
-
-    if current_platform.is_cpu() or not current_platform.is_pin_memory_available():
-        return
-    import sys
-
-    import vllm.v1.worker.cpu_model_runner  # noqa: F401  (imports every module holding PIN_MEMORY)
-
-    # stand-ins for the process's life (the patch layer lists them under engine:host-memory)
-    patch_attr(current_platform, "is_pin_memory_available", lambda: False, by="engine:host-memory")
-    for name, mod in list(sys.modules.items()):
-        if not name.startswith("vllm"):
-            continue
-        if getattr(mod, "PIN_MEMORY", None) is True:  # the module constant `PIN_MEMORY = is_pin_memory_available()`
-            patch_attr(mod, "PIN_MEMORY", False, by="engine:host-memory")
-        fn = getattr(mod, "is_pin_memory_available", None)
-        if hasattr(fn, "cache_clear"):
-            fn.cache_clear()
-    from vllm.v1.utils import CpuGpuBuffer
-
-    kw = CpuGpuBuffer.__init__.__kwdefaults__ or {}
-    if kw.get("pin_memory") is True:  # the default captured from PIN_MEMORY at import (v1/utils.py)
-        kw["pin_memory"] = False
+from harness.engine.v1_pool import _POOL, _POOL_SIZE, _Pooled, _reinitialize_input_batch, _replace, _runner_key
+from harness.engine.v1_process import (
+    _PROCESS,
+    _entry_points_scanned_once,
+    _host_streams,
+    _init_process,
+    supported,
+)
 
 
 class ScenarioDrafter:
@@ -555,150 +417,6 @@ class V1Worker:
 
     def deliver(self, block: int, state) -> None:
         self.states.deliver(block, state)
-
-
-def _runner_key(vc) -> tuple:
-    """What a V1 runner is built from, of the engine config: batch and token limits, model length, block sizes,
-    cache mode, scheduling mode and the drafter (method, K). The rest of the engine config (the prefix-match
-    unit, the connector and its load-failure policy, the scheduler's block count) is read by the scheduler
-    only: the runner's step code reads none of it (v1/worker/gpu_model_runner.py, gpu_input_batch.py,
-    block_table.py, mamba_utils.py in 0.33.0), so scenarios that differ only there share a runner."""
-    sc, cc, spec = vc.scheduler_config, vc.cache_config, vc.speculative_config
-    return (installed_version(), sc.max_num_seqs, sc.max_num_batched_tokens, vc.model_config.max_model_len,
-            cc.block_size, cc.mamba_block_size, cc.mamba_cache_mode, sc.async_scheduling,
-            None if spec is None else (spec.method, spec.num_speculative_tokens))
-
-
-def _reinitialize_input_batch(runner, kvc) -> None:
-    """The runner's own may_reinitialize_input_batch (gpu_model_runner.py:6836 in 0.33.0), made to build a
-    fresh InputBatch: it rebuilds when the block sizes differ from the ones recorded (`_init_block_sizes`,
-    every release 0.26-0.33), so the record is cleared first."""
-    runner._init_block_sizes = None
-    if "kernel_block_sizes" in parameters(type(runner).may_reinitialize_input_batch):
-        # older releases take the kernel block sizes: no backend splits a block here
-        runner.may_reinitialize_input_batch(kvc, [g.kv_cache_spec.block_size for g in kvc.kv_cache_groups])
-    else:
-        runner.may_reinitialize_input_batch(kvc)
-
-
-class _entry_points_scanned_once:
-    """While a runner is built, the installed distributions' entry points are read once per process: the
-    runner's logits-processor set-up looks up its plugin group on every build (`_load_logitsprocs_plugins`,
-    v1/sample/logits_processor/__init__.py:57), which reads every distribution's metadata (most of a
-    build's cost); the installed distributions do not change while the harness runs. vLLM's code runs as
-    it is; only the standard library's lookup is answered from the first scan."""
-
-    _scan = None
-
-    def __enter__(self):
-        import importlib.metadata as md
-
-        self.md, self.saved = md, md.entry_points
-        cls = type(self)
-        if cls._scan is None:
-            cls._scan = md.entry_points()
-
-        def entry_points(**params):
-            return cls._scan.select(**params) if params else cls._scan
-        md.entry_points = entry_points
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.md.entry_points = self.saved
-
-
-class _Pooled:
-    """A runner kept for its runner config, and the state it was built in.
-
-    `reset` puts it back before the next scenario, in vLLM's own ways where vLLM has one: the requests it still
-    holds (a scenario ends with the scheduler's aborts, which reach a worker only with the next step's
-    output) are finished through its `_update_states` with an empty SchedulerOutput naming them, so every
-    part of the runner that keeps per-request state drops it (persistent batch and its logits processors,
-    late-interaction and encoder caches, prompt logprobs); then every attribute of the runner is set back
-    to the object it held when built, tensors and numpy buffers refilled in place with their built bytes
-    (their addresses are captured by vLLM's kernel metadata), containers refilled in place; then a fresh
-    persistent batch (may_reinitialize_input_batch). False if any of it fails: the caller builds anew."""
-
-    def __init__(self, runner, vc) -> None:
-        self.runner, self.vc = runner, vc
-        self.attrs = dict(vars(runner))
-        self.saved = {name: _save(value) for name, value in self.attrs.items()}
-
-    def reset(self, kvc) -> bool:
-        from vllm.config import set_current_vllm_config
-        from vllm.v1.core.sched.output import SchedulerOutput
-
-        r = self.runner
-        try:
-            held = set(r.requests) | set(r.input_batch.req_id_to_index)
-            if held:
-                so = SchedulerOutput.make_empty()
-                so.finished_req_ids = held
-                with set_current_vllm_config(self.vc):
-                    deferred = r._update_states(so)
-                    if callable(deferred):
-                        deferred()
-            for name in [n for n in vars(r) if n not in self.attrs]:
-                delattr(r, name)
-            for name, value in self.attrs.items():
-                _restore(value, self.saved[name])
-                if getattr(r, name) is not value:
-                    setattr(r, name, value)
-            with set_current_vllm_config(self.vc):
-                _reinitialize_input_batch(r, kvc)
-        except Exception:  # noqa: BLE001 - a runner left mid-step by an exception: not reusable
-            return False
-        return not r.requests and r.input_batch.num_reqs == 0
-
-
-def _save(value):
-    """A copy of what a built runner's attribute holds: bytes of tensors and buffers, contents of containers."""
-    import torch
-    from vllm.v1.utils import CpuGpuBuffer
-
-    if isinstance(value, CpuGpuBuffer):
-        return (value.cpu, value.cpu.clone(), value.gpu, value.gpu.clone())
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if isinstance(value, dict):
-        return dict(value)
-    if isinstance(value, (list, set)):
-        return type(value)(value)
-    return None
-
-
-def _restore(value, saved) -> None:
-    import torch
-    from vllm.v1.utils import CpuGpuBuffer
-
-    if isinstance(value, CpuGpuBuffer):
-        cpu, cpu_bytes, gpu, gpu_bytes = saved
-        value.cpu, value.gpu = cpu, gpu
-        with torch.no_grad():
-            cpu.copy_(cpu_bytes)
-            if gpu is not cpu:
-                gpu.copy_(gpu_bytes)
-    elif isinstance(value, torch.Tensor):
-        with torch.no_grad():
-            value.copy_(saved)
-    elif isinstance(value, np.ndarray):
-        value[...] = saved
-    elif isinstance(value, dict):
-        value.clear()
-        value.update(saved)
-    elif isinstance(value, list):
-        value[:] = saved
-    elif isinstance(value, set):
-        value.clear()
-        value.update(saved)
-
-
-def _replace(obj, **changes):
-    import dataclasses
-
-    return dataclasses.replace(obj, **changes)
 
 
 def _col(row: list[int], column: int) -> int:

@@ -35,7 +35,8 @@ def make_worker(driver, runner: str):
             raise BadInput(f"--runner auto: vLLM {driver.trace.vllm_version} runs this config on its "
                            f"{picked.upper()} model runner, which the harness cannot follow here: {exc}") from None
     if runner == "v2":
-        from harness.engine.runner_v2 import V2Worker, v2_unavailable
+        from harness.engine.runner_v2 import V2Worker
+        from harness.engine.v2_setup import v2_unavailable
 
         why = v2_unavailable() or _v2_release_unsupported()
         if why is None and not getattr(driver.sched, "use_v2_model_runner", False):
