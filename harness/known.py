@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.mutants.base import Mutant, bound_arguments, method_wrapped, wrap_method
-from harness.patches import patch_attr
+from harness.patches import patch_attr, undo_all
 from harness.run_config import RunConfig
 
 
@@ -119,6 +119,7 @@ def _keep_accepted_on_readd_v1():
     from harness.engine.config import resumed_ids
 
     kept: dict[str, int] = {}
+    fresh: set[str] = set()  # this step's new, resumed and preempted requests: their re-added rows start over
 
     def remove(original):
         def remove_request(self, req_id):
@@ -132,16 +133,23 @@ def _keep_accepted_on_readd_v1():
         def add_request(self, request):
             out = original(self, request)
             n = kept.pop(request.req_id, None)
-            if n is not None:
+            if n is not None and request.req_id not in fresh:
                 self.num_accepted_tokens_cpu[self.req_id_to_index[request.req_id]] = n
             return out
         return add_request
 
     def update(original):
         def _update_states(self, so):
-            for rid in resumed_ids(so.scheduled_cached_reqs):
+            # a request preempted and resumed within one schedule() (a forced preemption) leaves and re-enters
+            # the batch inside this call: its row starts over too
+            fresh.update(resumed_ids(so.scheduled_cached_reqs), getattr(so, "preempted_req_ids", None) or (),
+                         (nr.req_id for nr in so.scheduled_new_reqs))
+            for rid in fresh:
                 kept.pop(rid, None)
-            out = original(self, so)
+            try:
+                out = original(self, so)
+            finally:
+                fresh.clear()
             for rid in set(so.finished_req_ids) | set(getattr(so, "preempted_req_ids", None) or ()):
                 kept.pop(rid, None)
             return out
@@ -154,6 +162,7 @@ def _keep_accepted_on_readd_v1():
         for u in reversed(undos):
             u()
         kept.clear()
+        fresh.clear()
     return undo
 
 
@@ -210,6 +219,100 @@ def _decode_rows_lead(original):
         finally:
             undo()
     return gather_batch_req_state
+
+
+# -- fixes of V1's decode rows (attention/backends/utils.py:939-1015, mamba_attn.py:390-455 in 0.33.0) -------------
+def _v1_runner_class():
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    return GPUModelRunner
+
+
+def _mamba_builder_class():
+    from vllm.v1.attention.backends.mamba_attn import BaseMambaAttentionMetadataBuilder
+
+    return BaseMambaAttentionMetadataBuilder
+
+
+def _decode_rows_by_drafts(original):
+    """`_may_reorder_batch` ranking as decodes exactly the rows the decode kernels run right: a row with prior
+    state scheduled as one token, or as one token plus its drafts (the scheduler's padded prompt tail included).
+    vLLM ranks by the prompt alone (done prefilling and at most 1+K tokens: a decode), so a padded prompt tail
+    falls among the short extends and a resumed request's draft-less recompute among the decodes. vLLM's order
+    is kept otherwise (a stable sort, by vLLM's own swap)."""
+    def _may_reorder_batch(self, scheduler_output):
+        out = original(self, scheduler_output)
+        threshold = self.reorder_batch_threshold
+        if threshold is None:
+            return out
+        ib, so = self.input_batch, scheduler_output
+
+        def region(i: int, rid: str) -> int:
+            nc, ns = int(ib.num_computed_tokens_cpu[i]), so.num_scheduled_tokens[rid]
+            drafts = so.scheduled_spec_decode_tokens.get(rid) or ()
+            if nc == 0:
+                return 3
+            if ns <= threshold and (ns == 1 or (drafts and ns == len(drafts) + 1)):
+                return 0
+            return 2 if ns > threshold else 1
+
+        wanted = [rid for _, _, rid in sorted((region(i, rid), i, rid) for i, rid in enumerate(ib.req_ids))]
+        for pos, rid in enumerate(wanted):
+            cur = ib.req_ids.index(rid)
+            if cur != pos:
+                ib.swap_states(pos, cur)
+        return out
+    return _may_reorder_batch
+
+
+def _draftless_extends_prefill(original):
+    """The Mamba2 builder's split with a draft-less multi-token row counted as prefilling: a request resumed
+    after its prompt recomputes its last tokens, which only the prefill kernels advance from its running state
+    to its last (the decode kernels write one state per token and the next step starts from column
+    num_accepted - 1 = 0: the state after the first recomputed token)."""
+    def _compute_common_metadata(self, common_attn_metadata, *args, **kwargs):
+        drafts = kwargs.get("num_decode_draft_tokens_cpu")
+        prefilling = common_attn_metadata.is_prefilling
+        if drafts is not None and prefilling is not None:
+            import torch
+
+            query_lens = torch.diff(common_attn_metadata.query_start_loc_cpu)
+            rows = (query_lens > 1) & (drafts[: len(query_lens)] < 0) & ~prefilling[: len(query_lens)]
+            if bool(rows.any()):
+                prefilling = prefilling.clone()
+                prefilling[: len(query_lens)] |= rows
+                common_attn_metadata = common_attn_metadata.replace(is_prefilling=prefilling)
+        return original(self, common_attn_metadata, *args, **kwargs)
+    return _compute_common_metadata
+
+
+def _recompute_as_prefill_fix() -> Mutant:
+    """Both places: the reorder ranks the recompute among the extends, the builder sends it to the prefill
+    kernels."""
+    def patch():
+        return undo_all([wrap_method(_v1_runner_class(), "_may_reorder_batch", _decode_rows_by_drafts),
+                         wrap_method(_mamba_builder_class(), "_compute_common_metadata", _draftless_extends_prefill)])
+
+    return Mutant(name="fix-recompute-as-prefill", bug_class="fix: a resumed request's draft-less recompute runs "
+                  "through the prefill kernels", releases="where the issue is known", origin="hybrid-harness",
+                  patch=patch, is_applied=lambda: method_wrapped(_mamba_builder_class(), "_compute_common_metadata"))
+
+
+def _builder_takes_draft_counts() -> bool:
+    from harness.vllm_adapter import parameters
+
+    try:
+        return _v1_reorders() and "num_decode_draft_tokens_cpu" in parameters(
+            _mamba_builder_class()._compute_common_metadata)
+    except ImportError:
+        return False
+
+
+def _v1_reorders() -> bool:
+    try:
+        return hasattr(_v1_runner_class(), "_may_reorder_batch")
+    except ImportError:
+        return False
 
 
 def _v2_gather_exists() -> bool:
@@ -361,6 +464,38 @@ KNOWN_ISSUES = (
         # the mirrored tiers are synchronous
         runners=("v1", "v2"),
         repro_from=(0, 28, 0),  # 0.26-0.27: the seed bug's findings come first
+    ),
+    KnownIssue(
+        id="v1-resumed-recompute-as-decode",
+        summary="with spec decode, a request resumed after its prompt that recomputes 2..1+K tokens is a decode row "
+                "to V1's batch reorder and the Mamba2 metadata builder (done prefilling, query <= 1+K): the decode "
+                "kernels write one state per token, but the runner's accepted count is the sampled count (1, no "
+                "drafts), so the next step starts from the state after the first recomputed token",
+        releases="seen on 0.33.0 with vLLM's own V1 runner and its Mamba2 metadata builder (engine tier, --runner v1)",
+        repro="scenarios/v1-resumed-recompute-as-decode.json",
+        reached_by="the V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0) with speculative decoding (K >= 1), prefix "
+                   "caching in align mode, and a preemption (pool pressure) of a request that has generated output, "
+                   "resumed with 2..1+K tokens left to recompute",
+        fix=_recompute_as_prefill_fix(),
+        applies=_builder_takes_draft_counts,
+        runners=("v1",),
+    ),
+    KnownIssue(
+        id="v1-padded-prompt-tail-after-short-extend",
+        summary="V1's decode-first batch reorder ranks a padded prompt tail (the last prompt token of a stateful "
+                "request plus the scheduler's placeholder drafts) among the short extends; the Mamba2 builder then "
+                "makes it a decode row, and when a real short extend (a prompt chunk of <= 1+K tokens) precedes it "
+                "the split at the first prefilling row sends it to the prefill kernels, whose final state includes "
+                "the unverified placeholder draft",
+        releases="seen on 0.33.0 with vLLM's own V1 runner and its Mamba2 metadata builder (engine tier, --runner v1)",
+        repro="scenarios/v1-padded-prompt-tail-after-short-extend.json",
+        reached_by="the V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0) with speculative decoding (K >= 1) and a KV "
+                   "connector: an external hit leaves a one-token prompt tail (padded to 1+K), batched behind another "
+                   "request's prompt chunk of <= 1+K tokens",
+        fix=_fix("fix-decode-rows-by-drafts", _v1_runner_class, "_may_reorder_batch", _decode_rows_by_drafts,
+                 "V1's batch reorder ranks as decodes the rows of one token, or one token plus drafts"),
+        applies=_v1_reorders,
+        runners=("v1",),
     ),
 )
 

@@ -139,7 +139,8 @@ class WorkerShadow:
             self.num_accepted[r] = self.readded_num_accepted(r, kinds.get(r, "RUNNING"))
             if before > 1 and self.num_accepted[r] != before and kinds.get(r, "RUNNING") == "RUNNING":
                 self.accepted_reset[r] = before  # a running row re-added after a skipped step lost its count
-        self._condense(holes)  # :1496 (no reorder: no attention backend asks for one, :1498 / :1105-1128)
+        self._condense(holes)  # :1496
+        self._reorder(so)  # :1498 (_may_reorder_batch, :1105-1128)
         # preprocess_mamba cleanup (v1/worker/mamba_utils.py:1398-1415, 1468)
         for r in so.finished | so.preempted | resumed:
             self.mamba_state_idx.pop(r, None)
@@ -177,6 +178,26 @@ class WorkerShadow:
             last -= 1
         while self.batch and self.batch[-1] is None:
             self.batch.pop()
+
+    def _reorder(self, so: SchedulerOutput) -> None:
+        """reorder_batch_to_split_decodes_and_prefills (attention/backends/utils.py:939-1015) at the Mamba2
+        builder's reorder_batch_threshold, 1 + K (mamba_attn.py:86/189; a FlashAttention attention group asks for
+        no reorder, so the Mamba2 builder's threshold decides): rows grouped decode, short extend, long extend,
+        prefill, by vLLM's own swaps (InputBatch.swap_states), so rows land where vLLM's land."""
+        threshold = 1 + self.K
+        regions = []
+        for r in self.batch:
+            s, ns = self.requests[r], so.num_scheduled[r]
+            regions.append(3 if s.num_computed == 0 else 2 if ns > threshold else 1 if s.num_computed < s.num_prompt
+                           else 0)
+        target = sorted(regions)
+        moving = [i for i, (got, want) in enumerate(zip(regions, target)) if got != want]
+        src_to_dst = dict(zip(sorted(moving, key=lambda i: regions[i]), moving))  # a stable sort, as np's
+        for src in src_to_dst:
+            dst = src_to_dst[src]
+            while src != dst:
+                self.batch[src], self.batch[dst] = self.batch[dst], self.batch[src]
+                src_to_dst[dst], dst = dst, src_to_dst.get(dst, dst)
 
     def readded_num_accepted(self, request: str, kind: str) -> int:
         """num_accepted of a row (re-)added to the persistent batch: V1's add_request resets it to 1 for every

@@ -251,3 +251,28 @@ def test_known_issues_rejudged_on_the_v1_runner(capsys):
         line = next(ln for ln in out.splitlines() if ln.startswith(issue))
         # 0.27.1: v1-readd's repro stops at that release's spec-decode padding bug first (docs/known-issues.md)
         assert any(ok in line for ok in ("reproduces, fix removes it", "not expressible", BLOCKED)), line
+
+
+def test_the_v1_runner_reorders_and_builds_its_own_mamba_metadata():
+    """The V1 runner is built with attention backends: vLLM's Mamba2 metadata builder sets the batch reorder
+    threshold (1 + K) and hands the kernels their state indices; the simulated forward reads only from it. The
+    mirror reorders the same way (harness/worker.py `_reorder`), so the two tiers walk the same rows."""
+    from harness.engine.diff import diff
+    from harness.engine.options import EngineOptions
+    from harness.engine.scheduler import EngineDriver
+    from harness.run_config import RunConfig
+
+    scenario = random_scenario(3, checkpoints=False)  # K = 2
+    try:
+        driver = EngineDriver(scenario, None, EngineOptions(runner="v1"))
+    except BadInput as exc:
+        pytest.skip(f"the V1 worker cannot run here: {exc}")
+    runner = driver.worker.runner
+    builders = [type(group.get_metadata_builder()).__name__ for groups in runner.attn_groups for group in groups]
+    assert "Mamba2AttentionMetadataBuilder" in builders
+    assert runner.reorder_batch_threshold == 1 + scenario.geometry.num_speculative_tokens
+    assert judge(driver.run()) == []
+    for seed in range(40):  # mixed batches of decodes, extends and first chunks: same rows, same order
+        report = diff(random_scenario(seed, checkpoints=False),
+                      config=RunConfig(tier="engine").but(runner="v1", async_scheduling="off"))  # as `diff` runs
+        assert report.differences == [], (seed, report.differences)

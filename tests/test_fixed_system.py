@@ -109,6 +109,19 @@ def test_a_mutant_shown_only_on_the_schedule_the_fixes_make_is_revealed():
     assert verdict.revealed == ["cache-integrity"] and verdict.is_new, verdict
 
 
+@pytest.mark.skipif(not installed_version().startswith("0.33."), reason="a 0.33.0 sweep's scenario")
+def test_the_v1_accepted_count_fix_starts_a_preempted_and_resumed_row_over():
+    """`sweep --tier engine --runner v1` seed 29 (K = 1, a forced preemption of b at step 9 that vLLM resumes in the
+    same schedule()): the fix of v1-readd-resets-num-accepted restored b's old accepted count when its row came
+    back as a resumed row, so the fixed system showed provenance findings stock vLLM does not (a harness error on
+    every campaign input like it). A resumed row starts over, as in V2."""
+    config = RunConfig(tier="engine").but(runner="v1")
+    scenario = random_scenario(29, checkpoints=False)
+    assert judge(replay(scenario, config=config)) == []
+    with fixes_applied(issues_for("engine", "v1")):
+        assert judge(replay(scenario, config=config)) == []
+
+
 @pytest.mark.skipif(seed_bug_release, reason="vLLM 0.26.0-0.27.1 carry the seed bug, which is not a known issue: new")
 def test_sweep_and_target_judge_alike_with_fixes_on_and_off():
     """On stock vLLM with its fixes applied nothing is new; with the fixes off, nothing the fixes remove is new."""

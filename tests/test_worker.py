@@ -84,5 +84,43 @@ def test_rows_follow_the_persistent_batch():
     assert step(1, running=("d", "c", "b", "a")) == ["a", "b", "c", "d"]  # scheduler order: rows stay
     assert step(2, running=("a", "c"), finished=("b",)) == ["a", "c"]  # b, d out: c stays, trailing row dropped
     assert step(3, new=("e",), running=("c", "a")) == ["a", "c", "e"]  # appended
-    assert step(4, new=("f",), running=("e", "c"), finished=("a",)) == ["f", "c", "e"]  # f takes a's row
-    assert step(5, running=("f", "e")) == ["f", "e"]  # c's row taken by the last row (condense)
+    # f takes a's row, then the decode-first reorder (attention/backends/utils.py:939-1015) swaps the first chunk
+    # behind the two extends, with vLLM's swap
+    assert step(4, new=("f",), running=("e", "c"), finished=("a",)) == ["e", "c", "f"]
+    assert step(5, running=("f", "e")) == ["e", "f"]  # c's row taken by the last row (condense)
+
+
+def test_the_batch_is_reordered_decodes_first_as_vllm_reorders_it():
+    """`_may_reorder_batch` at the Mamba2 builder's threshold 1 + K: decodes, short extends, long extends, first
+    chunks; the rows land where vLLM's own reorder puts them (checked against vLLM's function on the same rows)."""
+    import numpy as np
+
+    from harness.states import SymbolicStates
+    from harness.trace import Trace
+    from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow
+    from vllm.v1.attention.backends.utils import reorder_batch_to_split_decodes_and_prefills
+
+    shadow = WorkerShadow(block_size=4, num_spec=1, mamba_groups=(1,), states=SymbolicStates(1), trace=Trace("test", None),
+                          checkpoint=None)
+    # (request, num_computed, num_prompt, num_scheduled): a first chunk, a long extend, a short extend, two decodes
+    rows = [("p", 0, 8, 4), ("l", 4, 12, 4), ("s", 6, 8, 2), ("d1", 9, 8, 2), ("d2", 9, 8, 1)]
+    so = SchedulerOutput(step=0)
+    so.new_reqs = [NewReq(r, ([1], [1]), nc, prompt) for r, nc, prompt, _ in rows]
+    so.num_scheduled = {r: ns for r, _, _, ns in rows}
+    shadow.update_states(so)
+
+    class Batch:  # the InputBatch fields vLLM's reorder reads, and its swap
+        req_ids = [r for r, *_ in rows]
+        num_computed_tokens_cpu = np.array([nc for _, nc, _, _ in rows])
+        num_prompt_tokens = np.array([p for _, _, p, _ in rows])
+
+        def swap_states(self, i, j):
+            self.req_ids[i], self.req_ids[j] = self.req_ids[j], self.req_ids[i]
+            for a in (self.num_computed_tokens_cpu, self.num_prompt_tokens):
+                a[[i, j]] = a[[j, i]]
+
+    batch = Batch()
+    reorder_batch_to_split_decodes_and_prefills(batch, type("SO", (), {"num_scheduled_tokens": so.num_scheduled})(),
+                                                decode_threshold=2)
+    assert shadow.batch == batch.req_ids  # vLLM's own reorder of the same rows
+    assert set(shadow.batch[:2]) == {"d1", "d2"} and shadow.batch[2:] == ["s", "l", "p"]

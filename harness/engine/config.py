@@ -58,12 +58,16 @@ class ModelConfigStandIn:
     uses_xdrope_dim = 0  # read by 0.27.x's V1 runner (XD-RoPE dims: none)
     disable_cascade_attn = True  # read by 0.27.x's V1 runner
     uses_alibi = False  # read by 0.27.x's V1 runner
+    rswa_window = None  # read by the V1 runner's attention metadata (gpu_model_runner.py:2354 in 0.33.0): no R-SWA
 
     def get_vocab_size(self) -> int:  # the scenario's token ids (harness.scenario.VOCAB_SIZE)
         return VOCAB_SIZE
 
     def get_sliding_window(self):
         return None
+
+    def get_mamba_chunk_size(self) -> int:  # read by the Mamba2 metadata builder (mamba2_attn.py:152 in 0.33.0)
+        return 256
 
     def get_inputs_embeds_size(self) -> int:
         return 2

@@ -9,11 +9,15 @@ buffers are host buffers) for the scenario's VllmConfig and runs, per step, the 
 - `mamba_utils.preprocess_mamba(...)` with the arguments execute_model gives it (:4050-4091): running
   column per request and the align pre-copies (non-fused `collect_mamba_copy_meta` + `batch_memcpy` when
   K = 0; the fused pre-copy kernel when K > 0), then the accepted counts re-synced as execute_model does;
-- the SIMULATED forward: each request's initial state is read where the Mamba2 kernels read it — the state
-  indices vLLM's `mamba_get_block_table_tensor` gives for the runner's block table and seq lens
-  (attention/backends/utils.py:1283), the conv window at offset num_accepted - 1 and the SSM state at
-  column num_accepted - 1 for decode rows (ops/mamba_ssm.py; num_accepted from the runner's
-  `num_accepted_tokens` buffer) — and writes state tags (harness.engine.tagged) where the kernels write;
+- the runner's own attention metadata (`_build_attention_metadata`, :2253): the runner is built with
+  attention backends (initialize_kv_cache's backend part: a stand-in attention backend for the attention
+  group, vLLM's real Mamba2 backend and metadata builder for the Mamba group), so its batch is reordered at
+  the builder's `reorder_batch_threshold` (`_may_reorder_batch`, decode rows first) and the Mamba2 builder
+  splits decode and prefill rows and gives the kernels their state indices (`state_indices_tensor_d/_p`,
+  `has_initial_states_p`, `num_accepted_tokens`);
+- the SIMULATED forward: each request's initial state is read where the Mamba2 kernels read it, from that
+  metadata only (harness/engine/mamba_meta.py), and state tags (harness.engine.tagged) are written where the
+  kernels write;
 - the sampler's result into `_update_states_after_model_execute` (:1548: accepted counts and the fused
   spec post-copy, K > 0) and `_bookkeeping_sync` (:3434), whose valid sampled ids and request order are
   what the worker reports to the scheduler.
@@ -41,6 +45,7 @@ from harness.tokens import true_token
 from harness.trace import Read, RowView
 from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, installed_version, parameters
 from harness.worker import Forward
+from harness.engine.mamba_meta import Mamba2Rows
 from harness.engine.v1_pool import _POOL, _POOL_SIZE, _Pooled, _reinitialize_input_batch, _replace, _runner_key
 from harness.engine.v1_process import (
     _PROCESS,
@@ -88,13 +93,6 @@ class _scenario_drafter:
             object.__setattr__(self.spec, "model", self.saved[1])
 
 
-class _StateLayer:
-    """The forward-context entry of one layer: vLLM reads `kv_cache` (its state tensors) from it."""
-
-    def __init__(self, kv_cache) -> None:
-        self.kv_cache = kv_cache
-
-
 class _SimModel:
     """The model object the runner asks for its Mamba state copy functions (vLLM's own, for Mamba2)."""
 
@@ -136,7 +134,6 @@ class V1Worker:
             MambaStateShapeCalculator,
             is_conv_state_dim_first,
         )
-        from vllm.v1.attention.backends.utils import mamba_get_block_table_tensor
         from vllm.v1.outputs import ModelRunnerOutput, SamplerOutput
         from vllm.v1.worker import mamba_utils
         from vllm.v1.worker.gpu_model_runner import AsyncGPUModelRunnerOutput
@@ -147,7 +144,6 @@ class V1Worker:
         self.torch, self.mamba_utils, self.SamplerOutput = torch, mamba_utils, SamplerOutput
         self.ModelRunnerOutput, self.AsyncOutput = ModelRunnerOutput, AsyncGPUModelRunnerOutput
         self._next: dict[str, int] = {}
-        self.get_state_indices = mamba_get_block_table_tensor
         self.set_config = set_current_vllm_config
         self.kernels_v1 = kernels_v1
         self.kernels = opts.kernels
@@ -179,7 +175,6 @@ class V1Worker:
         # config keeps its own spec: page sizes play no part in its block counts, num_blocks is given)
         spec = _replace(mamba_spec, shapes=(tuple(conv_shape), tuple(ssm_shape)), dtypes=(torch.int64, torch.int64))
         groups[MAMBA_GROUP] = _replace(groups[MAMBA_GROUP], kv_cache_spec=spec)
-        self.mamba_spec = spec
         kvc = _replace(sched_kvc, kv_cache_groups=groups)  # tensors: registered below, not allocated by vLLM
         key = _runner_key(vc)
         pooled = _POOL.pop(key, None)
@@ -197,10 +192,10 @@ class V1Worker:
         runner.kv_cache_config = kvc
         runner.kv_caches = [self.attn, *self.states.tensors()]
         ctx = runner.compilation_config.static_forward_context
-        for name in groups[0].layer_names:
-            ctx[name] = _StateLayer(self.attn)
+        for name in groups[ATTN_GROUP].layer_names:
+            ctx[name].kv_cache = self.attn
         for name in groups[MAMBA_GROUP].layer_names:
-            ctx[name] = _StateLayer(self.states.tensors())
+            ctx[name].kv_cache = self.states.tensors()
         self.fwd_ctx = ctx
         self.vc = runner.vllm_config  # the config the runner was built from (same runner key as the driver's)
         self.runner = runner
@@ -216,12 +211,28 @@ class V1Worker:
         torch, kernels_v1 = self.torch, self.kernels_v1
         from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
+        from vllm.v1.worker.utils import prepare_kernel_block_sizes
+
+        from harness.engine.v2_setup import _classes
+
+        attn_layer, mamba_layer, _ = _classes()
         with self.set_config(vc), _scenario_drafter(vc.speculative_config), _entry_points_scanned_once(), \
                 _host_streams():
             runner = CPUModelRunner(vc, torch.device("cpu"))
             kernels_v1.bind_slot_mapping()  # after the CPU runner bound its own (releases < 0.28)
             runner.kv_cache_config = kvc
             runner.model = _SimModel()
+            # the layers vLLM finds in the forward context (a stand-in attention backend, vLLM's own Mamba2 backend
+            # and metadata builder), then initialize_kv_cache's backend part (gpu_model_runner.py:7012-7031 in
+            # 0.33.0): attention groups, kernel block sizes, metadata builders and with them the batch reorder
+            # threshold (the Mamba2 builder's: decode rows of up to 1 + K tokens first)
+            ctx = runner.compilation_config.static_forward_context
+            for name in groups[ATTN_GROUP].layer_names:
+                ctx[name] = attn_layer(self.bs)
+            for name in groups[MAMBA_GROUP].layer_names:
+                ctx[name] = mamba_layer(self.K + 1)
+            runner.initialize_attn_backend(kvc)
+            runner.initialize_metadata_builders(kvc, prepare_kernel_block_sizes(kvc, runner.attn_groups))
             _reinitialize_input_batch(runner, kvc)
         return runner
 
@@ -347,50 +358,54 @@ class V1Worker:
         return kinds
 
     def _forward(self, so, req_ids, ns_np, kinds, prev_idx, seq_fps, core_tables) -> None:
-        torch, r, st, tr = self.torch, self.runner, self.states, self.trace
+        """The simulated forward: each request's states read and written where vLLM's Mamba2 kernels read and
+        write them, as the runner's own attention metadata says (`_build_attention_metadata`, the Mamba2 builder;
+        harness/engine/mamba_meta.py), rows in the runner's order (its batch reorder)."""
+        r, st, tr = self.runner, self.states, self.trace
         n = len(req_ids)
+        rows = Mamba2Rows(self._metadata(so, ns_np)[self.mamba_layers[0]])
         nc_np = r.input_batch.num_computed_tokens_cpu[:n].astype(np.int64)
-        bt = r.input_batch.block_table[MAMBA_GROUP]
-        seq_lens = torch.from_numpy(nc_np + ns_np).to(torch.int32)
-        # the state indices the Mamba2 metadata builder hands the kernels (mamba_attn.py:469-483)
-        indices = self.get_state_indices(bt.get_device_tensor(n), seq_lens, self.mamba_spec, "align").tolist()
-        accepted = r.num_accepted_tokens.gpu[:n].tolist()  # what the kernels get (gpu_model_runner.py:2440)
         # the token ids the runner feeds the model, per request in batch order (its own input buffer): the states
         # written are tagged with the prefix as fed, so a wrong token fed shows at the next read
         starts = np.concatenate([[0], np.cumsum(ns_np)]).tolist()
         fed_all = r.input_ids.gpu[: starts[-1]].tolist()
         for i, rid in enumerate(req_ids):
             nc, ns = int(nc_np[i]), int(ns_np[i])
-            nd = len(so.scheduled_spec_decode_tokens.get(rid, ()))
             want = (nc, self.truths[rid].fingerprint(nc))
             fed = chain([want[1]], fed_all[starts[i]:starts[i + 1]])  # fed[j]: the prefix of nc + j tokens as fed
-            na = int(accepted[i])
             curr = r.mamba_state_idx[rid]
             prev = prev_idx.get(rid, (nc - 1) // self.bs)
-            idx = [int(b) for b in indices[i]]
-            # decode rows: a spec step, or a 1-token step with prior state (mamba_attn.py:400-460)
-            decode_row = nc > 0 and ns == nd + 1 and (nd > 0 or ns == 1)
-            precopy = rid in self._precopied
-            live = [prev] if precopy else []
-            if decode_row:  # conv window at offset na-1 of idx[0], SSM state of idx[na-1] (ops/mamba_ssm.py)
-                conv, _ = st.read(idx[0], na - 1, idx[0])
-                _, ssm = st.read(idx[na - 1], 0, idx[na - 1])
-                tr.reads.append(Read(self._step, rid, "initial", MAMBA_GROUP, curr, idx[0], conv, ssm, want))
-                st.write_tokens(idx[0], idx[:ns], [(nc + k + 1, fed[k + 1]) for k in range(ns)])
+            kr = rows.row(i, ns)
+            live = [prev] if rid in self._precopied else []
+            if kr.init is not None:
+                conv, ssm = st.read(*kr.init)
+                tr.reads.append(Read(self._step, rid, "initial", MAMBA_GROUP, curr, kr.init[0], conv, ssm, want))
+            if kr.decode:
+                st.write_tokens(kr.blocks[0], kr.blocks, [(nc + k + 1, fed[k + 1]) for k in range(ns)])
                 live.extend(range(curr, curr + ns))
-            else:  # prefill kernels: initial state from idx[0] when nc > 0, final state to idx[0]
-                if nc > 0:
-                    conv, ssm = st.read(idx[0], 0, idx[0])
-                    tr.reads.append(Read(self._step, rid, "initial", MAMBA_GROUP, curr, idx[0], conv, ssm, want))
-                st.write_final(idx[0], (nc + ns, fed[ns]))
+            else:
+                st.write_final(kr.blocks[0], (nc + ns, fed[ns]))
                 live.append(curr)
             self._next[rid] = true_token(fed[ns])  # what the sampler picks after the prefix as fed (async)
             tr.rows.append(RowView(self._step, rid, MAMBA_GROUP, kinds.get(rid, "RUNNING"), nc, ns, prev, curr,
                                    sorted(set(live)), self._row(i), list(core_tables[rid][MAMBA_GROUP])))
             if self.backend is not None:  # the model's forward from and to the same indices (pages: models/pool.py)
-                init = (idx[0], na - 1, idx[na - 1]) if decode_row else ((idx[0], 0, idx[0]) if nc > 0 else None)
-                self.backend.forward(Forward(self._step, rid, nc, ns, init, decode_row, idx[0],
-                                             idx[:ns] if decode_row else [], None, self._row(i, ATTN_GROUP)))
+                self.backend.forward(Forward(self._step, rid, nc, ns, kr.init, kr.decode, kr.blocks[0],
+                                             kr.blocks if kr.decode else [], None, self._row(i, ATTN_GROUP)))
+
+    def _metadata(self, so, ns_np) -> dict:
+        """The runner's own attention metadata for this step, built as execute_model builds it
+        (gpu_model_runner.py:4093-4122 in 0.33.0: slot mappings, then `_build_attention_metadata`)."""
+        r = self.runner
+        n, total = len(ns_np), int(ns_np.sum())
+        kwargs = dict(num_tokens=total, num_reqs=n, max_query_len=int(ns_np.max()), use_spec_decode=self.K > 0,
+                      num_scheduled_tokens=so.num_scheduled_tokens)
+        if hasattr(r, "_get_slot_mappings"):
+            kwargs["slot_mappings"], _ = r._get_slot_mappings(num_tokens_padded=total, num_reqs_padded=n,
+                                                             num_tokens_unpadded=total)
+        accepted = parameters(r._build_attention_metadata)
+        meta, _ = r._build_attention_metadata(**{k: v for k, v in kwargs.items() if k in accepted})
+        return meta
 
     def _sample(self, so, step: int, sampled: dict[str, list[int]], accepted: dict[str, int], seq_fps):
         """The sampler's output (the harness's token rule; a non-final prefill chunk samples a token vLLM then

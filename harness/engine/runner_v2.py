@@ -35,6 +35,7 @@ from harness.states import NULL_BLOCK, chain
 from harness.tokens import true_token
 from harness.trace import Read, RowView
 from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP
+from harness.engine.mamba_meta import Mamba2Rows
 from harness.engine.v2_setup import MAMBA_LAYER, runner_for
 
 
@@ -146,11 +147,7 @@ class V2Worker:
         ms = self.runner.model_state
         bt = self.runner.block_tables
         prev_cols, _ = self.run.before if getattr(self.run, "before", None) else ([], [])
-        nd_ = m.num_decodes
-        si_d = m.state_indices_tensor_d.tolist() if m.state_indices_tensor_d is not None and nd_ else []
-        si_p = m.state_indices_tensor_p.tolist() if m.state_indices_tensor_p is not None and m.num_prefills else []
-        has_init = m.has_initial_states_p.tolist() if m.has_initial_states_p is not None else []
-        acc = m.num_accepted_tokens.tolist() if m.num_accepted_tokens is not None else []
+        rows = Mamba2Rows(m)  # where the kernels read and write (harness/engine/mamba_meta.py)
         ckpt = getattr(m, "checkpoint_meta", None)
         ckpt_cols: dict[int, int] = {}
         self.rows, self._fed_from = {}, {}
@@ -166,21 +163,14 @@ class V2Worker:
             hidden[qs:qe, 0] = torch.tensor(targets, dtype=torch.float32)
             slot = int(slots[i])
             want = (nc, start)
-            if i < nd_:  # decode kernels (ops/mamba_ssm.py selective_state_update, causal_conv1d_update)
-                idx = si_d[i]
-                na = acc[i] if acc else 1
-                cur = idx[0]
-                c_state, s_state = st.read(cur, na - 1, idx[na - 1])
-                blocks = idx[:ns]
-                st.write_tokens(cur, blocks, [(nc + j + 1, fps[j + 1]) for j in range(ns)])
-                read = (cur, c_state, s_state)
-                init, checkpoint = (cur, na - 1, idx[na - 1]), None
+            kr = rows.row(i, ns)
+            init, blocks = kr.init, kr.blocks
+            read = None if init is None else (init[0], *st.read(*init))
+            checkpoint = None
+            if kr.decode:  # decode kernels (ops/mamba_ssm.py selective_state_update, causal_conv1d_update)
+                st.write_tokens(blocks[0], blocks, [(nc + j + 1, fps[j + 1]) for j in range(ns)])
             else:  # prefill kernels (mamba_mixer2.py: chunked scan from the initial state, final state out)
-                p = i - nd_
-                b = si_p[p]
-                read = None
-                if has_init and has_init[p]:
-                    read = (b, *st.read(b, 0, b))
+                p, b = kr.prefill, blocks[0]
                 st.write_final(b, (nc + ns, fps[ns]))
                 if ckpt is not None and ckpt.offsets[p] > 0:  # the internal prefill checkpoint export
                     # (model_executor/layers/mamba/checkpoint.py: the state after `offset` query tokens goes to
@@ -188,10 +178,7 @@ class V2Worker:
                     off = ckpt.offsets[p]
                     st.write_final(int(ckpt.state_indices[p]), (nc + off, fps[off]))
                     ckpt_cols[i] = int(ckpt.block_cols[p])
-                init = (b, 0, b) if read is not None else None
-                checkpoint = ((int(ckpt.state_indices[p]), nc + int(ckpt.offsets[p]))
-                              if ckpt is not None and ckpt.offsets[p] > 0 else None)
-                blocks = [b]
+                    checkpoint = (int(ckpt.state_indices[p]), nc + off)
             curr = int(ms._mamba_state_idx_gpu[slot]) if getattr(ms, "_align_mode", False) else 0
             prev = prev_cols[i] if i < len(prev_cols) else -1
             live = list(range(curr, curr + len(blocks)))
@@ -209,7 +196,7 @@ class V2Worker:
             self.rows[rid] = (fps, targets, ns)
             self._fed_from[rid] = nc
             if self.backend is not None:
-                self._model_forward(rid, slot, nc, ids[qs:qe], i < nd_, init, blocks, checkpoint, hidden, qs)
+                self._model_forward(rid, slot, nc, ids[qs:qe], kr.decode, init, blocks, checkpoint, hidden, qs)
         return hidden
 
     # -- the model forward (--forward model) --------------------------------------------------------------------

@@ -1,0 +1,46 @@
+"""Where vLLM's Mamba2 kernels read and write a request's state, as vLLM's own Mamba2 metadata builder tells them
+(`Mamba2AttentionMetadataBuilder`, v1/attention/backends/mamba2_attn.py and mamba_attn.py in 0.33.0): shared by the
+engine tier's V1 and V2 workers, whose simulated forward reads states only from the built metadata.
+
+Decode rows come first (the runner reorders its batch at the builder's `reorder_batch_threshold`): the decode
+kernels (ops/mamba_ssm.py `selective_state_update`, `causal_conv1d_update`) start from the conv window of
+`state_indices_tensor_d[i][0]` at offset `num_accepted_tokens[i] - 1` and the SSM state of column
+`num_accepted_tokens[i] - 1`, and write one state per token to the row's columns. Prefill rows (mamba_mixer2.py:
+the chunked scan) start from `state_indices_tensor_p[p]` where `has_initial_states_p[p]`, else from a zero state,
+and write the final state there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class KernelRow:
+    decode: bool
+    init: tuple[int, int, int] | None  # (conv block, conv window offset, SSM block); None: a zero initial state
+    blocks: list[int]  # decode: one state block per token (the conv window's first); prefill: [final-state block]
+    prefill: int  # the row's index among the prefills (-1: a decode row)
+
+
+class Mamba2Rows:
+    """The built metadata of one step, read once (tensors to lists)."""
+
+    def __init__(self, m) -> None:
+        self.num_decodes = int(m.num_decodes)
+        self.si_d = m.state_indices_tensor_d.tolist() if m.state_indices_tensor_d is not None and self.num_decodes else []
+        self.si_p = (m.state_indices_tensor_p.tolist() if m.state_indices_tensor_p is not None and m.num_prefills
+                     else [])
+        self.has_init = m.has_initial_states_p.tolist() if m.has_initial_states_p is not None else []
+        self.accepted = m.num_accepted_tokens.tolist() if m.num_accepted_tokens is not None else []
+
+    def row(self, i: int, num_tokens: int) -> KernelRow:
+        """Row i of the batch (in the runner's order) with `num_tokens` scheduled tokens."""
+        if i < self.num_decodes:
+            idx = [int(b) for b in self.si_d[i]]
+            na = int(self.accepted[i]) if self.accepted else 1
+            return KernelRow(True, (idx[0], na - 1, idx[na - 1]), idx[:num_tokens], -1)
+        p = i - self.num_decodes
+        b = self.si_p[p]
+        b = int(b[0] if isinstance(b, list) else b)
+        return KernelRow(False, (b, 0, b) if self.has_init and self.has_init[p] else None, [b], p)
