@@ -265,37 +265,65 @@ def _decode_rows_by_drafts(original):
     return _may_reorder_batch
 
 
-def _draftless_extends_prefill(original):
+def _draftless_extends_prefill(draft_counts: list):
     """The Mamba2 builder's split with a draft-less multi-token row counted as prefilling: a request resumed
     after its prompt recomputes its last tokens, which only the prefill kernels advance from its running state
     to its last (the decode kernels write one state per token and the next step starts from column
-    num_accepted - 1 = 0: the state after the first recomputed token)."""
-    def _compute_common_metadata(self, common_attn_metadata, *args, **kwargs):
-        drafts = kwargs.get("num_decode_draft_tokens_cpu")
-        prefilling = common_attn_metadata.is_prefilling
-        if drafts is not None and prefilling is not None:
-            import torch
+    num_accepted - 1 = 0: the state after the first recomputed token). The draft counts are the runner's
+    (`num_decode_draft_tokens`, gpu_model_runner.py:2205-2235 in 0.33.0), which releases before 0.33 do not
+    hand the builder: `draft_counts` holds them while the runner builds its metadata."""
+    def make(original):
+        def _compute_common_metadata(self, common_attn_metadata, *args, **kwargs):
+            drafts = kwargs.get("num_decode_draft_tokens_cpu")
+            drafts = draft_counts[-1] if drafts is None and draft_counts else drafts
+            prefilling = common_attn_metadata.is_prefilling
+            if drafts is not None and prefilling is not None:
+                import torch
 
-            query_lens = torch.diff(common_attn_metadata.query_start_loc_cpu)
-            rows = (query_lens > 1) & (drafts[: len(query_lens)] < 0) & ~prefilling[: len(query_lens)]
-            if bool(rows.any()):
-                prefilling = prefilling.clone()
-                prefilling[: len(query_lens)] |= rows
-                common_attn_metadata = common_attn_metadata.replace(is_prefilling=prefilling)
-        return original(self, common_attn_metadata, *args, **kwargs)
-    return _compute_common_metadata
+                query_lens = torch.diff(common_attn_metadata.query_start_loc_cpu)
+                n = len(query_lens)
+                rows = (query_lens > 1) & (drafts[:n] < 0) & ~prefilling[:n]
+                if bool(rows.any()):
+                    prefilling = prefilling.clone()
+                    prefilling[:n] |= rows
+                    common_attn_metadata = common_attn_metadata.replace(is_prefilling=prefilling)
+            return original(self, common_attn_metadata, *args, **kwargs)
+        return _compute_common_metadata
+    return make
+
+
+def _runner_draft_counts(draft_counts: list):
+    def make(original):
+        def _build_attention_metadata(self, *args, **kwargs):
+            draft_counts.append(self.num_decode_draft_tokens.cpu)
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                draft_counts.pop()
+        return _build_attention_metadata
+    return make
 
 
 def _recompute_as_prefill_fix() -> Mutant:
     """Both places: the reorder ranks the recompute among the extends, the builder sends it to the prefill
     kernels."""
     def patch():
+        draft_counts: list = []
         return undo_all([wrap_method(_v1_runner_class(), "_may_reorder_batch", _decode_rows_by_drafts),
-                         wrap_method(_mamba_builder_class(), "_compute_common_metadata", _draftless_extends_prefill)])
+                         wrap_method(_v1_runner_class(), "_build_attention_metadata", _runner_draft_counts(draft_counts)),
+                         wrap_method(_mamba_builder_class(), "_compute_common_metadata",
+                                     _draftless_extends_prefill(draft_counts))])
 
     return Mutant(name="fix-recompute-as-prefill", bug_class="fix: a resumed request's draft-less recompute runs "
                   "through the prefill kernels", releases="where the issue is known", origin="hybrid-harness",
                   patch=patch, is_applied=lambda: method_wrapped(_mamba_builder_class(), "_compute_common_metadata"))
+
+
+def _runner_counts_drafts() -> bool:
+    try:
+        return _v1_reorders() and hasattr(_v1_runner_class(), "_build_attention_metadata")
+    except ImportError:
+        return False
 
 
 def _builder_takes_draft_counts() -> bool:
@@ -471,13 +499,15 @@ KNOWN_ISSUES = (
                 "to V1's batch reorder and the Mamba2 metadata builder (done prefilling, query <= 1+K): the decode "
                 "kernels write one state per token, but the runner's accepted count is the sampled count (1, no "
                 "drafts), so the next step starts from the state after the first recomputed token",
-        releases="seen on 0.33.0 with vLLM's own V1 runner and its Mamba2 metadata builder (engine tier, --runner v1)",
+        releases="seen on 0.33.0 with vLLM's own V1 runner and its Mamba2 metadata builder (engine tier, --runner v1); "
+                 "on 0.26.0-0.27.1 the repro stops first at those releases' own spec padding (the resumed request is "
+                 "scheduled with a stale draft)",
         repro="scenarios/v1-resumed-recompute-as-decode.json",
         reached_by="the V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0) with speculative decoding (K >= 1), prefix "
                    "caching in align mode, and a preemption (pool pressure) of a request that has generated output, "
                    "resumed with 2..1+K tokens left to recompute",
         fix=_recompute_as_prefill_fix(),
-        applies=_builder_takes_draft_counts,
+        applies=_runner_counts_drafts,
         runners=("v1",),
     ),
     KnownIssue(
@@ -494,7 +524,7 @@ KNOWN_ISSUES = (
                    "request's prompt chunk of <= 1+K tokens",
         fix=_fix("fix-decode-rows-by-drafts", _v1_runner_class, "_may_reorder_batch", _decode_rows_by_drafts,
                  "V1's batch reorder ranks as decodes the rows of one token, or one token plus drafts"),
-        applies=_v1_reorders,
+        applies=_builder_takes_draft_counts,  # the builder's padded-tail conversion (0.33.0: mamba_attn.py:426-445)
         runners=("v1",),
     ),
 )

@@ -56,6 +56,9 @@ def test_seed_scenario_as_the_mirror_judges_it():
     else:
         assert sigs == [] and _signatures(asynchronous) == []
     assert sigs == _signatures(_replay(load_scenario(SEED), runner="mirror"))
+    # every request finishes: the runner's sampled tokens reach the scheduler (0.26-0.27 return one element fewer
+    # from _bookkeeping_sync than 0.33; the worker read the wrong ones there and both requests stalled)
+    assert trace.end.reason == "done" and asynchronous.end.reason == "done"
     # the worker row is the runner's persistent block-table row; reads carry the oracles' names
     assert trace.rows and all(r.worker_row for r in trace.rows)
     assert {r.what for r in trace.reads} <= {"initial", "precopy", "postcopy"}
@@ -272,6 +275,8 @@ def test_the_v1_runner_reorders_and_builds_its_own_mamba_metadata():
     assert "Mamba2AttentionMetadataBuilder" in builders
     assert runner.reorder_batch_threshold == 1 + scenario.geometry.num_speculative_tokens
     assert judge(driver.run()) == []
+    if not installed_version().startswith("0.33."):
+        return  # the mirror's scheduler loop is 0.33.0's (older releases: docs/engine-tier.md, "Releases before 0.33")
     for seed in range(40):  # mixed batches of decodes, extends and first chunks: same rows, same order
         report = diff(random_scenario(seed, checkpoints=False),
                       config=RunConfig(tier="engine").but(runner="v1", async_scheduling="off"))  # as `diff` runs

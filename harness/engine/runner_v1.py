@@ -427,7 +427,9 @@ class V1Worker:
             result = r._bookkeeping_sync(so, self.SamplerOutput(sampled_token_ids=out, logprobs_tensors=None), None,
                                          torch.empty((so.total_num_scheduled_tokens, 1)),
                                          so.total_num_scheduled_tokens)
-        valid, ids = result[3], result[5]
+        # (..., valid_sampled_token_ids, prompt_logprobs_dict, req_ids, req_id_to_index, invalid_req_indices): the
+        # tail is the same in every release (0.33 adds num_nans at the front), so it is read from the end
+        valid, ids = result[-5], result[-3]
         return list(ids), [list(v) for v in valid]
 
     def deliver(self, block: int, state) -> None:
