@@ -234,33 +234,72 @@ def _mamba_builder_class():
     return BaseMambaAttentionMetadataBuilder
 
 
-def _decode_rows_by_drafts(original):
-    """`_may_reorder_batch` ranking as decodes exactly the rows the decode kernels run right: a row with prior
-    state scheduled as one token, or as one token plus its drafts (the scheduler's padded prompt tail included).
-    vLLM ranks by the prompt alone (done prefilling and at most 1+K tokens: a decode), so a padded prompt tail
-    falls among the short extends and a resumed request's draft-less recompute among the decodes. vLLM's order
-    is kept otherwise (a stable sort, by vLLM's own swap)."""
+class _Rows:
+    """The persistent batch's rows as V1's reorder sees them (num_computed, prompt, scheduled tokens, drafts)."""
+
+    def __init__(self, runner, so) -> None:
+        self.ib, self.so, self.threshold = runner.input_batch, so, runner.reorder_batch_threshold
+
+    def _at(self, i: int):
+        rid = self.ib.req_ids[i]
+        drafts = self.so.scheduled_spec_decode_tokens.get(rid) or ()
+        return int(self.ib.num_computed_tokens_cpu[i]), int(self.ib.num_prompt_tokens[i]), \
+            self.so.num_scheduled_tokens[rid], len(drafts)
+
+    def decode(self, i: int) -> bool:
+        """A row the decode kernels run right: prior state, one token, or one token plus its drafts."""
+        nc, _, ns, nd = self._at(i)
+        return nc > 0 and ns <= self.threshold and (ns == 1 or (nd > 0 and ns == nd + 1))
+
+    def prefilling_short_extend(self, i: int) -> bool:
+        nc, prompt, ns, _ = self._at(i)
+        return 0 < nc < prompt and ns <= self.threshold and not self.decode(i)
+
+    def padded_prompt_tail(self, i: int) -> bool:
+        nc, prompt, ns, nd = self._at(i)
+        return 0 < nc < prompt and nd > 0 and ns == nd + 1
+
+    def draftless_recompute(self, i: int) -> bool:
+        nc, prompt, ns, nd = self._at(i)
+        return nc >= prompt and 1 < ns <= self.threshold and nd == 0
+
+    def bubble(self, i: int, step: int, past) -> None:
+        """Move row i by adjacent swaps (vLLM's InputBatch.swap_states) past the neighbours `past` accepts."""
+        n = len(self.ib.req_ids)
+        while 0 <= i + step < n and past(i + step):
+            self.ib.swap_states(i, i + step)
+            i += step
+
+
+def _prompt_tails_with_decodes(original):
+    """`_may_reorder_batch` then one correction: a padded prompt tail (a stateful prompt row scheduled as its last
+    token plus the scheduler's placeholder drafts) moves ahead of the prompt chunks (short extends) it was ranked
+    among, so the Mamba2 builder, which makes it a decode row (mamba_attn.py:426-445), finds it before the first
+    prefilling row (the split, :451-455). Nothing else moves."""
     def _may_reorder_batch(self, scheduler_output):
         out = original(self, scheduler_output)
-        threshold = self.reorder_batch_threshold
-        if threshold is None:
+        if self.reorder_batch_threshold is None:
             return out
-        ib, so = self.input_batch, scheduler_output
+        rows = _Rows(self, scheduler_output)
+        for i in range(len(self.input_batch.req_ids)):
+            if rows.padded_prompt_tail(i):
+                rows.bubble(i, -1, rows.prefilling_short_extend)
+        return out
+    return _may_reorder_batch
 
-        def region(i: int, rid: str) -> int:
-            nc, ns = int(ib.num_computed_tokens_cpu[i]), so.num_scheduled_tokens[rid]
-            drafts = so.scheduled_spec_decode_tokens.get(rid) or ()
-            if nc == 0:
-                return 3
-            if ns <= threshold and (ns == 1 or (drafts and ns == len(drafts) + 1)):
-                return 0
-            return 2 if ns > threshold else 1
 
-        wanted = [rid for _, _, rid in sorted((region(i, rid), i, rid) for i, rid in enumerate(ib.req_ids))]
-        for pos, rid in enumerate(wanted):
-            cur = ib.req_ids.index(rid)
-            if cur != pos:
-                ib.swap_states(pos, cur)
+def _recomputes_behind_decodes(original):
+    """`_may_reorder_batch` then one correction: a resumed request's draft-less recompute (done prefilling, 2..1+K
+    tokens, ranked a decode by vLLM) moves behind the decode rows, where the builder's split, with the row counted
+    as prefilling (`_draftless_extends_prefill`), leaves every decode before it. Nothing else moves."""
+    def _may_reorder_batch(self, scheduler_output):
+        out = original(self, scheduler_output)
+        if self.reorder_batch_threshold is None:
+            return out
+        rows = _Rows(self, scheduler_output)
+        for i in reversed(range(len(self.input_batch.req_ids))):
+            if rows.draftless_recompute(i):
+                rows.bubble(i, 1, rows.decode)
         return out
     return _may_reorder_batch
 
@@ -309,7 +348,7 @@ def _recompute_as_prefill_fix() -> Mutant:
     kernels."""
     def patch():
         draft_counts: list = []
-        return undo_all([wrap_method(_v1_runner_class(), "_may_reorder_batch", _decode_rows_by_drafts),
+        return undo_all([wrap_method(_v1_runner_class(), "_may_reorder_batch", _recomputes_behind_decodes),
                          wrap_method(_v1_runner_class(), "_build_attention_metadata", _runner_draft_counts(draft_counts)),
                          wrap_method(_mamba_builder_class(), "_compute_common_metadata",
                                      _draftless_extends_prefill(draft_counts))])
@@ -522,8 +561,8 @@ KNOWN_ISSUES = (
         reached_by="the V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0) with speculative decoding (K >= 1) and a KV "
                    "connector: an external hit leaves a one-token prompt tail (padded to 1+K), batched behind another "
                    "request's prompt chunk of <= 1+K tokens",
-        fix=_fix("fix-decode-rows-by-drafts", _v1_runner_class, "_may_reorder_batch", _decode_rows_by_drafts,
-                 "V1's batch reorder ranks as decodes the rows of one token, or one token plus drafts"),
+        fix=_fix("fix-prompt-tails-with-decodes", _v1_runner_class, "_may_reorder_batch", _prompt_tails_with_decodes,
+                 "V1's batch reorder moves a padded prompt tail ahead of the prompt chunks it was ranked among"),
         applies=_builder_takes_draft_counts,  # the builder's padded-tail conversion (0.33.0: mamba_attn.py:426-445)
         runners=("v1",),
     ),

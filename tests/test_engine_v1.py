@@ -121,7 +121,7 @@ def test_unsupported_geometry_is_bad_input():
         _replay(sc)
 
 
-@pytest.mark.parametrize("name", ["v1-accepted-count-lost", "v1-stale-mamba-state-idx"])
+@pytest.mark.parametrize("name", ["v1-accepted-count-lost", "v1-stale-mamba-state-idx", "v1-reorder-threshold-off-by-one"])
 def test_worker_mutant_killed_and_absent_on_stock(name):
     _v1_or_skip(load_scenario(SEED))
     if name == "v1-accepted-count-lost" and installed_version().startswith(SEED_BUG_RELEASES):

@@ -15,6 +15,11 @@ with `--runner v1` runs that code, harness/engine/runner_v1.py). Each wraps vLLM
   the mutant takes the current row for the previous one. Synchronous steps carry no placeholders, so only
   async scheduling reaches it, and only once rows moved (a request finished and condense() closed the gap,
   or the batch was reordered).
+- v1-reorder-threshold-off-by-one: the decode-first batch reorder (`_may_reorder_batch`,
+  attention/backends/utils.py:939-1015) runs one token below the Mamba2 builder's threshold, so a decode row
+  with all its drafts (1 + K tokens) ranks with the long extends; the builder's split (at the first prefilling
+  row, mamba_attn.py:451-455) then sends it to the prefill kernels, which ignore its accepted count (the class
+  of vLLM's V2 sort bug, v2-draftless-decode-after-prefill, and of SGLang #31833's per-row misplacement).
 """
 
 from __future__ import annotations
@@ -51,6 +56,19 @@ def _prev_row_as_current(original):
     return _prepare_input_ids
 
 
+def _threshold_off_by_one(original):
+    def _may_reorder_batch(self, scheduler_output):
+        threshold = self.reorder_batch_threshold
+        if threshold is None or threshold <= 1:
+            return original(self, scheduler_output)
+        self.reorder_batch_threshold = threshold - 1  # the builder keeps its own (the split uses that one)
+        try:
+            return original(self, scheduler_output)
+        finally:
+            self.reorder_batch_threshold = threshold
+    return _may_reorder_batch
+
+
 def _patch_module_function(module_name: str, attr: str, make):
     import importlib
 
@@ -74,23 +92,33 @@ def _no_cleanup(original):
     return cleanup_mamba_state_idx
 
 
+def _runner_mutant(name: str, bug_class: str, origin: str, method: str, make) -> Mutant:
+    """A mutant that wraps one GPUModelRunner method with make(original)."""
+    return Mutant(name=name, bug_class=bug_class, releases="0.26.0-0.33.x", origin=origin,
+                  patch=lambda: wrap_method(_runner_class(), method, make),
+                  is_applied=lambda: method_wrapped(_runner_class(), method), runner="v1")
+
+
 V1_MUTANTS = (
-    Mutant(name="v1-accepted-count-lost", bug_class="lost update: the V1 runner's accepted-token counts never reach "
-           "the CPU copy the next pre-copy and kernels read", releases="0.26.0-0.33.x",
-           origin="vLLM V1 accepted-count copy-back vs condense() under async scheduling (gpu_model_runner.py)",
-           patch=lambda: wrap_method(_runner_class(), "_update_states_after_model_execute", _accepted_lost),
-           is_applied=lambda: method_wrapped(_runner_class(), "_update_states_after_model_execute"), runner="v1"),
+    _runner_mutant("v1-accepted-count-lost", "lost update: the V1 runner's accepted-token counts never reach the CPU "
+                   "copy the next pre-copy and kernels read",
+                   "vLLM V1 accepted-count copy-back vs condense() under async scheduling (gpu_model_runner.py)",
+                   "_update_states_after_model_execute", _accepted_lost),
     Mutant(name="v1-stale-mamba-state-idx", bug_class="stale index: preempted/resumed requests keep their old "
            "running column in mamba_state_idx; the align pre-copy reads it", releases="0.26.0-0.33.x",
            origin="vLLM cleanup_mamba_state_idx (force-preempted requests left stale entries, mamba_utils.py)",
            patch=lambda: _patch_module_function("vllm.v1.worker.mamba_utils", "cleanup_mamba_state_idx", _no_cleanup),
            is_applied=lambda: _module_function_patched("vllm.v1.worker.mamba_utils", "cleanup_mamba_state_idx"),
            runner="v1"),
-    Mutant(name="v1-async-prev-row-as-current", bug_class="stale row map under async scheduling: the V1 runner "
-           "fills this step's placeholders from the previous batch's sampled tokens at the current row, not the "
-           "row the request held then", releases="0.26.0-0.33.x",
-           origin="vLLM V1 async scheduling placeholder fill (prev_positions, gpu_model_runner.py "
-           "_prepare_input_ids)",
-           patch=lambda: wrap_method(_runner_class(), "_prepare_input_ids", _prev_row_as_current),
-           is_applied=lambda: method_wrapped(_runner_class(), "_prepare_input_ids"), runner="v1"),
+    _runner_mutant("v1-async-prev-row-as-current", "stale row map under async scheduling: the V1 runner fills this "
+                   "step's placeholders from the previous batch's sampled tokens at the current row, not the row the "
+                   "request held then",
+                   "vLLM V1 async scheduling placeholder fill (prev_positions, gpu_model_runner.py _prepare_input_ids)",
+                   "_prepare_input_ids", _prev_row_as_current),
+    _runner_mutant("v1-reorder-threshold-off-by-one", "batch reorder vs metadata split: V1 reorders its batch one token "
+                   "below the Mamba2 builder's decode threshold, so full spec-decode rows land behind prefills and run "
+                   "through the prefill kernels",
+                   "vLLM V1 _may_reorder_batch / reorder_batch_threshold (gpu_model_runner.py:1105-1128, :6817-6834); "
+                   "the same split-by-order class as vLLM's V2 sort bug and SGLang #31833",
+                   "_may_reorder_batch", _threshold_off_by_one),
 )
