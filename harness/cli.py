@@ -131,6 +131,7 @@ def _sweep(args: argparse.Namespace, version: str, config) -> int:
 
     from harness.artifacts import finding_artifact, write_finding, write_json_atomic
     from harness.generate import random_scenario
+    from harness.genome import release_budget
     from harness.known import replay_and_judge
     from harness.oracles import describe_outputs, merge_output_summaries, output_summary
     from harness.scenario import scenario_to_json
@@ -142,8 +143,9 @@ def _sweep(args: argparse.Namespace, version: str, config) -> int:
     outputs = None  # model tier: the output summaries added up
     started = time.perf_counter()
     small = config.runs_model  # the model's smaller scenarios (model tier, engine tier --forward model)
+    modes = release_budget(tier=config.tier, runner=config.engine.runner).cache_modes  # mode none: vLLM's runners
     for seed in range(args.seed, args.seed + args.count):
-        scenario = random_scenario(seed, checkpoints=checkpoints, small=small)
+        scenario = random_scenario(seed, checkpoints=checkpoints, small=small, modes=modes)
         try:
             trace, findings, verdict = replay_and_judge(scenario, config=config)
             if verdict is None and config.known_fixes:  # clean with the fixes: replayed on stock to count known issues

@@ -74,6 +74,9 @@ class Driver:
     def __init__(self, scenario: Scenario, mutant: str | None = None, backend=None) -> None:
         self.sc = scenario
         self.g = g = scenario.geometry
+        if g.mamba_cache_mode != "align":
+            raise BadInput(f"geometry.mamba_cache_mode {g.mamba_cache_mode!r}: the mirrored tiers follow align mode only; "
+                           "run it on the engine tier with vLLM's own runner (--tier engine --runner v1|v2|auto)")
         self.alloc = Allocator(g)
         self.K = g.num_speculative_tokens
         # KV slots past the scheduled tokens: EAGLE keeps K for its drafts, n-gram none (VllmConfig.

@@ -33,8 +33,20 @@ def random_geometry(rng: random.Random, *, checkpoints: bool) -> dict:
     }
 
 
-def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False) -> Scenario:
-    """small: the model tier's scenarios (shorter prompts, at least two outputs so repeats can show)."""
+def without_prefix_caching(doc: dict) -> dict:
+    """A scenario document in Mamba cache mode "none" (prefix caching off): the prefix-caching features go
+    (prefill checkpoints, EAGLE's block drop, external hits through the connector)."""
+    doc["geometry"].update(mamba_cache_mode="none", prefill_checkpoint=False, eagle_block_drop=False)
+    for req in doc["requests"]:
+        req.pop("external", None)
+    return doc
+
+
+def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
+                    modes: tuple[str, ...] = ("align",)) -> Scenario:
+    """small: the model tier's scenarios (shorter prompts, at least two outputs so repeats can show). modes: the
+    Mamba cache modes to draw from (the engine tier with vLLM's runners: align and none), from a stream of its
+    own, so every seed's scenario is otherwise the same."""
     rng = random.Random(seed)
     geo = random_geometry(rng, checkpoints=checkpoints)
     mamba, k = geo["mamba_block_size"], geo["num_speculative_tokens"]
@@ -76,5 +88,8 @@ def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False)
     for _ in range(rng.choice([0, 0, 0, 1, 2])):
         events.append({"step": rng.randint(1, 12), "kind": rng.choice(["preempt", "preempt", "abort"]),
                        "request": rng.choice(requests)["id"]})
-    return parse_scenario({"version": 1, "name": f"random-{seed}", "geometry": geo, "requests": requests,
-                           "events": events, "max_steps": 400})
+    doc = {"version": 1, "name": f"random-{seed}", "geometry": geo, "requests": requests, "events": events,
+           "max_steps": 400}
+    if "none" in modes and random.Random(f"{seed}:cache-mode").random() < 0.25:
+        without_prefix_caching(doc)
+    return parse_scenario(doc)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from harness.generate import without_prefix_caching
 from harness.scenario import Scenario, parse_scenario, scenario_to_json
 from harness.trace import largest_request
 
@@ -61,6 +62,8 @@ class Budget:
     align: bool = False
     sub_block_hash: bool = True
     load_failures: bool = False  # engine tier: async loads that fail (KVConnectorOutput.failed_recving)
+    # Mamba cache modes the tier runs: "none" on the engine tier with vLLM's own runners (the mirror is align-only)
+    cache_modes: tuple[str, ...] = ("align",)
 
 
 def geometry_from(r: _Reader, budget: Budget) -> dict:
@@ -82,6 +85,7 @@ def geometry_from(r: _Reader, budget: Budget) -> dict:
         "eagle_block_drop": k > 0 and bool(flags & 2),
         "token_budget": budget_tokens,
         "kv_load_failure_policy": "recompute" if budget.load_failures and flags & 4 else "fail",
+        "mamba_cache_mode": "none" if "none" in budget.cache_modes and flags & 8 else "align",
     }
 
 
@@ -122,7 +126,8 @@ def _decode_generated(data: bytes, budget: Budget) -> Scenario:
 
     seed, mask = generator_fields(data)
     off = {name for bit, name in enumerate(SWARM) if mask >> bit & 1}
-    scenario = random_scenario(seed, checkpoints=budget.checkpoints and "checkpoints" not in off, small=budget.small)
+    scenario = random_scenario(seed, checkpoints=budget.checkpoints and "checkpoints" not in off, small=budget.small,
+                               modes=budget.cache_modes)
     doc = scenario_to_json(scenario)
     geo = doc["geometry"]
     if budget.align and not budget.sub_block_hash:
@@ -202,8 +207,10 @@ def decode(data: bytes, budget: Budget = Budget()) -> Scenario:
     for _ in range(r.range(0, MAX_EVENTS)):
         step, kind, who = r.range(1, 15), r.byte(), r.range(0, nreq - 1)
         events.append({"step": step, "kind": "abort" if kind % 4 == 3 else "preempt", "request": "abcd"[who]})
-    return parse_scenario({"version": 1, "name": "fuzz", "geometry": geo, "requests": requests,
-                           "events": events, "max_steps": MAX_STEPS})
+    doc = {"version": 1, "name": "fuzz", "geometry": geo, "requests": requests, "events": events,
+           "max_steps": MAX_STEPS}
+    # the same bytes, mode none's features dropped (the bytes that chose them are still consumed)
+    return parse_scenario(without_prefix_caching(doc) if geo["mamba_cache_mode"] == "none" else doc)
 
 
 # -- structure-aware mutation ------------------------------------------------------------------------------
@@ -287,11 +294,13 @@ def without_checkpoints(data: bytes) -> bytes:
     return bytes(buf)
 
 
-def release_budget(small: bool = False, tier: str = "symbolic") -> Budget:
-    """What the installed release can run for a tier (with the bytes, all that decoding depends on)."""
+def release_budget(small: bool = False, tier: str = "symbolic", runner: str = "mirror") -> Budget:
+    """What the installed release can run for a tier and engine runner (with the bytes, all that decoding
+    depends on): Mamba cache mode "none" on the engine tier with vLLM's own runners."""
     from harness.vllm_adapter import supports_failed_recving, supports_prefill_checkpoints, supports_prefix_match_unit
 
     if tier == "engine":
         return Budget(checkpoints=supports_prefill_checkpoints(), small=small, align=True,
-                      sub_block_hash=supports_prefix_match_unit(), load_failures=supports_failed_recving())
+                      sub_block_hash=supports_prefix_match_unit(), load_failures=supports_failed_recving(),
+                      cache_modes=("align",) if runner == "mirror" else ("align", "none"))
     return Budget(checkpoints=supports_prefill_checkpoints(), small=small)

@@ -125,7 +125,7 @@ def _changes_behaviour(corpus: Path, config: RunConfig, limit: int = 300) -> tup
     inputs = sorted(corpus.iterdir())[:limit]
     compared = 0
     for path in inputs:
-        scenario = decode(path.read_bytes(), release_budget(tier=tier))
+        scenario = decode(path.read_bytes(), release_budget(tier=tier, runner=config.engine.runner))
         stock = calls(scenario, None)
         try:
             with mutant_applied(mutant):
@@ -144,7 +144,7 @@ def mutant_config(name: str, tier: str | None = None) -> RunConfig:
     cannot run them: the V1 runner's mutator clears the bit instead of every checkpoint input being a harness
     error)."""
     mutant = get_mutant(name)
-    config = RunConfig(tier=mutant.tier if mutant.runner else (tier or mutant.tier), mutant=name)
+    config = RunConfig(tier=mutant.tier if mutant.runner or mutant.engine_only else (tier or mutant.tier), mutant=name)
     if mutant.runner:
         config = config.but(runner=mutant.runner)
     return config.but(checkpoints=config.tier_runs_checkpoints)

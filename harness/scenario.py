@@ -41,6 +41,10 @@ class Geometry(_Strict):
     # KVTransferConfig.kv_load_failure_policy for loads that fail (`external.load_fails`): vLLM's default
     # "fail" ends the request with an error; "recompute" recomputes from the longest valid prefix
     kv_load_failure_policy: Literal["fail", "recompute"] = "fail"
+    # CacheConfig.mamba_cache_mode: "align" (prefix caching on: Mamba states cached at block boundaries) or "none"
+    # (prefix caching off, vLLM's default without --enable-prefix-caching: one Mamba block per request holds its
+    # state, max_model_len tokens long, plus a block per speculative token; engine tier only)
+    mamba_cache_mode: Literal["align", "none"] = "align"
 
     @model_validator(mode="before")
     @classmethod
@@ -62,6 +66,9 @@ class Geometry(_Strict):
         for name in ("attn_block_size", "mamba_block_size"):
             if getattr(self, name) % self.hash_block_size:
                 raise ValueError(f"hash_block_size {self.hash_block_size} must divide {name}")
+        if self.mamba_cache_mode == "none" and (self.prefill_checkpoint or self.eagle_block_drop):
+            raise ValueError("prefill_checkpoint and eagle_block_drop are prefix-caching features: "
+                             "mamba_cache_mode 'none' has no prefix caching")
         return self
 
     @property
@@ -171,6 +178,9 @@ class Scenario(_Strict):
                 raise ValueError(f"events[{i}].request {ev.request!r} names no request")
         max_len = self.geometry.max_model_len
         for i, req in enumerate(self.requests):
+            if req.external is not None and self.geometry.mamba_cache_mode == "none":
+                raise ValueError(f"requests[{i}].external: the harness's connector loads align-mode Mamba states; "
+                                 "with mamba_cache_mode 'none' it is not modelled")
             n = len(req.prompt.tokens) if req.prompt.tokens is not None else req.prompt.length
             if n + req.max_tokens > max_len:
                 raise ValueError(f"requests[{i}]: prompt + max_tokens = {n + req.max_tokens} exceeds max_model_len {max_len}")

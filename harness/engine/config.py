@@ -93,6 +93,8 @@ class EngineGeometry:
     block_size: int
     hash_block_size: int
     num_speculative_tokens: int
+    mamba_cache_mode: str = "align"
+    mamba_block_size: int = 0  # the Mamba group's block: block_size in align mode, max_model_len in mode none
 
 
 def derive_geometry(scenario: Scenario) -> EngineGeometry:
@@ -107,7 +109,24 @@ def derive_geometry(scenario: Scenario) -> EngineGeometry:
     if g.prefill_checkpoint and not supports_prefill_checkpoints():
         raise BadInput(f"geometry.prefill_checkpoint: vLLM {installed_version()} has no Mamba prefill checkpoint "
                        "blocks whose worker export this harness mirrors (0.33.x)")
-    return EngineGeometry(g.mamba_block_size, g.hash_block_size, g.num_speculative_tokens)
+    if g.mamba_cache_mode != "align" and g.mamba_cache_mode not in _cache_modes():
+        raise BadInput(f"geometry.mamba_cache_mode {g.mamba_cache_mode!r}: vLLM {installed_version()}'s CacheConfig "
+                       f"has no such mode (it has {', '.join(_cache_modes())})")
+    # mode none: vLLM sets the Mamba block to max_model_len when prefix caching is off
+    # (model_executor/models/config.py:781-787 in 0.33.0, MambaModelConfig.verify_and_update_config)
+    mamba_block = g.mamba_block_size if g.mamba_cache_mode == "align" else g.max_model_len
+    return EngineGeometry(g.mamba_block_size, g.hash_block_size, g.num_speculative_tokens, g.mamba_cache_mode,
+                          mamba_block)
+
+
+def _cache_modes() -> tuple[str, ...]:
+    """The Mamba cache modes the installed release's CacheConfig accepts (`MambaCacheMode`)."""
+    import typing
+
+    from vllm.config import cache
+
+    mode = getattr(cache, "MambaCacheMode", None)
+    return typing.get_args(mode) if mode is not None else ("align",)
 
 
 _V2_ENV = {"mirror": "0", "v1": "0", "v2": "1", "auto": None}  # VLLM_USE_V2_MODEL_RUNNER per --runner
@@ -151,26 +170,29 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirro
     _pick_runner(runner)
     args = (max(1, min(len(scenario.requests), g.token_budget)), g.token_budget, g.max_model_len, B, H, K,
             g.eagle_block_drop, runner)
+    modes = {"mamba_cache_mode": eg.mamba_cache_mode, "mamba_block": eg.mamba_block_size}
     wanted = ASYNC_WANTED[async_mode]
     if runner == "mirror" and wanted is None:  # a synchronous worker: vLLM's decision cannot be followed
         wanted = False
-    vc = vllm_config(*args, failure_policy=g.kv_load_failure_policy, async_scheduling=wanted)
+    vc = vllm_config(*args, failure_policy=g.kv_load_failure_policy, async_scheduling=wanted, **modes)
     if vc.scheduler_config.async_scheduling and not follows_async(vc, runner, forward):
         if async_mode == "on":
             raise BadInput(f"--async-scheduling on: the {runner} worker is driven with synchronous scheduling only "
                            "here (async: vLLM's V2 runner, or its V1 runner without drafts on the symbolic "
                            "forward)")
-        vc = vllm_config(*args, failure_policy=g.kv_load_failure_policy, async_scheduling=False)
+        vc = vllm_config(*args, failure_policy=g.kv_load_failure_policy, async_scheduling=False, **modes)
     vc.cache_config.num_gpu_blocks = g.num_blocks  # the Scheduler reads it once, when built
     kci, torch = v.kci, v.torch
-    mamba_kwargs = dict(block_size=B, shapes=((1, 1),), dtypes=(torch.float32,), mamba_cache_mode="align",
-                        num_speculative_blocks=K)
+    mamba_kwargs = dict(block_size=eg.mamba_block_size, shapes=((1, 1),), dtypes=(torch.float32,),
+                        mamba_cache_mode=eg.mamba_cache_mode, num_speculative_blocks=K)
     if g.prefill_checkpoint:
         mamba_kwargs.update(num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1)
     kvc = kci.KVCacheConfig(num_blocks=g.num_blocks, kv_cache_tensors=[], kv_cache_groups=[
         kci.KVCacheGroupSpec(["attn"], kci.FullAttentionSpec(block_size=B, num_kv_heads=1, head_size=1,
                                                              dtype=torch.float32)),
         kci.KVCacheGroupSpec(["mamba"], kci.MambaSpec(**mamba_kwargs))])
+    if eg.mamba_cache_mode != "align":  # groups of unequal blocks: the engine core's own rule (core.py:176-178)
+        B, H = v.kcu.resolve_kv_cache_block_sizes(kvc, vc)
     try:
         sched = vc.scheduler_config.get_scheduler_cls()(
             vllm_config=vc, kv_cache_config=kvc, structured_output_manager=StructuredOutputManager(vc),
@@ -207,7 +229,8 @@ def _gpu_async_decision(decided: list):
 
 @functools.lru_cache(maxsize=512)  # a few hundred KB each; a fuzz campaign revisits its geometries
 def vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: int, K: int, eagle: bool,
-                 runner: str = "mirror", failure_policy: str = "fail", async_scheduling: bool | None = False):
+                 runner: str = "mirror", failure_policy: str = "fail", async_scheduling: bool | None = False,
+                 mamba_cache_mode: str = "align", mamba_block: int = 0):
     """The VllmConfig for one geometry (validated by vLLM, then the stand-ins set); built once per geometry
     in a process: pydantic validation of the config tree costs more than a short replay. `async_scheduling`:
     None = vLLM's own decision for this config on a GPU platform (_gpu_async_decision); True = asked for
@@ -218,8 +241,11 @@ def vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: i
     _quiet_vllm()
     decided: list = []
     try:
-        cache_kwargs = dict(block_size=B, enable_prefix_caching=True, mamba_cache_mode="align")
-        if supports_prefix_match_unit():
+        align = mamba_cache_mode == "align"
+        cache_kwargs = dict(block_size=B, enable_prefix_caching=align, mamba_cache_mode=mamba_cache_mode)
+        if not align:
+            pass  # no prefix caching: no prefix-match unit
+        elif supports_prefix_match_unit():
             cache_kwargs["prefix_match_unit"] = H
         elif H != B:
             raise BadInput(f"geometry.hash_block_size {H} < block {B}: vLLM {installed_version()}'s CacheConfig has "
@@ -267,7 +293,9 @@ def vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: i
     if eagle:
         _as_eagle(vc.speculative_config)
     object.__setattr__(vc, "model_config", ModelConfigStandIn(max_model_len))
-    vc.cache_config.mamba_block_size = B  # platforms/interface.py:1114-1115 (align mode)
+    # align: platforms/interface.py:1114-1115; none: max_model_len (MambaModelConfig, models/config.py:786-787), the
+    # scheduler's, which the runner's config (built at larger buffer extents) keeps too
+    vc.cache_config.mamba_block_size = B if mamba_cache_mode == "align" else (mamba_block or max_model_len)
     return vc
 
 
@@ -317,7 +345,8 @@ def runner_config(driver):
              max(g.max_model_len, f["max_model_len"]))
     return sizes, vllm_config(*sizes, eg.block_size, eg.hash_block_size, eg.num_speculative_tokens,
                                g.eagle_block_drop, driver.options.runner, failure_policy=g.kv_load_failure_policy,
-                               async_scheduling=bool(vc.scheduler_config.async_scheduling))
+                               async_scheduling=bool(vc.scheduler_config.async_scheduling),
+                               mamba_cache_mode=eg.mamba_cache_mode, mamba_block=eg.mamba_block_size)
 
 
 def resumed_ids(cr) -> set[str]:

@@ -21,6 +21,7 @@ class KernelRow:
     init: tuple[int, int, int] | None  # (conv block, conv window offset, SSM block); None: a zero initial state
     blocks: list[int]  # decode: one state block per token (the conv window's first); prefill: [final-state block]
     prefill: int  # the row's index among the prefills (-1: a decode row)
+    init_column: int = 0  # the column of the row's state indices the initial SSM state is read from
 
 
 class Mamba2Rows:
@@ -39,7 +40,7 @@ class Mamba2Rows:
         if i < self.num_decodes:
             idx = [int(b) for b in self.si_d[i]]
             na = int(self.accepted[i]) if self.accepted else 1
-            return KernelRow(True, (idx[0], na - 1, idx[na - 1]), idx[:num_tokens], -1)
+            return KernelRow(True, (idx[0], na - 1, idx[na - 1]), idx[:num_tokens], -1, na - 1)
         p = i - self.num_decodes
         b = self.si_p[p]
         b = int(b[0] if isinstance(b, list) else b)

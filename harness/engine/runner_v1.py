@@ -157,6 +157,7 @@ class V1Worker:
         self.vc = vc
         self.K = K = driver.eg.num_speculative_tokens
         self.bs = driver.eg.block_size
+        self.align = driver.eg.mamba_cache_mode == "align"  # mode none: no running column, no align copies
         _init_process(vc)
         sched_kvc = driver.sched.kv_cache_config
         num_blocks = sched_kvc.num_blocks
@@ -312,7 +313,7 @@ class V1Worker:
         return pending
 
     def _execute(self, so, step: int, seq_fps: dict[str, list[int]], core_tables) -> None:
-        r, mu = self.runner, self.mamba_utils
+        r = self.runner
         self._step, self._seq_fps, self._precopied, self._next = step, seq_fps, {}, {}
         _PROCESS["observer"] = self._observe
         self.kernels_v1.OBSERVER = self._observe
@@ -331,23 +332,30 @@ class V1Worker:
             ns_np = np.array([so.num_scheduled_tokens[rid] for rid in req_ids], dtype=np.int32)
             r._prepare_inputs(so, ns_np)
             kinds = self._kinds(so)
-            # prev column as preprocess_mamba computes it (after its cleanup of finished/preempted/resumed,
-            # mamba_utils.py:1398-1415; the fallback for new/resumed rows, :1493-1495)
-            prev_idx = dict(r.mamba_state_idx)
-            mu.cleanup_mamba_state_idx(so, prev_idx)
-            bufs = r._get_mamba_bufs()
-            funcs = (r._get_mamba_state_copy_funcs() if hasattr(r, "_get_mamba_state_copy_funcs")
-                     else r.model.get_mamba_state_copy_func())  # < 0.29: the model's one tuple
-            extra = {"align_ctx": bufs.postprocess_align} if "align_ctx" in parameters(mu.preprocess_mamba) else {}
-            mu.preprocess_mamba(so, r.kv_cache_config, r.cache_config, r.mamba_state_idx, r.input_batch, r.requests,
-                                self.fwd_ctx, funcs, bufs.preprocess, **extra)
-            # execute_model re-syncs the accepted counts preprocess_mamba reset (gpu_model_runner.py:4069-4076)
-            r.num_accepted_tokens.np[:n] = r.input_batch.num_accepted_tokens_cpu[:n]
-            r.num_accepted_tokens.copy_to_gpu(n)
-            if getattr(bufs, "postprocess_align", None) is not None:
-                mu.stage_postprocess_inputs_to_gpu(bufs.postprocess_align, so, r.input_batch.req_ids, n, r.requests,
-                                                   r.mamba_state_idx)
+            prev_idx = self._preprocess(so, n) if self.align else {}
             self._forward(so, req_ids, ns_np, kinds, prev_idx, seq_fps, core_tables)
+
+    def _preprocess(self, so, n: int) -> dict[str, int]:
+        """Align mode's preprocess_mamba as execute_model runs it (gpu_model_runner.py:4049-4091 in 0.33.0): the
+        running columns and pre-copies, the accepted counts re-synced, the fused postprocess inputs staged.
+        Returns the previous running columns (after its cleanup of finished/preempted/resumed rows,
+        mamba_utils.py:1398-1415; new/resumed rows fall back, :1493-1495)."""
+        r, mu = self.runner, self.mamba_utils
+        prev_idx = dict(r.mamba_state_idx)
+        mu.cleanup_mamba_state_idx(so, prev_idx)
+        bufs = r._get_mamba_bufs()
+        funcs = (r._get_mamba_state_copy_funcs() if hasattr(r, "_get_mamba_state_copy_funcs")
+                 else r.model.get_mamba_state_copy_func())  # < 0.29: the model's one tuple
+        extra = {"align_ctx": bufs.postprocess_align} if "align_ctx" in parameters(mu.preprocess_mamba) else {}
+        mu.preprocess_mamba(so, r.kv_cache_config, r.cache_config, r.mamba_state_idx, r.input_batch, r.requests,
+                            self.fwd_ctx, funcs, bufs.preprocess, **extra)
+        # execute_model re-syncs the accepted counts preprocess_mamba reset (gpu_model_runner.py:4069-4076)
+        r.num_accepted_tokens.np[:n] = r.input_batch.num_accepted_tokens_cpu[:n]
+        r.num_accepted_tokens.copy_to_gpu(n)
+        if getattr(bufs, "postprocess_align", None) is not None:
+            mu.stage_postprocess_inputs_to_gpu(bufs.postprocess_align, so, r.input_batch.req_ids, n, r.requests,
+                                               r.mamba_state_idx)
+        return prev_idx
 
     def _kinds(self, so) -> dict[str, str]:
         from harness.engine.config import resumed_ids
@@ -373,10 +381,14 @@ class V1Worker:
             nc, ns = int(nc_np[i]), int(ns_np[i])
             want = (nc, self.truths[rid].fingerprint(nc))
             fed = chain([want[1]], fed_all[starts[i]:starts[i + 1]])  # fed[j]: the prefix of nc + j tokens as fed
-            curr = r.mamba_state_idx[rid]
-            prev = prev_idx.get(rid, (nc - 1) // self.bs)
             kr = rows.row(i, ns)
-            live = [prev] if rid in self._precopied else []
+            if self.align:
+                curr = r.mamba_state_idx[rid]
+                prev = prev_idx.get(rid, (nc - 1) // self.bs)
+                live = [prev] if rid in self._precopied else []
+            else:  # mode none: the row's first block holds the state, the next K its speculative states
+                curr, prev = 0, -1
+                live = [kr.init_column] if kr.init is not None else []
             if kr.init is not None:
                 conv, ssm = st.read(*kr.init)
                 tr.reads.append(Read(self._step, rid, "initial", MAMBA_GROUP, curr, kr.init[0], conv, ssm, want))

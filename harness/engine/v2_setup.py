@@ -354,7 +354,7 @@ def _runner_vc(driver):
     # checkpoint export (the hash block only through it: the builder reads cache_config.hash_block_size), async
     # scheduling (the runner's async output path and its own fill of the scheduler's placeholders)
     shape = (eg.block_size, eg.num_speculative_tokens, g.eagle_block_drop, g.kv_load_failure_policy, checkpoint,
-             bool(vc.scheduler_config.async_scheduling))
+             bool(vc.scheduler_config.async_scheduling), eg.mamba_cache_mode, eg.mamba_block_size)
     return shape, sizes, vc
 
 

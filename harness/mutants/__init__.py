@@ -14,14 +14,20 @@ from pathlib import Path
 from harness.errors import BadInput
 from harness.mutants.base import Mutant
 from harness.mutants.bank import BANK
-from harness.mutants.lifetime import MAMBA_ADMISSION_UNCAPPED, MAMBA_FREE_LEAKS_BLOCK, MAMBA_OVERALLOCATE
+from harness.mutants.lifetime import (
+    MAMBA_ADMISSION_UNCAPPED,
+    MAMBA_FREE_LEAKS_BLOCK,
+    MAMBA_NONE_SPEC_BLOCKS_DROPPED,
+    MAMBA_OVERALLOCATE,
+)
 from harness.mutants.seed import SEED_UNMARKED_EARLY_RETURN
 from harness.mutants.worker_v1 import V1_MUTANTS
 from harness.mutants.worker_v2 import V2_MUTANTS
 from harness.patches import suspended
 
 REGISTRY: dict[str, Mutant] = {
-    m.name: m for m in (SEED_UNMARKED_EARLY_RETURN, MAMBA_FREE_LEAKS_BLOCK, MAMBA_OVERALLOCATE, MAMBA_ADMISSION_UNCAPPED, *BANK, *V1_MUTANTS,
+    m.name: m for m in (SEED_UNMARKED_EARLY_RETURN, MAMBA_FREE_LEAKS_BLOCK, MAMBA_OVERALLOCATE, MAMBA_ADMISSION_UNCAPPED,
+                     MAMBA_NONE_SPEC_BLOCKS_DROPPED, *BANK, *V1_MUTANTS,
                      *V2_MUTANTS)}
 
 

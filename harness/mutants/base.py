@@ -21,10 +21,13 @@ class Mutant:
     # a worker-side mutant patches a model runner's code ("v1" or "v2"): only the engine tier with that
     # runner runs it, so `mutants check` fuzzes it there (None: allocator/scheduler code, every tier runs it)
     runner: str | None = None
+    # allocator code only configurations the mirrored tiers cannot express reach (Mamba cache mode none): its
+    # campaigns run on the engine tier with vLLM's runner
+    engine_only: bool = False
 
     @property
     def tier(self) -> str:
-        return "engine" if self.runner else "symbolic"
+        return "engine" if self.runner or self.engine_only else "symbolic"
 
     def apply(self) -> Callable[[], None]:
         with applying(f"patch:{self.name}"):  # harness/patches.py records what it replaces under this name

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from harness.mutants.base import bound_arguments, mamba_mutant
 
 
@@ -37,6 +39,20 @@ def _uncapped_admission(original):
     return get_num_blocks_to_allocate
 
 
+def _no_spec_blocks_without_caching(original):
+    def allocate_new_blocks(self, request_id, num_tokens, num_tokens_main_model):
+        if getattr(self, "mamba_cache_mode", "align") == "align" or not self.num_speculative_blocks:
+            return original(self, request_id, num_tokens, num_tokens_main_model)
+        # single_type_kv_cache_manager.py:1801-1808 (0.33.0) adds a block per speculative token when prefix caching
+        # is off; this allocation forgets them (the admission count still has them)
+        spec, self.num_speculative_blocks = self.num_speculative_blocks, 0
+        try:
+            return original(self, request_id, num_tokens, num_tokens_main_model)
+        finally:
+            self.num_speculative_blocks = spec
+    return allocate_new_blocks
+
+
 MAMBA_FREE_LEAKS_BLOCK = mamba_mutant(
     "mamba-free-leaks-block", "lifetime: a freed request keeps one Mamba block referenced (pool leak)",
     "free", _leaking_free, releases="0.26.0-0.33.x")
@@ -49,3 +65,8 @@ MAMBA_ADMISSION_UNCAPPED = mamba_mutant(
     "mamba-admission-uncapped", "stall: admission reserves a Mamba block for every block of the prompt (the align-mode "
     "cap dropped), so a request the pool could hold waits forever", "get_num_blocks_to_allocate",
     _uncapped_admission, releases="0.26.0-0.33.x")
+
+MAMBA_NONE_SPEC_BLOCKS_DROPPED = replace(mamba_mutant(
+    "mamba-none-spec-blocks-dropped", "sizing in mode none: a request's speculative state blocks are never allocated "
+    "(prefix caching off), so the decode kernels' per-draft states land in the null block",
+    "allocate_new_blocks", _no_spec_blocks_without_caching, releases="0.26.0-0.33.x"), engine_only=True)

@@ -1,0 +1,83 @@
+"""Mamba cache mode "none" (prefix caching off, vLLM's default without --enable-prefix-caching): the engine tier
+runs it with vLLM's own V1 and V2 runners; the mirrored tiers, align-only, refuse it as bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.errors import BadInput
+from harness.generate import random_scenario
+from harness.oracles import judge
+from harness.replay import replay
+from harness.run_config import RunConfig
+from harness.scenario import parse_scenario
+from testlib import mutant
+
+NONE = {"version": 1, "name": "mode none", "geometry": {
+    "hash_block_size": 4, "attn_block_size": 4, "mamba_block_size": 4, "num_blocks": 64, "max_model_len": 64,
+    "num_speculative_tokens": 2, "mamba_cache_mode": "none"},
+    "requests": [{"id": "a", "prompt": {"length": 11, "seed": 1}, "max_tokens": 6, "acceptance": [2, 0, 1]},
+                 {"id": "b", "prompt": {"length": 5, "seed": 2}, "arrival_step": 1, "max_tokens": 5,
+                  "acceptance": [1]}]}
+
+
+def _engine(runner: str) -> RunConfig:
+    return RunConfig(tier="engine").but(runner=runner, async_scheduling="off")
+
+
+def test_prefix_caching_features_are_refused_in_mode_none():
+    for geometry in ({"prefill_checkpoint": True}, {"eagle_block_drop": True}):
+        with pytest.raises(BadInput, match="prefix-caching features"):
+            parse_scenario({**NONE, "geometry": {**NONE["geometry"], **geometry}})
+    external = {**NONE["requests"][0], "external": {"tokens": 4}}
+    with pytest.raises(BadInput, match="external"):
+        parse_scenario({**NONE, "requests": [external]})
+
+
+def test_the_mirrored_tiers_refuse_mode_none():
+    with pytest.raises(BadInput, match="align mode only"):
+        replay(parse_scenario(NONE))
+
+
+@pytest.mark.parametrize("runner", ["v1", "v2"])
+def test_vllms_runners_run_mode_none_and_read_each_state_where_the_kernels_do(runner):
+    """One Mamba block per request (max_model_len long) plus K speculative blocks; the decode kernels read the
+    state at column num_accepted - 1 and write one per token: every read holds the prefix it should."""
+    try:
+        trace = replay(parse_scenario(NONE), config=_engine(runner))
+    except BadInput as exc:
+        pytest.skip(f"runner {runner} cannot run here: {exc}")
+    assert judge(trace) == [] and trace.end.reason == "done"
+    assert {len(r.core_row) for r in trace.rows} == {3}  # 1 + K blocks in the Mamba group's row
+    assert len(trace.reads) >= 4 and not trace.cache  # states read every decode step; nothing is cached
+
+
+@pytest.mark.parametrize("runner", ["v1", "v2"])
+def test_a_mode_none_allocator_mutant_is_caught_on_the_engine_tier(runner):
+    name = "mamba-none-spec-blocks-dropped"
+    config = _engine(runner)
+    scenario = parse_scenario(NONE)
+    try:
+        assert judge(replay(scenario, config=config)) == []
+    except BadInput as exc:
+        pytest.skip(f"runner {runner} cannot run here: {exc}")
+    with mutant(name):
+        assert judge(replay(scenario, config=config.but(mutant=name)))
+
+
+def test_engine_sweeps_draw_mode_none_only_where_vllms_runners_run():
+    from harness.genome import release_budget
+
+    assert release_budget(tier="engine", runner="mirror").cache_modes == ("align",)
+    assert release_budget(tier="symbolic").cache_modes == ("align",)
+    modes = release_budget(tier="engine", runner="auto").cache_modes
+    drawn = [random_scenario(s, checkpoints=False, modes=modes).geometry.mamba_cache_mode for s in range(100)]
+    assert 10 <= drawn.count("none") <= 45
+    # the mode comes from a stream of its own: every other draw of the seed is the align scenario's
+    seed = next(s for s in range(100) if drawn[s] == "none")
+    none, align = random_scenario(seed, checkpoints=False, modes=modes), random_scenario(seed, checkpoints=False)
+    assert align.geometry.mamba_cache_mode == "align"
+    assert [(r.prompt, r.max_tokens, r.arrival_step) for r in none.requests] == \
+        [(r.prompt, r.max_tokens, r.arrival_step) for r in align.requests]
+    assert none.geometry.model_copy(update={"mamba_cache_mode": "align", "eagle_block_drop": align.geometry.eagle_block_drop}) \
+        == align.geometry
