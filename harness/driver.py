@@ -157,6 +157,10 @@ class Driver:
     def _all_done(self) -> bool:
         return all(r.phase == "finished" for r in self.reqs.values())
 
+    def _progress(self) -> tuple:
+        return (tuple((r.phase, r.vreq.num_computed_tokens, r.vreq.num_tokens) for r in self.reqs.values()),
+                self.alloc.block_pool.get_num_free_blocks())
+
     def _unfinished(self) -> dict[str, str]:
         return {r.id: r.phase for r in self.reqs.values() if r.phase not in ("pending", "finished")}
 

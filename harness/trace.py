@@ -221,21 +221,26 @@ class VllmRaised(Exception):
 
 def run_steps(tier) -> Trace:
     """The step loop every tier shares. `tier` has sc, step_idx, trace, alloc, last_scheduled (requests the last
-    step scheduled) and _all_done(), _stuck(step), _step(step), _unfinished(), _shutdown(). How the loop ended
+    step scheduled) and _all_done(), _stuck(step), _step(step), _progress() (a value that changes whenever a
+    request's state or the pool does), _unfinished(), _shutdown(). How the loop ended
     is recorded (`Trace.end`, the liveness oracle's input). After the last step, or after vLLM raised, every request still holding blocks
     is freed and the pool is snapshotted for pool accounting; if freeing after an exception raises too, the
     trace says the pool could not be judged."""
     trace = tier.trace
     try:
-        idle, reason = 0, "step-limit"
+        idle, reason, changed, before = 0, "step-limit", True, tier._progress()
         for step in range(tier.sc.max_steps):
             tier.step_idx = step
-            if tier._all_done() or tier._stuck(step):
+            # stuck: the last step scheduled nothing and changed nothing (a step that only preempted, or only
+            # deferred a request, scheduled nothing but changed what the next one can schedule)
+            if tier._all_done() or (not changed and tier._stuck(step)):
                 reason = "done" if tier._all_done() else "stuck"
                 break
             tier._step(step)
             trace.steps_run = step + 1
             idle = 0 if tier.last_scheduled else idle + 1
+            after = tier._progress()
+            changed, before = after != before, after
         trace.end = run_end(tier.sc, reason, trace.steps_run, idle, tier._unfinished())
         tier._shutdown()
     except VllmRaised as raised:

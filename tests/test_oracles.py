@@ -157,3 +157,19 @@ def test_liveness_trips_on_an_admission_that_over_reserves(tier):
     with mutant("mamba-admission-uncapped"):
         trace = replay(scenario, "mamba-admission-uncapped", tier=tier)
     assert [f.signature for f in judge(trace)] == ["liveness:stuck"], judge(trace)
+
+
+@pytest.mark.parametrize("tier", ["symbolic", "engine"])
+def test_a_step_that_only_preempts_is_not_a_stall(tier):
+    """A stock `make fuzz` input filed liveness:stuck: a running request preempted itself (pool full: a waiting
+    request holds blocks after its async load), so the step scheduled nothing, and the loop called the run stuck;
+    the next step schedules the holder and both finish. Under async scheduling (the engine tier's V2 runner) the
+    preemption waits a step for the in-flight batch (scheduler.py:940-941). Stuck now means: nothing scheduled
+    and nothing changed (harness.trace.run_steps, each tier's `_progress`)."""
+    from harness.oracles import judge
+    from harness.replay import replay
+    from harness.scenario import load_scenario
+    from testlib import ROOT
+
+    trace = replay(load_scenario(ROOT / "tests" / "data" / "no-stall-after-self-preemption.json"), tier=tier)
+    assert trace.end.reason == "done" and not [f for f in judge(trace) if f.oracle == "liveness"]

@@ -190,6 +190,16 @@ class EngineDriver:
     def _all_done(self) -> bool:
         return all(r.finished for r in self.reqs.values())
 
+    def _progress(self) -> tuple:
+        """What a step can change that the next one schedules by: each request's status, computed and known tokens,
+        outputs in flight, whether its blocks can be freed now (a request in the step still in flight is not
+        preempted, scheduler.py:940-941, 3077-3082 in 0.33.0), the free blocks and the deferred frees."""
+        freeable = getattr(self.sched, "_request_blocks_can_be_freed", None)  # 0.33: a preemption waits for it
+        return (tuple((r.vreq.status, r.vreq.num_computed_tokens, r.vreq.num_tokens,
+                       getattr(r.vreq, "num_output_placeholders", 0), freeable and freeable(r.vreq))
+                      for r in self.reqs.values()),
+                self.alloc.block_pool.get_num_free_blocks(), len(getattr(self.sched, "deferred_frees", ())))
+
     def _unfinished(self) -> dict[str, str]:
         # (a request vLLM finished itself, e.g. FINISHED_ERROR after a failed load, is finished)
         return {r.id: r.vreq.status.name.lower() for r in self.reqs.values()
