@@ -7,6 +7,7 @@ little next to the allocator calls it records.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Protocol, runtime_checkable
 
 from harness.states import State
 
@@ -219,7 +220,27 @@ class VllmRaised(Exception):
         self.record = record
 
 
-def run_steps(tier) -> Trace:
+@runtime_checkable
+class Tier(Protocol):
+    """The contract the shared step loop (`run_steps`) drives: the mirrored driver (harness/driver.py) and the
+    engine driver (harness/engine/scheduler.py) both implement it. A tier owns its scheduler loop and its
+    worker; the loop owns when to stop and how the run ended (`Trace.end`), and the oracles judge the trace."""
+
+    sc: object  # the scenario
+    step_idx: int
+    trace: Trace
+    alloc: object  # harness.vllm_adapter.Allocator: block tables, pool snapshot
+    last_scheduled: int  # requests the last step scheduled
+
+    def _all_done(self) -> bool: ...
+    def _stuck(self, step: int) -> bool: ...  # nothing in flight, no arrival or event to come
+    def _step(self, step: int) -> None: ...
+    def _progress(self) -> tuple: ...  # changes whenever a request's state or the pool does
+    def _unfinished(self) -> dict[str, str]: ...
+    def _shutdown(self) -> None: ...
+
+
+def run_steps(tier: Tier) -> Trace:
     """The step loop every tier shares. `tier` has sc, step_idx, trace, alloc, last_scheduled (requests the last
     step scheduled) and _all_done(), _stuck(step), _step(step), _progress() (a value that changes whenever a
     request's state or the pool does), _unfinished(), _shutdown(). How the loop ended

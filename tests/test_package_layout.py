@@ -61,3 +61,17 @@ def test_long_functions_say_why():
                 if "Long:" not in (ast.get_docstring(node) or ""):
                     unexplained.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}")
     assert not unexplained, unexplained
+
+
+def test_both_tiers_implement_the_step_loops_contract():
+    """harness.trace.Tier: what run_steps drives; the mirrored driver and the engine driver both implement all of
+    it (a method missing from one tier fails here, not in the middle of a replay)."""
+    import inspect
+
+    from harness.driver import Driver
+    from harness.engine.scheduler import EngineDriver
+    from harness.trace import Tier
+
+    wanted = {n for n, v in vars(Tier).items() if inspect.isfunction(v) and not n.startswith("__")}
+    for cls in (Driver, EngineDriver):
+        assert wanted <= {n for n in dir(cls) if callable(getattr(cls, n))}, (cls, wanted - set(dir(cls)))
