@@ -235,13 +235,14 @@ class EngineDriver:
         self.last_scheduled = len(so.num_scheduled_tokens)
         self.trace.copies.extend((step, c.src_block_id, c.dst_block_id)
                                  for c in (getattr(so, "kv_cache_block_copies", None) or ()))
-        self.worker.execute(so, step, seq_fps, core_tables)
+        # the worker runs vLLM's runner code: an exception raised inside vLLM is its finding (_call)
+        self._call("", "execute_model", self.worker.execute, so, step, seq_fps, core_tables)
         if self.asynchronous:
             self._queue_batch(so, step)
             return
         # the driver's token rule (or the model's verification) for workers whose runner does not sample (V2's does)
         sampled, accepted = ({}, {}) if self.worker_drafts else self._sample(so)
-        ids, sampled_ids = self.worker.sample(so, step, sampled, accepted, seq_fps)
+        ids, sampled_ids = self._call("", "sample_tokens", self.worker.sample, so, step, sampled, accepted, seq_fps)
         self._update(so, step, ids, sampled_ids)
 
     def _update(self, so, step: int, ids: list[str], sampled_ids: list) -> None:
@@ -263,14 +264,15 @@ class EngineDriver:
         nothing more can be scheduled. The next `schedule()` therefore runs before this step's tokens are
         known: the scheduler holds placeholders, the worker fills them from its own state."""
         executed = so.total_num_scheduled_tokens > 0
-        self.batch_queue.insert(0, (self.worker.sample_later(so, step) if executed else None, so, step))
+        pending = self._call("", "sample_tokens", self.worker.sample_later, so, step) if executed else None
+        self.batch_queue.insert(0, (pending, so, step))
         if len(self.batch_queue) < self.vc.max_concurrent_batches and (executed or self.sched.has_requests()):
             return
         self._take_oldest_batch()
 
     def _take_oldest_batch(self) -> None:
         pending, so, step = self.batch_queue.pop()
-        ids, sampled_ids = self.worker.collect(pending) if pending is not None else ([], [])
+        ids, sampled_ids = self._call("", "get_output", self.worker.collect, pending) if pending is not None else ([], [])
         self._update(so, step, ids, sampled_ids)
 
     def _check_output(self, so) -> None:
