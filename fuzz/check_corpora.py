@@ -31,7 +31,10 @@ def verdict_of(path: Path, tier: str) -> str:
     from harness.known import replay_and_judge
     from harness.replay import runs_model
 
-    scenario = decode(path.read_bytes(), release_budget(small=runs_model(tier), tier=tier))
+    from harness.run_config import RunConfig
+
+    runner = RunConfig.of(tier=tier).engine.runner  # the replays' runner: mode none decodes only for vLLM's runners
+    scenario = decode(path.read_bytes(), release_budget(small=runs_model(tier), tier=tier, runner=runner))
     _, _, fixed = replay_and_judge(scenario, None, tier, known_fixes=True)
     if fixed is not None and fixed.is_new:
         return "NEW " + ", ".join(fixed.new)
