@@ -44,7 +44,8 @@ class Geometry(_Strict):
     # CacheConfig.mamba_cache_mode: "align" (prefix caching on: Mamba states cached at block boundaries) or "none"
     # (prefix caching off, vLLM's default without --enable-prefix-caching: one Mamba block per request holds its
     # state, max_model_len tokens long, plus a block per speculative token; engine tier only)
-    mamba_cache_mode: Literal["align", "none"] = "align"
+    # ("all", 0.26-0.32's third mode, is read so that the engine tier can name what it lacks: exit 2)
+    mamba_cache_mode: Literal["align", "none", "all"] = "align"
 
     @model_validator(mode="before")
     @classmethod
@@ -69,6 +70,8 @@ class Geometry(_Strict):
         if self.mamba_cache_mode == "none" and (self.prefill_checkpoint or self.eagle_block_drop):
             raise ValueError("prefill_checkpoint and eagle_block_drop are prefix-caching features: "
                              "mamba_cache_mode 'none' has no prefix caching")
+        if self.mamba_cache_mode == "all" and self.prefill_checkpoint:
+            raise ValueError("prefill_checkpoint is align mode's (mamba_cache_mode 'all' caches every block)")
         return self
 
     @property

@@ -81,3 +81,12 @@ def test_engine_sweeps_draw_mode_none_only_where_vllms_runners_run():
         [(r.prompt, r.max_tokens, r.arrival_step) for r in align.requests]
     assert none.geometry.model_copy(update={"mamba_cache_mode": "align", "eagle_block_drop": align.geometry.eagle_block_drop}) \
         == align.geometry
+
+
+def test_mode_all_is_bad_input_naming_the_release():
+    """0.26-0.32 ship a third mode, `all`; 0.33.0 does not: either way the engine tier says why it cannot run it."""
+    from harness.vllm_adapter import installed_version
+
+    doc = {**NONE, "geometry": {**NONE["geometry"], "mamba_cache_mode": "all"}}
+    with pytest.raises(BadInput, match=installed_version().replace(".", r"\.")):
+        replay(parse_scenario(doc), config=_engine("v1"))

@@ -112,6 +112,9 @@ def derive_geometry(scenario: Scenario) -> EngineGeometry:
     if g.mamba_cache_mode != "align" and g.mamba_cache_mode not in _cache_modes():
         raise BadInput(f"geometry.mamba_cache_mode {g.mamba_cache_mode!r}: vLLM {installed_version()}'s CacheConfig "
                        f"has no such mode (it has {', '.join(_cache_modes())})")
+    if g.mamba_cache_mode == "all":  # 0.26-0.32: every block's state cached; its worker path is not followed yet
+        raise BadInput(f"geometry.mamba_cache_mode 'all': vLLM {installed_version()} has it, but the engine tier "
+                       "does not follow its runners' all-mode state handling yet (align and none are modelled)")
     # mode none: vLLM sets the Mamba block to max_model_len when prefix caching is off
     # (model_executor/models/config.py:781-787 in 0.33.0, MambaModelConfig.verify_and_update_config)
     mamba_block = g.mamba_block_size if g.mamba_cache_mode == "align" else g.max_model_len
