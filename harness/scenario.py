@@ -90,6 +90,10 @@ class Prompt(_Strict):
     seed: int = 0
     share: Share | None = None
 
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens) if self.tokens is not None else self.length
+
     @model_validator(mode="after")
     def _one_source(self) -> Prompt:
         if (self.tokens is None) == (self.length is None):
@@ -184,7 +188,7 @@ class Scenario(_Strict):
             if req.external is not None and self.geometry.mamba_cache_mode == "none":
                 raise ValueError(f"requests[{i}].external: the harness's connector loads align-mode Mamba states; "
                                  "with mamba_cache_mode 'none' it is not modelled")
-            n = len(req.prompt.tokens) if req.prompt.tokens is not None else req.prompt.length
+            n = req.prompt.num_tokens
             if n + req.max_tokens > max_len:
                 raise ValueError(f"requests[{i}]: prompt + max_tokens = {n + req.max_tokens} exceeds max_model_len {max_len}")
             g = self.geometry

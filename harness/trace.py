@@ -206,8 +206,7 @@ def largest_request(num_blocks: int, block_size: int, lookahead: int) -> int:
 
 def run_end(sc, reason: str, step: int, idle: int, unfinished: dict[str, str]) -> RunEnd:
     g = sc.geometry
-    tokens = {r.id: (len(r.prompt.tokens) if r.prompt.tokens is not None else r.prompt.length) + r.max_tokens
-              for r in sc.requests}
+    tokens = {r.id: r.prompt.num_tokens + r.max_tokens for r in sc.requests}
     loads = [r.external.load_steps for r in sc.requests if r.external is not None]
     return RunEnd(reason, step, idle, unfinished, tokens, max(loads, default=0), g.num_blocks,
                   (g.attn_block_size, g.mamba_block_size), g.num_speculative_tokens)
@@ -241,12 +240,10 @@ class Tier(Protocol):
 
 
 def run_steps(tier: Tier) -> Trace:
-    """The step loop every tier shares. `tier` has sc, step_idx, trace, alloc, last_scheduled (requests the last
-    step scheduled) and _all_done(), _stuck(step), _step(step), _progress() (a value that changes whenever a
-    request's state or the pool does), _unfinished(), _shutdown(). How the loop ended
-    is recorded (`Trace.end`, the liveness oracle's input). After the last step, or after vLLM raised, every request still holding blocks
-    is freed and the pool is snapshotted for pool accounting; if freeing after an exception raises too, the
-    trace says the pool could not be judged."""
+    """The step loop every tier (`Tier`) shares. How the loop ended is recorded (`Trace.end`, the liveness
+    oracle's input). After the last step, or after vLLM raised, every request still holding blocks is freed and
+    the pool is snapshotted for pool accounting; if freeing after an exception raises too, the trace says the
+    pool could not be judged."""
     trace = tier.trace
     try:
         idle, reason, changed, before = 0, "step-limit", True, tier._progress()

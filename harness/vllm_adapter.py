@@ -148,7 +148,7 @@ def parameters(fn) -> frozenset[str]:
     return frozenset(inspect.signature(fn).parameters)
 
 
-def _supported_kwargs(fn, **kwargs) -> dict:
+def supported_kwargs(fn, **kwargs) -> dict:
     """Only the keyword arguments the installed release's signature has (feature detection)."""
     params = parameters(fn)
     return {k: v for k, v in kwargs.items() if k in params}
@@ -180,7 +180,7 @@ class Allocator:
             kv_cache_groups=[v.kci.KVCacheGroupSpec(["attn"], attn_spec), v.kci.KVCacheGroupSpec(["mamba"], self.mamba_spec)],
         )
         try:
-            self.manager = v.KVCacheManager(**_supported_kwargs(
+            self.manager = v.KVCacheManager(**supported_kwargs(
                 v.KVCacheManager.__init__, kv_cache_config=config, max_model_len=g.max_model_len,
                 scheduler_block_size=g.scheduler_block_size, hash_block_size=g.hash_block_size,
                 enable_caching=True, use_eagle=g.eagle_block_drop,
@@ -289,7 +289,7 @@ class Allocator:
         full = min(request.num_tokens, self.geometry.max_model_len)
         num_tokens = full + (1 + num_spec_tokens + lookahead if num_spec_tokens else 0)
         coord = self.coordinator
-        return coord.get_num_blocks_to_allocate(**_supported_kwargs(
+        return coord.get_num_blocks_to_allocate(**supported_kwargs(
             type(coord).get_num_blocks_to_allocate, request_id=request.request_id, num_tokens=num_tokens,
             new_computed_blocks=self.manager.empty_kv_cache_blocks.blocks, num_encoder_tokens=0,
             total_computed_tokens=request.num_computed_tokens, num_local_computed_tokens=request.num_computed_tokens,

@@ -246,11 +246,9 @@ def vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: i
     try:
         align = mamba_cache_mode == "align"
         cache_kwargs = dict(block_size=B, enable_prefix_caching=align, mamba_cache_mode=mamba_cache_mode)
-        if not align:
-            pass  # no prefix caching: no prefix-match unit
-        elif supports_prefix_match_unit():
+        if align and supports_prefix_match_unit():  # (no prefix caching in mode none: no prefix-match unit)
             cache_kwargs["prefix_match_unit"] = H
-        elif H != B:
+        elif align and H != B:
             raise BadInput(f"geometry.hash_block_size {H} < block {B}: vLLM {installed_version()}'s CacheConfig has "
                            "no prefix_match_unit")
         kv_kwargs = dict(kv_connector="HarnessConnector", kv_connector_module_path=CONNECTOR_MODULE, kv_role="kv_both")

@@ -43,7 +43,7 @@ from harness.errors import BadInput
 from harness.states import chain
 from harness.tokens import true_token
 from harness.trace import Read, RowView
-from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, installed_version, parameters
+from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, installed_version, parameters, supported_kwargs
 from harness.worker import Forward
 from harness.engine.mamba_meta import Mamba2Rows
 from harness.engine.v1_pool import _POOL, _POOL_SIZE, _Pooled, _reinitialize_input_batch, _replace, _runner_key
@@ -415,8 +415,7 @@ class V1Worker:
         if hasattr(r, "_get_slot_mappings"):
             kwargs["slot_mappings"], _ = r._get_slot_mappings(num_tokens_padded=total, num_reqs_padded=n,
                                                              num_tokens_unpadded=total)
-        accepted = parameters(r._build_attention_metadata)
-        meta, _ = r._build_attention_metadata(**{k: v for k, v in kwargs.items() if k in accepted})
+        meta, _ = r._build_attention_metadata(**supported_kwargs(r._build_attention_metadata, **kwargs))
         return meta
 
     def _sample(self, so, step: int, sampled: dict[str, list[int]], accepted: dict[str, int], seq_fps):
