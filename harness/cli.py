@@ -23,7 +23,7 @@ def _config(args: argparse.Namespace, recorded: dict | None = None, **given):
     the environment's HH_* variable (the CLI is an entry point), else the default."""
     from harness.run_config import ENV, RunConfig
 
-    fields = ("tier", "mutant", "model", "runner", "async_scheduling", "kernels", "forward")
+    fields = ("tier", "mutant", "model", "runner", "async_scheduling", "kernels", "forward", "model_config")
     values = {k: os.environ.get(ENV[k]) or None for k in fields}
     if recorded:
         values.update({k: recorded.get(k) for k in ("tier", "mutant", "model") if recorded.get(k)})
@@ -49,6 +49,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     recorded.pop("mutant", None)  # a replay applies --mutant only (an artifact found with a mutant replays on stock)
     config = _config(args, recorded, mutant=args.mutant)
     tier = config.tier
+    if config.model_config and scenario.geometry.model is None:  # the scenario moved onto the model's geometry
+        from harness.engine.model_catalog import model_entry
+        from harness.generate import with_model
+        from harness.scenario import parse_scenario, scenario_to_json
+
+        scenario = parse_scenario(with_model(scenario_to_json(scenario), model_entry(config.model_config)))
     with mutant_applied(args.mutant):
         trace = replay(scenario, config=config)
         findings = judge(trace)
@@ -143,9 +149,11 @@ def _sweep(args: argparse.Namespace, version: str, config) -> int:
     outputs = None  # model tier: the output summaries added up
     started = time.perf_counter()
     small = config.runs_model  # the model's smaller scenarios (model tier, engine tier --forward model)
-    modes = release_budget(tier=config.tier, runner=config.engine.runner).cache_modes  # mode none: vLLM's runners
+    # mode none: vLLM's runners; real models' geometries: the engine tier (--model-config: every scenario)
+    budget = release_budget(small=small, tier=config.tier, runner=config.engine.runner, model_config=config.model_config)
     for seed in range(args.seed, args.seed + args.count):
-        scenario = random_scenario(seed, checkpoints=checkpoints, small=small, modes=modes)
+        scenario = random_scenario(seed, checkpoints=checkpoints, small=small, modes=budget.cache_modes,
+                                   models=budget.models, model_share=1.0 if budget.model_always else 0.2)
         try:
             trace, findings, verdict = replay_and_judge(scenario, config=config)
             if verdict is None and config.known_fixes:  # clean with the fixes: replayed on stock to count known issues
@@ -467,6 +475,10 @@ def _engine_flags(parser: argparse.ArgumentParser) -> None:
                         "mirror workers run synchronously (on is bad input there, exit 2)")
     parser.add_argument("--kernels", choices=KERNELS, help="engine tier: torch replacements of vLLM's Triton kernels "
                         "(default) or the Triton kernels themselves (interpreter on CPU)")
+    parser.add_argument("--model-config", dest="model_config", metavar="NAME|PATH",
+                        help="engine tier: a real hybrid model's KV cache groups and block sizes, built by vLLM from "
+                        "its config.json (a shipped name: harness/model_configs, or a file); generated scenarios, and "
+                        "a replayed one naming no model, run on it")
 
 
 def build_parser() -> argparse.ArgumentParser:

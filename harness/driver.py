@@ -77,6 +77,9 @@ class Driver:
         if g.mamba_cache_mode != "align":
             raise BadInput(f"geometry.mamba_cache_mode {g.mamba_cache_mode!r}: the mirrored tiers follow align mode only; "
                            "run it on the engine tier with vLLM's own runner (--tier engine --runner v1|v2|auto)")
+        if g.model is not None:
+            raise BadInput("geometry.model: the mirrored tiers model one attention and one Mamba group; a real "
+                           "model's KV cache groups are built by vLLM on the engine tier (--tier engine)")
         self.alloc = Allocator(g)
         self.K = g.num_speculative_tokens
         # KV slots past the scheduled tokens: EAGLE keeps K for its drafts, n-gram none (VllmConfig.

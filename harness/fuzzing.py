@@ -64,7 +64,8 @@ class Target:
         self.mutant, self.tier = self.config.mutant, self.config.tier
         self._undo_mutant = apply_mutant(self.mutant) if self.mutant else None
         # engine --forward model too; mode none only with vLLM's own runners
-        self.budget = release_budget(small=self.config.runs_model, tier=self.tier, runner=self.config.engine.runner)
+        self.budget = release_budget(small=self.config.runs_model, tier=self.tier, runner=self.config.engine.runner,
+                                     model_config=self.config.model_config)
         # the mutator clears the checkpoint bit; inputs that have it are passed over, never decoded otherwise
         self.no_checkpoints = not self.config.checkpoints
         self.dir = Path(artifacts)

@@ -42,11 +42,43 @@ def without_prefix_caching(doc: dict) -> dict:
     return doc
 
 
+def with_model(doc: dict, model: tuple[str, int, int]) -> dict:
+    """The scenario document on a real model's geometry (`model`: name, the block vLLM sets for it per K, its
+    number of KV cache groups): every token count is moved by hash units, `x = q*hash + r -> q*hash' + r` with
+    the blocks scaled by `block / mamba_block_size`, so each count keeps its place against hash and block
+    boundaries (one token before a boundary stays one token before it); the pool grows with the groups (each
+    holds its own blocks). Output lengths and steps do not change. Unchanged where no block is known for its K."""
+    name, blocks, num_groups = model
+    g = doc["geometry"]
+    k = g.get("num_speculative_tokens", 0)
+    if k >= len(blocks) or blocks[k] % g["mamba_block_size"]:
+        return doc
+    block = blocks[k]
+    f = block // g["mamba_block_size"]
+    h = g["hash_block_size"]
+
+    def scale(x: int) -> int:
+        return x // h * h * f + x % h
+
+    g.update(model=name, hash_block_size=h * f, attn_block_size=block, mamba_block_size=block,
+             max_model_len=g["max_model_len"] * f, token_budget=min(scale(g["token_budget"]), 16384),
+             num_blocks=-(-g["num_blocks"] * num_groups // 2))
+    for req in doc["requests"]:
+        req["prompt"]["length"] = scale(req["prompt"]["length"])
+        if req["prompt"].get("share"):
+            req["prompt"]["share"]["tokens"] = scale(req["prompt"]["share"]["tokens"])
+        if req.get("external"):
+            req["external"]["tokens"] = scale(req["external"]["tokens"])
+    return doc
+
+
 def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
-                    modes: tuple[str, ...] = ("align",)) -> Scenario:
+                    modes: tuple[str, ...] = ("align",), models: tuple = (), model_share: float = 0.2) -> Scenario:
     """small: the model tier's scenarios (shorter prompts, at least two outputs so repeats can show). modes: the
     Mamba cache modes to draw from (the engine tier with vLLM's runners: align and none), from a stream of its
-    own, so every seed's scenario is otherwise the same."""
+    own, so every seed's scenario is otherwise the same. models: real models' geometries to draw from (the
+    engine tier: harness.engine.model_geometry.shipped_geometries), `model_share` of the scenarios (one in five by
+    default), from a stream of its own."""
     rng = random.Random(seed)
     geo = random_geometry(rng, checkpoints=checkpoints)
     mamba, k = geo["mamba_block_size"], geo["num_speculative_tokens"]
@@ -92,4 +124,7 @@ def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
            "max_steps": 400}
     if "none" in modes and random.Random(f"{seed}:cache-mode").random() < 0.25:
         without_prefix_caching(doc)
+    pick = random.Random(f"{seed}:model")
+    if models and pick.random() < model_share:
+        with_model(doc, pick.choice(models))
     return parse_scenario(doc)

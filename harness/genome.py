@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from harness.generate import without_prefix_caching
+from harness.generate import with_model, without_prefix_caching
 from harness.scenario import Scenario, parse_scenario, scenario_to_json
 from harness.trace import largest_request
 
@@ -64,6 +64,9 @@ class Budget:
     load_failures: bool = False  # engine tier: async loads that fail (KVConnectorOutput.failed_recving)
     # Mamba cache modes the tier runs: "none" on the engine tier with vLLM's own runners (the mirror is align-only)
     cache_modes: tuple[str, ...] = ("align",)
+    # real models' geometries (name, block, groups) the engine tier builds (harness/engine/model_geometry.py)
+    models: tuple[tuple[str, int, int], ...] = ()
+    model_always: bool = False  # --model-config: every input on that model
 
 
 def geometry_from(r: _Reader, budget: Budget) -> dict:
@@ -86,6 +89,9 @@ def geometry_from(r: _Reader, budget: Budget) -> dict:
         "token_budget": budget_tokens,
         "kv_load_failure_policy": "recompute" if budget.load_failures and flags & 4 else "fail",
         "mamba_cache_mode": "none" if "none" in budget.cache_modes and flags & 8 else "align",
+        # flag bits 4-5 both set: a real model's geometry (bits 6-7 pick it); applied by `decode` (with_model)
+        "model": (budget.models[(flags >> 6) % len(budget.models)]
+                  if budget.models and (budget.model_always or flags & 48 == 48) else None),
     }
 
 
@@ -127,7 +133,8 @@ def _decode_generated(data: bytes, budget: Budget) -> Scenario:
     seed, mask = generator_fields(data)
     off = {name for bit, name in enumerate(SWARM) if mask >> bit & 1}
     scenario = random_scenario(seed, checkpoints=budget.checkpoints and "checkpoints" not in off, small=budget.small,
-                               modes=budget.cache_modes)
+                               modes=budget.cache_modes, models=budget.models,
+                               model_share=1.0 if budget.model_always else 0.2)
     doc = scenario_to_json(scenario)
     geo = doc["geometry"]
     if budget.align and not budget.sub_block_hash:
@@ -207,8 +214,11 @@ def decode(data: bytes, budget: Budget = Budget()) -> Scenario:
     for _ in range(r.range(0, MAX_EVENTS)):
         step, kind, who = r.range(1, 15), r.byte(), r.range(0, nreq - 1)
         events.append({"step": step, "kind": "abort" if kind % 4 == 3 else "preempt", "request": "abcd"[who]})
+    model = geo.pop("model")
     doc = {"version": 1, "name": "fuzz", "geometry": geo, "requests": requests, "events": events,
            "max_steps": MAX_STEPS}
+    if model is not None:
+        with_model(doc, model)
     # the same bytes, mode none's features dropped (the bytes that chose them are still consumed)
     return parse_scenario(without_prefix_caching(doc) if geo["mamba_cache_mode"] == "none" else doc)
 
@@ -294,13 +304,19 @@ def without_checkpoints(data: bytes) -> bytes:
     return bytes(buf)
 
 
-def release_budget(small: bool = False, tier: str = "symbolic", runner: str = "mirror") -> Budget:
+def release_budget(small: bool = False, tier: str = "symbolic", runner: str = "mirror",
+                   model_config: str | None = None) -> Budget:
     """What the installed release can run for a tier and engine runner (with the bytes, all that decoding
-    depends on): Mamba cache mode "none" on the engine tier with vLLM's own runners."""
+    depends on): Mamba cache mode "none" on the engine tier with vLLM's own runners; real models' geometries on
+    the engine tier (the shipped ones now and then, or `model_config` always)."""
     from harness.vllm_adapter import supports_failed_recving, supports_prefill_checkpoints, supports_prefix_match_unit
 
     if tier == "engine":
+        from harness.engine.model_catalog import model_entry, shipped_geometries
+
+        models = (model_entry(model_config),) if model_config else () if small else shipped_geometries()
         return Budget(checkpoints=supports_prefill_checkpoints(), small=small, align=True,
                       sub_block_hash=supports_prefix_match_unit(), load_failures=supports_failed_recving(),
-                      cache_modes=("align",) if runner == "mirror" else ("align", "none"))
+                      cache_modes=("align",) if runner == "mirror" else ("align", "none"),
+                      models=models, model_always=bool(model_config))
     return Budget(checkpoints=supports_prefill_checkpoints(), small=small)

@@ -125,7 +125,8 @@ def _changes_behaviour(corpus: Path, config: RunConfig, limit: int = 300) -> tup
     inputs = sorted(corpus.iterdir())[:limit]
     compared = 0
     for path in inputs:
-        scenario = decode(path.read_bytes(), release_budget(tier=tier, runner=config.engine.runner))
+        scenario = decode(path.read_bytes(), release_budget(tier=tier, runner=config.engine.runner,
+                                                            model_config=config.model_config))
         stock = calls(scenario, None)
         try:
             with mutant_applied(mutant):

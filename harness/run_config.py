@@ -16,7 +16,10 @@ read `HH_*` (`from_env`); campaign workers get theirs from `to_env`.
 - known_fixes: fuzz the fixed system (every applicable known issue's fix applied; a finding is then confirmed
   on stock) or stock vLLM;
 - checkpoints: whether generated inputs may carry prefill checkpoint geometries (the fuzz mutator clears the
-  bit where the tier cannot run them).
+  bit where the tier cannot run them);
+- model_config: `--model-config NAME|PATH` (engine tier): every generated scenario, and a replayed one that
+  names no model, on that real model's geometry (harness/engine/model_geometry.py); None: generated
+  scenarios draw from the shipped configs now and then.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ MODELS = ("random", "trained")
 # the variables an entry point reads (`from_env`) and a campaign writes for its workers (`to_env`)
 ENV = {"tier": "HH_TIER", "mutant": "HH_MUTANT", "model": "HH_MODEL", "known_fixes": "HH_KNOWN_FIXES",
        "checkpoints": "HH_NO_CHECKPOINTS", "runner": "HH_ENGINE_RUNNER", "async_scheduling": "HH_ENGINE_ASYNC",
-       "kernels": "HH_ENGINE_KERNELS", "forward": "HH_ENGINE_FORWARD"}
+       "kernels": "HH_ENGINE_KERNELS", "forward": "HH_ENGINE_FORWARD", "model_config": "HH_MODEL_CONFIG"}
 
 
 @dataclass(frozen=True)
@@ -44,9 +47,13 @@ class RunConfig:
     engine: EngineOptions = field(default_factory=EngineOptions)
     known_fixes: bool = True
     checkpoints: bool = True
+    model_config: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mutant", self.mutant or None)  # "" (an unset variable) is no mutant
+        object.__setattr__(self, "model_config", self.model_config or None)
+        if self.model_config and self.tier != "engine":
+            raise BadInput("--model-config: a real model's KV cache groups are built on the engine tier (--tier engine)")
         if self.tier not in TIERS:
             raise BadInput(f"unknown tier {self.tier!r}: choose one of {', '.join(TIERS)}")
         if self.model not in MODELS:
@@ -91,7 +98,7 @@ class RunConfig:
     # -- artifacts ---------------------------------------------------------------------------------------
     def as_json(self) -> dict:
         return {"tier": self.tier, "mutant": self.mutant, "model": self.model, "engine": asdict(self.engine),
-                "known_fixes": self.known_fixes, "checkpoints": self.checkpoints}
+                "known_fixes": self.known_fixes, "checkpoints": self.checkpoints, "model_config": self.model_config}
 
     @classmethod
     def from_json(cls, doc: Mapping) -> RunConfig:
@@ -106,7 +113,8 @@ class RunConfig:
             raise BadInput("config engine: a JSON object of engine options")
         return cls(tier=doc.get("tier") or "symbolic", mutant=doc.get("mutant") or None,
                    model=doc.get("model") or "random", engine=engine_options(**engine),
-                   known_fixes=bool(doc.get("known_fixes", True)), checkpoints=bool(doc.get("checkpoints", True)))
+                   known_fixes=bool(doc.get("known_fixes", True)), checkpoints=bool(doc.get("checkpoints", True)),
+                   model_config=doc.get("model_config") or None)
 
     # -- entry points --------------------------------------------------------------------------------------
     @classmethod
@@ -118,7 +126,8 @@ class RunConfig:
         if known_fixes not in (None, "on", "off"):
             raise BadInput(f"{ENV['known_fixes']}={known_fixes!r}: choose on or off")
         values = {"tier": given["tier"] or "symbolic", "mutant": given["mutant"], "model": given["model"] or "random",
-                  "known_fixes": known_fixes != "off", "checkpoints": not given["checkpoints"]}
+                  "known_fixes": known_fixes != "off", "checkpoints": not given["checkpoints"],
+                  "model_config": given["model_config"]}
         engine = {k: given[k] for k in CHOICES}
         for k, v in overrides.items():
             if v is None:
@@ -129,7 +138,8 @@ class RunConfig:
     def to_env(self) -> dict[str, str]:
         """The variables a worker process's entry point reads back into this configuration (`from_env`)."""
         env = {ENV["tier"]: self.tier, ENV["mutant"]: self.mutant or "", ENV["model"]: self.model,
-               ENV["known_fixes"]: "on" if self.known_fixes else "off", ENV["checkpoints"]: "" if self.checkpoints else "1"}
+               ENV["known_fixes"]: "on" if self.known_fixes else "off", ENV["checkpoints"]: "" if self.checkpoints else "1",
+               ENV["model_config"]: self.model_config or ""}
         env.update({ENV[k]: v for k, v in asdict(self.engine).items()})
         return env
 

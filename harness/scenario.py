@@ -15,7 +15,7 @@ import random
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.errors import BadInput
 from harness.trace import blocks_at_least
@@ -46,6 +46,21 @@ class Geometry(_Strict):
     # state, max_model_len tokens long, plus a block per speculative token; engine tier only)
     # ("all", 0.26-0.32's third mode, is read so that the engine tier can name what it lacks: exit 2)
     mamba_cache_mode: Literal["align", "none", "all"] = "align"
+    # a real hybrid model whose KV cache groups and block-size rule vLLM builds (engine tier): a shipped config's
+    # name (harness/model_configs) or a config.json inline; None = one attention and one Mamba group
+    model: str | dict | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, ref):
+        if ref is not None:
+            from harness.model_configs import load
+
+            try:
+                load(ref)
+            except BadInput as exc:
+                raise ValueError(str(exc)) from None
+        return ref
 
     @model_validator(mode="before")
     @classmethod

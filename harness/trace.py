@@ -94,9 +94,10 @@ class RunEnd:
     num_blocks: int
     block_sizes: tuple[int, int]  # (attention, Mamba)
     lookahead: int  # speculative tokens (K)
+    groups: tuple[int, int] = (1, 1)  # KV cache groups: (attention, Mamba); a real model's are several
 
     def blocks_to_hold(self, request: str) -> int:
-        return blocks_to_hold(self.tokens[request], self.block_sizes, self.lookahead)
+        return blocks_to_hold(self.tokens[request], self.block_sizes, self.lookahead, self.groups)
 
 
 @dataclass
@@ -180,23 +181,24 @@ class CacheRecorder:
             self.trace.cache.append(CacheCheck(step, block, n, rid, (n, requests[rid][1][n]), conv[0], ssm))
 
 
-def blocks_to_hold(tokens: int, block_sizes: tuple[int, int], lookahead: int) -> int:
+def blocks_to_hold(tokens: int, block_sizes: tuple[int, int], lookahead: int, groups: tuple[int, int] = (1, 1)) -> int:
     """The most blocks one request of `tokens` tokens (prompt + max_tokens) holds at once in align mode, all
     groups together, by the allocator's specification rather than its code (so an allocator that over-reserves
     is judged against it): the attention group holds every block of its tokens plus the lookahead
     (`cdiv(num_tokens, block_size)`, single_type_kv_cache_manager.py:176-215 in 0.33.0); the Mamba group holds at
     most its align-mode cap (single_type_kv_cache_manager.py:1779-1784): the running state's block, one for a
-    partial hit's copy, one for a prefill checkpoint, and a block per speculative token."""
+    partial hit's copy, one for a prefill checkpoint, and a block per speculative token. `groups`: how many
+    attention and Mamba groups (each holds its own blocks)."""
     attn, _ = block_sizes
-    return -(-(tokens + lookahead) // attn) + 3 + lookahead
+    return groups[0] * -(-(tokens + lookahead) // attn) + groups[1] * (3 + lookahead)
 
 
-def blocks_at_least(tokens: int, block_sizes: tuple[int, int]) -> int:
+def blocks_at_least(tokens: int, block_sizes: tuple[int, int], groups: tuple[int, int] = (1, 1)) -> int:
     """The fewest blocks one request of `tokens` tokens needs to finish, by the same specification: every
     attention block of its tokens and the Mamba group's running-state block. A request needing more than the
     pool is one vLLM can never admit (harness.scenario refuses it); between this and `blocks_to_hold` the
     liveness oracle does not judge."""
-    return -(-tokens // block_sizes[0]) + 1
+    return groups[0] * -(-tokens // block_sizes[0]) + groups[1]
 
 
 def largest_request(num_blocks: int, block_size: int, lookahead: int) -> int:
@@ -204,12 +206,13 @@ def largest_request(num_blocks: int, block_size: int, lookahead: int) -> int:
     return (num_blocks - 1 - 3 - lookahead) * block_size - lookahead
 
 
-def run_end(sc, reason: str, step: int, idle: int, unfinished: dict[str, str]) -> RunEnd:
+def run_end(sc, reason: str, step: int, idle: int, unfinished: dict[str, str],
+            groups: tuple[int, int] = (1, 1)) -> RunEnd:
     g = sc.geometry
     tokens = {r.id: r.prompt.num_tokens + r.max_tokens for r in sc.requests}
     loads = [r.external.load_steps for r in sc.requests if r.external is not None]
     return RunEnd(reason, step, idle, unfinished, tokens, max(loads, default=0), g.num_blocks,
-                  (g.attn_block_size, g.mamba_block_size), g.num_speculative_tokens)
+                  (g.attn_block_size, g.mamba_block_size), g.num_speculative_tokens, groups)
 
 
 class VllmRaised(Exception):
@@ -259,7 +262,8 @@ def run_steps(tier: Tier) -> Trace:
             idle = 0 if tier.last_scheduled else idle + 1
             after = tier._progress()
             changed, before = after != before, after
-        trace.end = run_end(tier.sc, reason, trace.steps_run, idle, tier._unfinished())
+        groups = (len(getattr(tier, "attn_groups", (0,))), len(getattr(tier, "mamba_groups", (1,))))
+        trace.end = run_end(tier.sc, reason, trace.steps_run, idle, tier._unfinished(), groups)
         tier._shutdown()
     except VllmRaised as raised:
         trace.exception = raised.record

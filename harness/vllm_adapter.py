@@ -197,7 +197,7 @@ class Allocator:
         self._split_self = self._split_shim()
         # keys are hash bytes + the group id (kv_cache_utils.make_block_hash_with_group_id); check the layout once
         probe = v.kcu.make_block_hash_with_group_id(v.kcu.BlockHash(b"\x01" * 32), MAMBA_GROUP)
-        self._mamba_key_suffix = bytes(probe[32:])
+        self._mamba_key_suffixes = (bytes(probe[32:]),)
         if v.kcu.get_group_id(probe) != MAMBA_GROUP or bytes(v.kcu.get_block_hash(probe)) != b"\x01" * 32:
             raise BadInput(f"vLLM {v.version}: prefix-cache keys are not hash + group id; not supported")
         self._allocate_params = parameters(v.KVCacheManager.allocate_slots)
@@ -334,13 +334,14 @@ class Allocator:
 
     # -- introspection for the oracles --------------------------------------------------------
     def cached_mamba_entries(self) -> list[tuple[bytes, int]]:
-        """Every prefix-cache key of the Mamba group and the block it resolves to (block_pool.py:56-130)."""
-        suffix, cut = self._mamba_key_suffix, -len(self._mamba_key_suffix)
+        """Every prefix-cache key of the Mamba groups and the block it resolves to (block_pool.py:56-130)."""
+        suffixes = self._mamba_key_suffixes
         out = []
         for key, value in self.block_pool.cached_block_hash_to_block._cache.items():
-            if not key.endswith(suffix):
+            suffix = next((x for x in suffixes if key.endswith(x)), None)
+            if suffix is None:
                 continue
-            h = bytes(key[:cut])
+            h = bytes(key[:-len(suffix)])
             if isinstance(value, dict):
                 out.extend((h, b.block_id) for b in value.values())
             else:
@@ -489,18 +490,20 @@ def vllm_namespace() -> SimpleNamespace:
     return _vllm()
 
 
-def adopt_manager(geometry: Geometry, manager) -> Allocator:
+def adopt_manager(geometry: Geometry, manager, mamba_groups: tuple[int, ...] = (MAMBA_GROUP,)) -> Allocator:
     """An `Allocator` around a `KVCacheManager` someone else built (the engine tier's real Scheduler owns
-    it): block tables, cache keys, pool snapshots and checkpoint formulas read as for the symbolic tier."""
+    it): block tables, cache keys, pool snapshots and checkpoint formulas read as for the symbolic tier.
+    `mamba_groups`: the Mamba groups' indices (a real model's groups: several, harness/engine/model_geometry.py);
+    the cache keys of each are read, the first one's manager answers the checkpoint formulas."""
     v = _vllm()
     alloc = Allocator.__new__(Allocator)
     alloc.v, alloc.geometry, alloc.manager = v, geometry, manager
     alloc.block_pool = manager.block_pool
     alloc.coordinator = manager.coordinator
-    alloc.mamba_manager = alloc.coordinator.single_type_managers[MAMBA_GROUP]
+    alloc.mamba_manager = alloc.coordinator.single_type_managers[mamba_groups[0]]
     alloc.partial_hits = bool(getattr(alloc.coordinator, "enable_partial_hash_hits", False))
     alloc.connector_sees_aligned_local = hasattr(manager, "truncate_computed_blocks")
     alloc.hasher = v.kcu.get_request_block_hasher(geometry.hash_block_size, v.sha256)
-    probe = v.kcu.make_block_hash_with_group_id(v.kcu.BlockHash(b"\x01" * 32), MAMBA_GROUP)
-    alloc._mamba_key_suffix = bytes(probe[32:])
+    alloc._mamba_key_suffixes = tuple(
+        bytes(v.kcu.make_block_hash_with_group_id(v.kcu.BlockHash(b"\x01" * 32), g)[32:]) for g in mamba_groups)
     return alloc

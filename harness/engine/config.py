@@ -190,10 +190,18 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirro
                         mamba_cache_mode=eg.mamba_cache_mode, num_speculative_blocks=K)
     if g.prefill_checkpoint:
         mamba_kwargs.update(num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1)
-    kvc = kci.KVCacheConfig(num_blocks=g.num_blocks, kv_cache_tensors=[], kv_cache_groups=[
-        kci.KVCacheGroupSpec(["attn"], kci.FullAttentionSpec(block_size=B, num_kv_heads=1, head_size=1,
-                                                             dtype=torch.float32)),
-        kci.KVCacheGroupSpec(["mamba"], kci.MambaSpec(**mamba_kwargs))])
+    if g.model is None:  # one attention and one Mamba group (the shape vllm_adapter mirrors)
+        groups = [kci.KVCacheGroupSpec(["attn"], kci.FullAttentionSpec(block_size=B, num_kv_heads=1, head_size=1,
+                                                                       dtype=torch.float32)),
+                  kci.KVCacheGroupSpec(["mamba"], kci.MambaSpec(**mamba_kwargs))]
+    else:  # the model's groups as vLLM builds them (harness/engine/model_geometry.py)
+        from harness.engine.model_geometry import model_groups
+
+        mg = model_groups(g.model, vc, B, eg.mamba_cache_mode, K)
+        extra = {k: v for k, v in mamba_kwargs.items() if k.startswith("num_prefill") or k.startswith("prefill")}
+        groups = [gr if kind == "attention" or not extra else _replace_spec(gr, **extra)
+                  for gr, kind in zip(mg.groups, mg.kinds)]
+    kvc = kci.KVCacheConfig(num_blocks=g.num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
     if eg.mamba_cache_mode != "align":  # groups of unequal blocks: the engine core's own rule (core.py:176-178)
         B, H = v.kcu.resolve_kv_cache_block_sizes(kvc, vc)
     try:
@@ -203,6 +211,20 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirro
     except (ValueError, AssertionError) as exc:
         raise BadInput(f"vLLM {installed_version()}'s Scheduler refuses this geometry: {exc!r}") from None
     return vc, sched
+
+
+def _replace_spec(group, **fields):
+    import dataclasses
+
+    return dataclasses.replace(group, kv_cache_spec=dataclasses.replace(group.kv_cache_spec, **fields))
+
+
+def group_indices(kvc) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(attention groups, Mamba groups) of a KVCacheConfig, by their specs' kind, in vLLM's order."""
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    kinds = [isinstance(gr.kv_cache_spec, MambaSpec) for gr in kvc.kv_cache_groups]
+    return tuple(i for i, m in enumerate(kinds) if not m), tuple(i for i, m in enumerate(kinds) if m)
 
 
 @contextlib.contextmanager

@@ -43,7 +43,7 @@ from harness.errors import BadInput
 from harness.states import chain
 from harness.tokens import true_token
 from harness.trace import Read, RowView
-from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, installed_version, parameters, supported_kwargs
+from harness.vllm_adapter import installed_version, parameters, supported_kwargs
 from harness.worker import Forward
 from harness.engine.mamba_meta import Mamba2Rows
 from harness.engine.v1_pool import _POOL, _POOL_SIZE, _Pooled, _reinitialize_input_batch, _replace, _runner_key
@@ -170,14 +170,18 @@ class V1Worker:
         assert tuple(self.states.conv.shape[1:]) == tuple(conv_shape), (conv_shape, self.states.conv.shape)
         assert tuple(self.states.ssm.shape[1:]) == tuple(ssm_shape), (ssm_shape, self.states.ssm.shape)
         self.attn = torch.zeros((num_blocks, 1), dtype=torch.float32)
-        groups = list(sched_kvc.kv_cache_groups)
-        mamba_spec = groups[MAMBA_GROUP].kv_cache_spec
-        # the worker's copy of the scheduler's groups with the real state shapes and dtypes (the scheduler's
-        # config keeps its own spec: page sizes play no part in its block counts, num_blocks is given)
-        spec = _replace(mamba_spec, shapes=(tuple(conv_shape), tuple(ssm_shape)), dtypes=(torch.int64, torch.int64))
-        groups[MAMBA_GROUP] = _replace(groups[MAMBA_GROUP], kv_cache_spec=spec)
+        # the KV cache groups by kind (one each, or a real model's several: harness/engine/model_geometry.py)
+        self.attn_groups, self.mamba_groups = driver.attn_groups, driver.mamba_groups
+        # the worker's copy of the scheduler's groups: one layer per group (a group's layers share its block
+        # table and state indices), the Mamba groups with the tagged state shapes and dtypes (the scheduler's
+        # config keeps its own specs: page sizes play no part in its block counts, num_blocks is given)
+        groups = [_replace(gr, layer_names=list(gr.layer_names[:1])) for gr in sched_kvc.kv_cache_groups]
+        for g in self.mamba_groups:
+            spec = _replace(groups[g].kv_cache_spec, shapes=(tuple(conv_shape), tuple(ssm_shape)),
+                            dtypes=(torch.int64, torch.int64), **_unpadded(groups[g].kv_cache_spec))
+            groups[g] = _replace(groups[g], kv_cache_spec=spec)
         kvc = _replace(sched_kvc, kv_cache_groups=groups)  # tensors: registered below, not allocated by vLLM
-        key = _runner_key(vc)
+        key = _runner_key(vc, tuple(type(gr.kv_cache_spec).__name__ for gr in groups))
         pooled = _POOL.pop(key, None)
         if pooled is not None and not pooled.reset(kvc):
             pooled = None  # it could not be put back to its built state: build another
@@ -193,14 +197,14 @@ class V1Worker:
         runner.kv_cache_config = kvc
         runner.kv_caches = [self.attn, *self.states.tensors()]
         ctx = runner.compilation_config.static_forward_context
-        for name in groups[ATTN_GROUP].layer_names:
-            ctx[name].kv_cache = self.attn
-        for name in groups[MAMBA_GROUP].layer_names:
-            ctx[name].kv_cache = self.states.tensors()
+        for g in self.attn_groups:
+            ctx[groups[g].layer_names[0]].kv_cache = self.attn
+        for g in self.mamba_groups:  # every Mamba group's layer on the same tensors, as vLLM shares a page slot
+            ctx[groups[g].layer_names[0]].kv_cache = self.states.tensors()  # between groups (block ids differ)
         self.fwd_ctx = ctx
         self.vc = runner.vllm_config  # the config the runner was built from (same runner key as the driver's)
         self.runner = runner
-        self.mamba_layers = list(groups[MAMBA_GROUP].layer_names)
+        self.mamba_layers = {g: groups[g].layer_names[0] for g in self.mamba_groups}
         self._step = 0
         self._seq_fps: dict[str, list[int]] = {}
         self._precopied: dict[str, int] = {}
@@ -228,10 +232,10 @@ class V1Worker:
             # 0.33.0): attention groups, kernel block sizes, metadata builders and with them the batch reorder
             # threshold (the Mamba2 builder's: decode rows of up to 1 + K tokens first)
             ctx = runner.compilation_config.static_forward_context
-            for name in groups[ATTN_GROUP].layer_names:
-                ctx[name] = attn_layer(self.bs)
-            for name in groups[MAMBA_GROUP].layer_names:
-                ctx[name] = mamba_layer(self.K + 1)
+            for g in self.attn_groups:
+                ctx[groups[g].layer_names[0]] = attn_layer(self.bs)
+            for g in self.mamba_groups:
+                ctx[groups[g].layer_names[0]] = mamba_layer(self.K + 1)
             runner.initialize_attn_backend(kvc)
             runner.initialize_metadata_builders(kvc, prepare_kernel_block_sizes(kvc, runner.attn_groups))
             _reinitialize_input_batch(runner, kvc)
@@ -242,10 +246,6 @@ class V1Worker:
         r = self.runner
         row_idx = who if isinstance(who, int) else r.input_batch.req_id_to_index[who]
         rid = r.input_batch.req_ids[row_idx]
-        row = self._row(row_idx)
-        conv_src, ssm_src = _col(row, src_col), _col(row, src_col + bias)
-        conv, _ = self.states.read(conv_src, bias, conv_src)
-        _, ssm = self.states.read(ssm_src, 0, ssm_src)
         fps = self._seq_fps[rid]
         if kind == "precopy":
             nc = r.requests[rid].num_computed_tokens
@@ -254,12 +254,20 @@ class V1Worker:
         else:
             A = (dst_col + 1) * self.bs
             want = (A, fps[A])
-        self.trace.reads.append(Read(self._step, rid, kind, MAMBA_GROUP, src_col, conv_src, conv, ssm, want))
+        for g in self.mamba_groups:  # vLLM copies the columns of every Mamba group (mamba_utils.py:1364)
+            row = self._row(row_idx, g)
+            conv_src, ssm_src = _col(row, src_col), _col(row, src_col + bias)
+            conv, _ = self.states.read(conv_src, bias, conv_src)
+            _, ssm = self.states.read(ssm_src, 0, ssm_src)
+            self.trace.reads.append(Read(self._step, rid, kind, g, src_col, conv_src, conv, ssm, want))
+        row = self._row(row_idx)
+        conv_src, ssm_src = _col(row, src_col), _col(row, src_col + bias)
         if self.backend is not None:  # the model's pages make the copy vLLM's kernel is about to make
             self.backend.shift_copy(_col(row, dst_col), conv_src, ssm_src, bias)
 
-    def _row(self, i: int, group: int = MAMBA_GROUP) -> list[int]:
-        bt = self.runner.input_batch.block_table[group]
+    def _row(self, i: int, group: int | None = None) -> list[int]:
+        """Row i of a group's block table in the runner's persistent batch (default: the first Mamba group)."""
+        bt = self.runner.input_batch.block_table[self.mamba_groups[0] if group is None else group]
         return bt.block_table.np[i, :bt.num_blocks_per_row[i]].tolist()
 
     # -- one step ---------------------------------------------------------------------------------------------
@@ -371,7 +379,8 @@ class V1Worker:
         harness/engine/mamba_meta.py), rows in the runner's order (its batch reorder)."""
         r, st, tr = self.runner, self.states, self.trace
         n = len(req_ids)
-        rows = Mamba2Rows(self._metadata(so, ns_np)[self.mamba_layers[0]])
+        meta = self._metadata(so, ns_np)
+        rows = {g: Mamba2Rows(meta[layer]) for g, layer in self.mamba_layers.items()}  # one builder per group
         nc_np = r.input_batch.num_computed_tokens_cpu[:n].astype(np.int64)
         # the token ids the runner feeds the model, per request in batch order (its own input buffer): the states
         # written are tagged with the prefix as fed, so a wrong token fed shows at the next read
@@ -381,29 +390,31 @@ class V1Worker:
             nc, ns = int(nc_np[i]), int(ns_np[i])
             want = (nc, self.truths[rid].fingerprint(nc))
             fed = chain([want[1]], fed_all[starts[i]:starts[i + 1]])  # fed[j]: the prefix of nc + j tokens as fed
-            kr = rows.row(i, ns)
-            if self.align:
-                curr = r.mamba_state_idx[rid]
-                prev = prev_idx.get(rid, (nc - 1) // self.bs)
-                live = [prev] if rid in self._precopied else []
-            else:  # mode none: the row's first block holds the state, the next K its speculative states
-                curr, prev = 0, -1
-                live = [kr.init_column] if kr.init is not None else []
-            if kr.init is not None:
-                conv, ssm = st.read(*kr.init)
-                tr.reads.append(Read(self._step, rid, "initial", MAMBA_GROUP, curr, kr.init[0], conv, ssm, want))
-            if kr.decode:
-                st.write_tokens(kr.blocks[0], kr.blocks, [(nc + k + 1, fed[k + 1]) for k in range(ns)])
-                live.extend(range(curr, curr + ns))
-            else:
-                st.write_final(kr.blocks[0], (nc + ns, fed[ns]))
-                live.append(curr)
+            for g in self.mamba_groups:
+                kr = rows[g].row(i, ns)
+                if self.align:
+                    curr = r.mamba_state_idx[rid]
+                    prev = prev_idx.get(rid, (nc - 1) // self.bs)
+                    live = [prev] if rid in self._precopied else []
+                else:  # mode none: the row's first block holds the state, the next K its speculative states
+                    curr, prev = 0, -1
+                    live = [kr.init_column] if kr.init is not None else []
+                if kr.init is not None:
+                    conv, ssm = st.read(*kr.init)
+                    tr.reads.append(Read(self._step, rid, "initial", g, curr, kr.init[0], conv, ssm, want))
+                if kr.decode:
+                    st.write_tokens(kr.blocks[0], kr.blocks, [(nc + k + 1, fed[k + 1]) for k in range(ns)])
+                    live.extend(range(curr, curr + ns))
+                else:
+                    st.write_final(kr.blocks[0], (nc + ns, fed[ns]))
+                    live.append(curr)
+                tr.rows.append(RowView(self._step, rid, g, kinds.get(rid, "RUNNING"), nc, ns, prev, curr,
+                                       sorted(set(live)), self._row(i, g), list(core_tables[rid][g])))
+                if self.backend is not None:  # the model's forward from and to the same indices (models/pool.py)
+                    self.backend.forward(Forward(self._step, rid, nc, ns, kr.init, kr.decode, kr.blocks[0],
+                                                 kr.blocks if kr.decode else [], None,
+                                                 self._row(i, self.attn_groups[0])))
             self._next[rid] = true_token(fed[ns])  # what the sampler picks after the prefix as fed (async)
-            tr.rows.append(RowView(self._step, rid, MAMBA_GROUP, kinds.get(rid, "RUNNING"), nc, ns, prev, curr,
-                                   sorted(set(live)), self._row(i), list(core_tables[rid][MAMBA_GROUP])))
-            if self.backend is not None:  # the model's forward from and to the same indices (pages: models/pool.py)
-                self.backend.forward(Forward(self._step, rid, nc, ns, kr.init, kr.decode, kr.blocks[0],
-                                             kr.blocks if kr.decode else [], None, self._row(i, ATTN_GROUP)))
 
     def _metadata(self, so, ns_np) -> dict:
         """The runner's own attention metadata for this step, built as execute_model builds it
@@ -445,6 +456,12 @@ class V1Worker:
 
     def deliver(self, block: int, state) -> None:
         self.states.deliver(block, state)
+
+
+def _unpadded(spec) -> dict:
+    """A real model's Mamba page is padded to the attention page (platforms/interface.py:1121-1135); the tagged
+    states are not, so the worker's spec drops the padding."""
+    return {"page_size_padded": None} if getattr(spec, "page_size_padded", None) is not None else {}
 
 
 def _col(row: list[int], column: int) -> int:

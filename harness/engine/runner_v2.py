@@ -34,9 +34,8 @@ from __future__ import annotations
 from harness.states import NULL_BLOCK, chain
 from harness.tokens import true_token
 from harness.trace import Read, RowView
-from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP
 from harness.engine.mamba_meta import Mamba2Rows
-from harness.engine.v2_setup import MAMBA_LAYER, runner_for
+from harness.engine.v2_setup import runner_for
 
 
 class V2Worker:
@@ -65,6 +64,7 @@ class V2Worker:
         self.run.worker = self
         self.runner = self.run.runner
         self.states = self.run.states
+        self.attn_groups, self.mamba_groups = driver.attn_groups, driver.mamba_groups
         self.step = 0
         self.kinds: dict[str, str] = {}
         # --forward model: the model tier's backend (harness.model_tier) at V2's own indices and copies; the tokens
@@ -134,22 +134,18 @@ class V2Worker:
         torch = self.torch
         ib = self.run.input_batch
         md = get_forward_context().attn_metadata
-        m = md[MAMBA_LAYER] if isinstance(md, dict) else None
         n = input_ids.shape[0]
         hidden = torch.zeros(n, 1, dtype=torch.float32)
-        if ib is None or m is None:
+        metas = {g: md.get(self.run.layers[g]) for g in self.mamba_groups} if isinstance(md, dict) else {}
+        if ib is None or not metas or any(m is None for m in metas.values()):
             return hidden
         ids = input_ids.tolist()
         pos = positions.tolist()
         qsl = ib.query_start_loc_np
         slots = ib.idx_mapping_np
-        st, tr = self.states, self.trace
         ms = self.runner.model_state
-        bt = self.runner.block_tables
         prev_cols, _ = self.run.before if getattr(self.run, "before", None) else ([], [])
-        rows = Mamba2Rows(m)  # where the kernels read and write (harness/engine/mamba_meta.py)
-        ckpt = getattr(m, "checkpoint_meta", None)
-        ckpt_cols: dict[int, int] = {}
+        rows = {g: Mamba2Rows(m) for g, m in metas.items()}  # where the kernels read and write (mamba_meta.py)
         self.rows, self._fed_from = {}, {}
         for i, rid in enumerate(ib.req_ids):
             qs, qe = int(qsl[i]), int(qsl[i + 1])
@@ -162,42 +158,54 @@ class V2Worker:
             targets = [true_token(fps[j + 1]) for j in range(ns)]
             hidden[qs:qe, 0] = torch.tensor(targets, dtype=torch.float32)
             slot = int(slots[i])
-            want = (nc, start)
-            kr = rows.row(i, ns)
-            init, blocks = kr.init, kr.blocks
-            read = None if init is None else (init[0], *st.read(*init))
-            checkpoint = None
-            if kr.decode:  # decode kernels (ops/mamba_ssm.py selective_state_update, causal_conv1d_update)
-                st.write_tokens(blocks[0], blocks, [(nc + j + 1, fps[j + 1]) for j in range(ns)])
-            else:  # prefill kernels (mamba_mixer2.py: chunked scan from the initial state, final state out)
-                p, b = kr.prefill, blocks[0]
-                st.write_final(b, (nc + ns, fps[ns]))
-                if ckpt is not None and ckpt.offsets[p] > 0:  # the internal prefill checkpoint export
-                    # (model_executor/layers/mamba/checkpoint.py: the state after `offset` query tokens goes to
-                    # the checkpoint block; the builder ends a chunk there, mamba_attn.py:242-310)
-                    off = ckpt.offsets[p]
-                    st.write_final(int(ckpt.state_indices[p]), (nc + off, fps[off]))
-                    ckpt_cols[i] = int(ckpt.block_cols[p])
-                    checkpoint = (int(ckpt.state_indices[p]), nc + off)
             curr = int(ms._mamba_state_idx_gpu[slot]) if getattr(ms, "_align_mode", False) else 0
             prev = prev_cols[i] if i < len(prev_cols) else -1
-            live = list(range(curr, curr + len(blocks)))
-            if prev >= 0 and prev != curr:
-                live.append(prev)
-            if i in ckpt_cols:
-                live.append(ckpt_cols[i])
-            if read is not None:
-                tr.reads.append(Read(self.step, rid, "initial", MAMBA_GROUP, curr, read[0], read[1], read[2], want))
-            nb = int(bt.num_blocks.np[MAMBA_GROUP, slot])
-            row = bt.block_tables[MAMBA_GROUP].gpu[slot, :nb].tolist()
-            core = self.core_tables.get(rid)
-            tr.rows.append(RowView(self.step, rid, MAMBA_GROUP, self.kinds.get(rid, "RUNNING"), nc, ns, prev, curr,
-                                   sorted(set(live)), row, list(core[MAMBA_GROUP]) if core else []))
+            for g in self.mamba_groups:  # every Mamba group's layers run the kernels at their own indices
+                kr, checkpoint = self._group_forward(g, metas[g], rows[g], i, rid, slot, nc, ns, fps, curr, prev)
+                if self.backend is not None and g == self.mamba_groups[0]:
+                    self._model_forward(rid, slot, nc, ids[qs:qe], kr.decode, kr.init, kr.blocks, checkpoint,
+                                        hidden, qs)
             self.rows[rid] = (fps, targets, ns)
             self._fed_from[rid] = nc
-            if self.backend is not None:
-                self._model_forward(rid, slot, nc, ids[qs:qe], kr.decode, init, blocks, checkpoint, hidden, qs)
         return hidden
+
+    def _group_forward(self, g, m, rows, i, rid, slot, nc, ns, fps, curr, prev):
+        """One Mamba group's part of a request's forward: the initial state read, the states written, the row
+        recorded. Returns the kernels' row and the prefill checkpoint written (block, tokens) or None."""
+        st, tr = self.states, self.trace
+        kr = rows.row(i, ns)
+        init, blocks = kr.init, kr.blocks
+        read = None if init is None else (init[0], *st.read(*init))
+        checkpoint, ckpt_col = None, None
+        ckpt = getattr(m, "checkpoint_meta", None)
+        if kr.decode:  # decode kernels (ops/mamba_ssm.py selective_state_update, causal_conv1d_update)
+            st.write_tokens(blocks[0], blocks, [(nc + j + 1, fps[j + 1]) for j in range(ns)])
+        else:  # prefill kernels (mamba_mixer2.py: chunked scan from the initial state, final state out)
+            p, b = kr.prefill, blocks[0]
+            st.write_final(b, (nc + ns, fps[ns]))
+            if ckpt is not None and ckpt.offsets[p] > 0:  # the internal prefill checkpoint export
+                # (model_executor/layers/mamba/checkpoint.py: the state after `offset` query tokens goes to
+                # the checkpoint block; the builder ends a chunk there, mamba_attn.py:242-310)
+                off = ckpt.offsets[p]
+                st.write_final(int(ckpt.state_indices[p]), (nc + off, fps[off]))
+                ckpt_col = int(ckpt.block_cols[p])
+                checkpoint = (int(ckpt.state_indices[p]), nc + off)
+        live = list(range(curr, curr + len(blocks)))
+        if prev >= 0 and prev != curr:
+            live.append(prev)
+        if ckpt_col is not None:
+            live.append(ckpt_col)
+        if read is not None:
+            tr.reads.append(Read(self.step, rid, "initial", g, curr, read[0], read[1], read[2], (nc, fps[0])))
+        core = self.core_tables.get(rid)
+        tr.rows.append(RowView(self.step, rid, g, self.kinds.get(rid, "RUNNING"), nc, ns, prev, curr,
+                               sorted(set(live)), self._row(slot, g), list(core[g]) if core else []))
+        return kr, checkpoint
+
+    def _row(self, slot: int, group: int) -> list[int]:
+        """A request slot's row of a group's block table, as the runner holds it."""
+        bt = self.runner.block_tables
+        return bt.block_tables[group].gpu[slot, :int(bt.num_blocks.np[group, slot])].tolist()
 
     # -- the model forward (--forward model) --------------------------------------------------------------------
     def fingerprint(self, rid: str, n: int) -> int:
@@ -224,8 +232,7 @@ class V2Worker:
         base = self.tokens.get(rid, prompt)
         base = base[:nc] if len(base) >= nc else prompt[:nc]
         self._feed[rid] = base + fed
-        bt = self.runner.block_tables
-        attn = bt.block_tables[ATTN_GROUP].gpu[slot, :int(bt.num_blocks.np[ATTN_GROUP, slot])].tolist()
+        attn = self._row(slot, self.attn_groups[0])
         self.backend.forward(Forward(self.step, rid, nc, ns, init, decode, blocks[0], list(blocks) if decode else [],
                                      checkpoint, attn))
         targets = self.backend.logits[rid].argmax(-1).tolist()
@@ -248,7 +255,6 @@ class V2Worker:
         `_mamba_state_idx_gpu` (mamba_hybrid.py preprocess_state; mamba_utils.py precopy kernel); the SSM
         source is column src + offset. Read after the copy: a source block is never its destination."""
         ms = self.runner.model_state
-        bt = self.runner.block_tables
         src = ms._mamba_src_col_gpu[slots].tolist()
         off = ms._mamba_src_off_gpu[slots].tolist()
         dst = ms._mamba_state_idx_gpu[slots].tolist()
@@ -257,16 +263,16 @@ class V2Worker:
             if src[i] < 0 or src[i] == dst[i]:
                 continue
             slot = int(slots[i])
-            nb = int(bt.num_blocks.np[MAMBA_GROUP, slot])
-            row = bt.block_tables[MAMBA_GROUP].gpu[slot, :nb].tolist()
-            col = lambda c: row[c] if 0 <= c < len(row) else NULL_BLOCK  # noqa: E731 (padding reads block 0)
-            conv_b, ssm_b = col(src[i]), col(src[i] + off[i])
-            conv, ssm = self.states.read(conv_b, off[i], ssm_b)
             nc = int(nc_all[i])
-            self.trace.reads.append(Read(self.step, rid, "precopy", MAMBA_GROUP, src[i], conv_b, conv, ssm,
-                                         (nc, self.fingerprint(rid, nc))))
-            if self.backend is not None:  # the model's pages make the copy vLLM's kernel made
-                self.backend.shift_copy(col(dst[i]), conv_b, ssm_b, off[i])
+            for g in self.mamba_groups:  # the kernel copies every Mamba group's columns
+                row = self._row(slot, g)
+                col = lambda c: row[c] if 0 <= c < len(row) else NULL_BLOCK  # noqa: E731 (padding reads block 0)
+                conv_b, ssm_b = col(src[i]), col(src[i] + off[i])
+                conv, ssm = self.states.read(conv_b, off[i], ssm_b)
+                self.trace.reads.append(Read(self.step, rid, "precopy", g, src[i], conv_b, conv, ssm,
+                                             (nc, self.fingerprint(rid, nc))))
+                if self.backend is not None:  # the model's pages make the copy vLLM's kernel made
+                    self.backend.shift_copy(col(dst[i]), conv_b, ssm_b, off[i])
 
     def _observe_copy(self, kind: str, slot: int, src_col: int, dst_col: int, bias: int) -> None:
         """A fused copy's source, told by the torch kernel before it moves the bytes (kernels_v1's OBSERVER:
@@ -278,21 +284,20 @@ class V2Worker:
         rid = next((r for r, i in rs.req_id_to_index.items() if i == slot), None)
         if rid is None:
             return
-        bt = self.runner.block_tables
-        nb = int(bt.num_blocks.np[MAMBA_GROUP, slot])
-        row = bt.block_tables[MAMBA_GROUP].gpu[slot, :nb].tolist()
-        col = lambda c: row[c] if 0 <= c < len(row) else NULL_BLOCK  # noqa: E731 (padding reads block 0)
-        conv_b, ssm_b = col(src_col), col(src_col + bias)
-        conv, _ = self.states.read(conv_b, bias, conv_b)
-        _, ssm = self.states.read(ssm_b, 0, ssm_b)
         A = (dst_col + 1) * self.run.mamba_block_size
         # the prefix of A tokens as this step fed them (drafts included: V2's scheduler holds placeholders)
         fed = self.rows.get(rid)
         nc = self._fed_from.get(rid, 0)
         want = (A, fed[0][A - nc]) if fed is not None and 0 <= A - nc < len(fed[0]) else (A, self.fingerprint(rid, A))
-        self.trace.reads.append(Read(self.step, rid, "postcopy", MAMBA_GROUP, src_col, conv_b, conv, ssm, want))
-        if self.backend is not None:  # the model's pages make the copy vLLM's kernel is about to make
-            self.backend.shift_copy(col(dst_col), conv_b, ssm_b, bias)
+        for g in self.mamba_groups:  # the kernel copies every Mamba group's columns
+            row = self._row(slot, g)
+            col = lambda c: row[c] if 0 <= c < len(row) else NULL_BLOCK  # noqa: E731 (padding reads block 0)
+            conv_b, ssm_b = col(src_col), col(src_col + bias)
+            conv, _ = self.states.read(conv_b, bias, conv_b)
+            _, ssm = self.states.read(ssm_b, 0, ssm_b)
+            self.trace.reads.append(Read(self.step, rid, "postcopy", g, src_col, conv_b, conv, ssm, want))
+            if self.backend is not None:  # the model's pages make the copy vLLM's kernel is about to make
+                self.backend.shift_copy(col(dst_col), conv_b, ssm_b, bias)
 
     def postcopies_before_launch(self, num_reqs, num_accepted, state_idx, new_computed, idx_mapping) -> None:
         """`--kernels triton`: the fused postprocess kernel's per-request decision (mamba_utils.py:440-470, the

@@ -37,17 +37,15 @@ from harness.tokens import RequestTruth  # the scenario's model of a request's t
 from harness.errors import BadInput, HarnessError
 from harness.scenario import RequestSpec, Scenario
 from harness.states import chain
-from harness.trace import CacheRecorder, Trace, VllmException, VllmRaised, run_steps
+from harness.trace import CacheRecorder, Trace, VllmException, VllmRaised, blocks_at_least, run_steps
 from harness.vllm_adapter import (
-    ATTN_GROUP,
-    MAMBA_GROUP,
     adopt_manager,
     exception_site,
     installed_version,
     parameters,
     vllm_namespace,
 )
-from harness.engine.config import build_scheduler, derive_geometry
+from harness.engine.config import build_scheduler, derive_geometry, group_indices
 from harness.engine.options import EngineOptions
 from harness.engine.workers import make_worker
 
@@ -86,7 +84,10 @@ class EngineDriver:
         self.asynchronous = bool(self.vc.scheduler_config.async_scheduling)
         self.batch_queue: list = []  # (pending output, SchedulerOutput, step), oldest last
         self.geometry = scenario.geometry.model_copy(update={"attn_block_size": eg.block_size})
-        self.alloc = adopt_manager(self.geometry, self.sched.kv_cache_manager)
+        # the KV cache groups by kind, in vLLM's order (one each, or a real model's: harness/engine/model_geometry.py)
+        self.attn_groups, self.mamba_groups = group_indices(self.sched.kv_cache_config)
+        self.alloc = adopt_manager(self.geometry, self.sched.kv_cache_manager, self.mamba_groups)
+        self._refuse_oversized(scenario)
         self.v = vllm_namespace()
         from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
 
@@ -130,6 +131,20 @@ class EngineDriver:
         self.last_scheduled = 0
         self.reported_loads = False
 
+    def _refuse_oversized(self, scenario: Scenario) -> None:
+        """A request the pool can never hold, counting every KV cache group (a real model's several: the
+        scenario's own check counts one of each), is one vLLM never admits: bad input, not a finding."""
+        groups = (len(self.attn_groups), len(self.mamba_groups))
+        if groups == (1, 1):
+            return
+        g = scenario.geometry
+        for req in scenario.requests:
+            need = blocks_at_least(req.prompt.num_tokens + req.max_tokens, (self.eg.block_size, self.eg.block_size),
+                                   groups)
+            if need > g.num_blocks:
+                raise BadInput(f"request {req.id}: needs at least {need} blocks in {groups[0]} attention and "
+                               f"{groups[1]} Mamba groups; the pool has {g.num_blocks} (vLLM never admits it)")
+
     def _forward_backend(self):
         """`--forward model`: the model tier's forward backend (harness.model_tier.ModelBackend) on the engine's
         geometry (attention block = Mamba block). It gets the worker's page moves and forwards (the mirror's
@@ -137,6 +152,9 @@ class EngineDriver:
         it is given (propose) and what the connector loads (deliver), as with the mirrored scheduler loop."""
         if self.options.forward != "model":
             return None
+        if self.sc.geometry.model is not None:
+            raise BadInput("--forward model runs the model tier's two-group hybrid; geometry.model's groups are "
+                           "judged on the symbolic forward")
         from harness.model_tier import ModelBackend, load_model  # torch model code only when asked for
 
         backend = ModelBackend(self.geometry, load_model(self.model_name))
@@ -165,14 +183,16 @@ class EngineDriver:
         """vLLM allocated blocks for `total - local` external tokens: the connector writes the boundary state
         into the Mamba block at column (total-1)//B, as the mirrored tier's simulated connector does."""
         r = self.reqs[rid]
-        table = self.alloc.block_ids(rid)[MAMBA_GROUP]
+        tables = self.alloc.block_ids(rid)
         col = (total - 1) // self.eg.block_size
-        if col < len(table) and not self._load_fails(rid):  # a failed load writes nothing
-            self.worker.deliver(table[col], (total, r.fps[total]))
+        for g in self.mamba_groups:  # every Mamba group's layers load their state (one per group, same boundary)
+            if col < len(tables[g]) and not self._load_fails(rid):  # a failed load writes nothing
+                self.worker.deliver(tables[g][col], (total, r.fps[total]))
         if self.backend is not None and not self._load_fails(rid):  # the model's state and keys/values
+            table = tables[self.mamba_groups[0]]
             start = self.connector.offered.get(rid, (0,))[0]  # the local hit the connector was shown
             self.backend.deliver(rid, list(r.vreq.all_token_ids)[:total], table[col] if col < len(table) else None,
-                                 self.alloc.block_ids(rid)[ATTN_GROUP], start)
+                                 tables[self.attn_groups[0]], start)
         if is_async:
             self.loads[rid] = self.step_idx + load_steps - 1
 

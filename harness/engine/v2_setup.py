@@ -11,8 +11,13 @@ import tempfile
 
 from harness.vllm_adapter import installed_version
 
-ATTN_LAYER = "model.layers.0.attn"  # layer names carry exactly one integer (the runner parses it)
-MAMBA_LAYER = "model.layers.1.mixer"
+TWO_GROUPS = ("attention", "mamba")  # the harness's own geometry; a real model's: harness/engine/model_geometry.py
+
+
+def layer_name(group: int, kind: str) -> str:
+    """The one layer the runner holds for KV cache group `group` (a group's layers share its block table and
+    state indices, so one stands for all). Names carry exactly one integer: the runner parses it."""
+    return f"model.layers.{group}.attn" if kind == "attention" else f"model.layers.{group}.mixer"
 
 
 def v2_unavailable() -> str | None:
@@ -210,16 +215,18 @@ def _runner_model_config(vc):
         object.__setattr__(vc, "model_config", RunnerModelConfig(mc.max_model_len))
 
 
-def _kv_tensors(cls, pages: dict[str, int], num_blocks: int) -> list:
-    """One backing allocation, each layer's pages in its own region (0.33.0 `KVCacheTensor(size, layers,
-    layer_stride, block_stride, offset)`, worker/utils.py allocate_kv_cache; earlier releases
-    `KVCacheTensor(size, shared_by)`, one allocation per layer)."""
+def _kv_tensors(cls, regions: list[tuple[list[str], int]], num_blocks: int) -> list:
+    """One backing allocation, a region per (layers, page size): the layers of a region alias its bytes, as
+    vLLM overlays its groups' layers (0.33.0 `KVCacheTensor(size, layers, layer_stride, block_stride, offset)`,
+    overlapping ranges alias, kv_cache_interface.py:1475-1487; earlier releases `KVCacheTensor(size,
+    shared_by)`, one allocation per region)."""
     if "layers" not in getattr(cls, "__dataclass_fields__", {}):
-        return [cls(size=p * num_blocks, shared_by=[n]) for n, p in pages.items()]
-    total = sum(pages.values()) * num_blocks
+        return [cls(size=page * num_blocks, shared_by=list(names)) for names, page in regions]
+    total = sum(page for _, page in regions) * num_blocks
     out, offset = [], 0
-    for name, page in pages.items():
-        out.append(cls(size=total, layers=[name], layer_stride=page * num_blocks, block_stride=page, offset=offset))
+    for names, page in regions:
+        out.extend(cls(size=total, layers=[name], layer_stride=page * num_blocks, block_stride=page, offset=offset)
+                   for name in names)
         offset += page * num_blocks
     return out
 
@@ -227,7 +234,8 @@ def _kv_tensors(cls, pages: dict[str, int], num_blocks: int) -> list:
 class _Runner:
     """vLLM's CPUModelRunner with the harness's model and real KV tensors for `num_blocks` blocks."""
 
-    def __init__(self, vc, num_blocks: int, num_spec: int, checkpoint: tuple[int, int] | None = None) -> None:
+    def __init__(self, vc, num_blocks: int, num_spec: int, checkpoint: tuple[int, int] | None = None,
+                 kinds: tuple[str, ...] = TWO_GROUPS) -> None:
         import torch
         import vllm.v1.worker.cpu.shm  # noqa: F401  (CUDA stand-ins; cpu_worker.py imports it first)
         from vllm.config import set_current_vllm_config
@@ -245,8 +253,9 @@ class _Runner:
             _init_distributed()
             ctx = vc.compilation_config.static_forward_context
             ctx.clear()
-            ctx[ATTN_LAYER] = AttnLayer(B)
-            ctx[MAMBA_LAYER] = MambaLayer(num_spec + 1, checkpoint is not None)
+            self.layers = [layer_name(g, kind) for g, kind in enumerate(kinds)]
+            for name, kind in zip(self.layers, kinds):
+                ctx[name] = AttnLayer(B) if kind == "attention" else MambaLayer(num_spec + 1, checkpoint is not None)
             if checkpoint is not None:
                 # the prefix-cache granularity the engine core resolves and the worker adopts
                 # (v1/engine/core.py:356-370, v1/worker/gpu_worker.py:877-880): the scheduler's own values
@@ -263,15 +272,19 @@ class _Runner:
             self.model = TagModel(None)
             r.load_model(model=self.model)
             specs = r.get_kv_cache_spec()
-            tensors = _kv_tensors(KVCacheTensor, {n: specs[n].page_size_bytes for n in (ATTN_LAYER, MAMBA_LAYER)},
+            attn = [n for n, kind in zip(self.layers, kinds) if kind == "attention"]
+            self.mamba_layers = [n for n, kind in zip(self.layers, kinds) if kind == "mamba"]
+            # the groups' layers overlay one region per kind (vLLM's layout: a block id is one group's at a time)
+            tensors = _kv_tensors(KVCacheTensor, [(attn, specs[attn[0]].page_size_bytes),
+                                                  (self.mamba_layers, specs[self.mamba_layers[0]].page_size_bytes)],
                                   num_blocks)
-            kvc = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=[
-                KVCacheGroupSpec([ATTN_LAYER], specs[ATTN_LAYER]), KVCacheGroupSpec([MAMBA_LAYER], specs[MAMBA_LAYER])])
+            kvc = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors,
+                                kv_cache_groups=[KVCacheGroupSpec([n], specs[n]) for n in self.layers])
             r.initialize_kv_cache(kvc)
             r._init_kv_zero_meta()
         from harness.engine.tagged import TaggedStates
 
-        conv, ssm = ctx[MAMBA_LAYER].kv_cache
+        conv, ssm = ctx[self.mamba_layers[0]].kv_cache
         self.states = TaggedStates(num_blocks, num_spec, False, tensors=(conv, ssm))
         self.max_num_reqs = r.req_states.max_num_reqs
         self.worker = None
@@ -353,8 +366,10 @@ def _runner_vc(driver):
     # what the runner's behaviour depends on: block, spec width and method, the connector's failure policy, the
     # checkpoint export (the hash block only through it: the builder reads cache_config.hash_block_size), async
     # scheduling (the runner's async output path and its own fill of the scheduler's placeholders)
+    kinds = tuple("attention" if i in driver.attn_groups else "mamba"
+                  for i in range(len(driver.attn_groups) + len(driver.mamba_groups)))
     shape = (eg.block_size, eg.num_speculative_tokens, g.eagle_block_drop, g.kv_load_failure_policy, checkpoint,
-             bool(vc.scheduler_config.async_scheduling), eg.mamba_cache_mode, eg.mamba_block_size)
+             bool(vc.scheduler_config.async_scheduling), eg.mamba_cache_mode, eg.mamba_block_size, kinds)
     return shape, sizes, vc
 
 
@@ -371,7 +386,8 @@ def runner_for(driver) -> _Runner:
     if run is None or run.num_blocks < num_blocks or any(a < b for a, b in zip(run.sizes, sizes)):
         _RUNNERS.pop(shape, None)
         gc.freeze()
-        run = _Runner(vc, max(num_blocks, RUNNER_FLOORS["num_blocks"]), driver.eg.num_speculative_tokens, shape[4])
+        run = _Runner(vc, max(num_blocks, RUNNER_FLOORS["num_blocks"]), driver.eg.num_speculative_tokens, shape[4],
+                      shape[-1])
         run.sizes = sizes
         _RUNNERS[shape] = run
         gc.freeze()  # vLLM's load_model runs gc.collect() twice (utils/mem_utils.py:86): ~0.5 s each over an

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from harness.errors import BadInput, HarnessError
 from harness.states import SymbolicStates
-from harness.vllm_adapter import MAMBA_GROUP
 from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow
 from harness.engine.config import resumed_ids
 
@@ -88,7 +87,7 @@ class MirrorWorker:
         ckpt = (alloc.checkpoint_position, alloc.checkpoint_valid) if driver.geometry.prefill_checkpoint else None
         # --forward model: the model tier's backend gets every page move and forward (harness.model_tier)
         self.shadow = WorkerShadow(block_size=eg.block_size, num_spec=eg.num_speculative_tokens,
-                                   mamba_groups=(MAMBA_GROUP,), states=self.states, trace=driver.trace, checkpoint=ckpt,
+                                   mamba_groups=driver.mamba_groups, states=self.states, trace=driver.trace, checkpoint=ckpt,
                                    kernels=getattr(driver, "backend", None))
         self._sso: SchedulerOutput | None = None
 

@@ -20,6 +20,10 @@ with `--runner v1` runs that code, harness/engine/runner_v1.py). Each wraps vLLM
   with all its drafts (1 + K tokens) ranks with the long extends; the builder's split (at the first prefilling
   row, mamba_attn.py:451-455) then sends it to the prefill kernels, which ignore its accepted count (the class
   of vLLM's V2 sort bug, v2-draftless-decode-after-prefill, and of SGLang #31833's per-row misplacement).
+- mamba-copies-first-group-only: the V1 runner's align copies (pre-copy and spec post-copy buffers, built from
+  `mamba_utils.get_mamba_groups`) cover only the first Mamba group, as code written for one Mamba group would; a
+  real model has several (Nemotron-H 4B: six, harness/engine/model_geometry.py), whose running columns then
+  start from a state nobody copied. Only the real models' geometries (`geometry.model`) reach it.
 """
 
 from __future__ import annotations
@@ -92,6 +96,16 @@ def _no_cleanup(original):
     return cleanup_mamba_state_idx
 
 
+def _first_group_only(original):
+    def get_mamba_groups(kv_cache_config):
+        groups = original(kv_cache_config)
+        if isinstance(groups, tuple):  # 0.26-0.29: (group ids, spec)
+            return groups[0][:1], groups[1]
+        spec, ids = next(iter(groups.items()))  # 0.30+: {spec: group ids}
+        return {spec: ids[:1]}
+    return get_mamba_groups
+
+
 def _runner_mutant(name: str, bug_class: str, origin: str, method: str, make) -> Mutant:
     """A mutant that wraps one GPUModelRunner method with make(original)."""
     return Mutant(name=name, bug_class=bug_class, releases="0.26.0-0.33.x", origin=origin,
@@ -121,4 +135,12 @@ V1_MUTANTS = (
                    "vLLM V1 _may_reorder_batch / reorder_batch_threshold (gpu_model_runner.py:1105-1128, :6817-6834); "
                    "the same split-by-order class as vLLM's V2 sort bug and SGLang #31833",
                    "_may_reorder_batch", _threshold_off_by_one),
+    Mutant(name="mamba-copies-first-group-only", bug_class="one group for many: the V1 runner's align copies cover the "
+           "first Mamba group only; a real model's other Mamba groups keep uncopied running columns",
+           releases="0.26.0-0.33.x",
+           origin="synthetic; vLLM's copies loop over every Mamba group (mamba_utils.py:1364 in 0.33.0) since models "
+           "with several Mamba groups (Nemotron-H, granite-4.0-h) are served",
+           patch=lambda: _patch_module_function("vllm.v1.worker.mamba_utils", "get_mamba_groups", _first_group_only),
+           is_applied=lambda: _module_function_patched("vllm.v1.worker.mamba_utils", "get_mamba_groups"),
+           runner="v1"),
 )

@@ -1,0 +1,47 @@
+"""The real models the generators draw from (`geometry.model`): each shipped config's smallest block per K and its
+number of KV cache groups, as vLLM builds them (harness/engine/model_geometry.py), and `--model-config NAME|PATH`
+resolved the same way. Computed once per process (a few seconds: vLLM's model classes are imported)."""
+
+from __future__ import annotations
+
+from harness.engine.config import vllm_config
+from harness.engine.model_geometry import model_config_for, model_groups
+from harness.errors import BadInput
+from harness.model_configs import load, read_path_or_name, shipped
+
+_SHIPPED: list = []
+SPEC_WIDTHS = range(3)  # K the generators draw (harness.generate, harness.genome): a block size for each
+
+
+def model_entry(ref: str) -> tuple:
+    """`--model-config NAME|PATH` as the generators take a model: (the scenario's `geometry.model`: the name, or
+    the file's config inline; the smallest block vLLM sets for it per K in SPEC_WIDTHS (the conv state holds
+    K more tokens: a larger page); its number of KV cache groups)."""
+    model = read_path_or_name(ref)
+    for entry in shipped_geometries():
+        if entry[0] == model:
+            return entry
+    return _entry(model)
+
+
+def _entry(model) -> tuple:
+    name, doc = load(model)
+    vc = vllm_config(8, 2048, 65536, 16, 16, 0, False, "v1")
+    blocks = []
+    for K in SPEC_WIDTHS:
+        vck = vllm_config(8, 2048, 65536, 16, 16, K, False, "v1") if K else vc
+        blocks.append(model_config_for(name, doc, vck, 16, "align")[0].cache_config.block_size)
+    return model, tuple(blocks), len(model_groups(model, vc, blocks[0], "align", 0).groups)
+
+
+def shipped_geometries() -> tuple[tuple[str, tuple[int, ...], int], ...]:
+    """`model_entry` of every shipped model config this release builds: what the fuzzers draw from."""
+    if not _SHIPPED:
+        out = []
+        for name in shipped():
+            try:
+                out.append(_entry(name))
+            except BadInput:
+                continue  # not on this release
+        _SHIPPED.append(tuple(out))
+    return _SHIPPED[0]

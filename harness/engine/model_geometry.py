@@ -1,0 +1,217 @@
+"""KV cache groups and block sizes of a real hybrid model (`geometry.model`), built as vLLM builds them.
+
+From the model's `config.json` (harness/model_configs, no weights), through vLLM's own code:
+- the model's config hooks (`VllmConfig.try_verify_and_update_config`, config/vllm.py:2735 in 0.33.0: e.g.
+  Nemotron-H's float32 SSM cache dtype, models/config.py:812-840; mode none's Mamba block = max_model_len);
+- the block size: `Platform._align_hybrid_block_size` (platforms/interface.py:940-1135 in 0.33.0) with vLLM's
+  FlashAttention backend, the CUDA default for these models: the attention block is raised until its page
+  holds a Mamba state (the model class's `get_mamba_state_shape_from_config` / `_dtype_from_config`), the
+  Mamba page padded to it, and in align mode the Mamba block set to it;
+- each layer's spec as its layer builds it: `Attention.get_kv_cache_spec` (layers/attention/attention.py:611:
+  a FullAttentionSpec at the block size) and `MambaBase.get_kv_cache_spec` (layers/mamba/abstract.py:72-91);
+- the grouping: `get_global_kv_cache_groups` (v1/core/kv_cache_planning.py:1607 in 0.33.0, after the layout is
+  resolved as the engine core resolves it, v1/engine/core.py:286) or `kv_cache_utils.get_kv_cache_groups`
+  (0.26-0.32). Groups whose layers share a spec are one group per "slot" of layers, e.g. Nemotron-H 4B: six
+  Mamba groups and one attention group.
+
+What stands in for the GPU: no layer is instantiated (the layer list comes from the HF config's own layer-type
+field, as `ModelConfig.get_num_layers_by_block_type` reads it, config/model.py:1727); tensor parallelism is 1.
+The scheduler gets the groups as vLLM builds them; the worker keeps one layer per group (the layers of a group
+share its block table and state indices, so one stands for all) with the harness's tagged state shapes.
+Only Mamba2-family models run: the simulated forward reads vLLM's Mamba2 metadata builder."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+
+from harness.errors import BadInput
+from harness.model_configs import load
+from harness.vllm_adapter import installed_version, supported_kwargs
+
+ATTENTION_KINDS = {"attention", "full_attention", "*", "hybrid"}
+MAMBA_KINDS = {"mamba", "mamba2", "linear_attention", "m"}
+
+
+@dataclass(frozen=True)
+class ModelGroups:
+    name: str
+    kinds: tuple[str, ...]  # per KV cache group, in vLLM's order: "attention" or "mamba"
+    groups: tuple  # vLLM's KVCacheGroupSpec list, specs as vLLM builds them
+    block_size: int  # the attention block vLLM sets (align mode: the Mamba block too)
+    mamba_block_size: int
+
+    @property
+    def attn_groups(self) -> tuple[int, ...]:
+        return tuple(i for i, k in enumerate(self.kinds) if k == "attention")
+
+    @property
+    def mamba_groups(self) -> tuple[int, ...]:
+        return tuple(i for i, k in enumerate(self.kinds) if k == "mamba")
+
+
+def layer_kinds(hf) -> list[str]:
+    """Each decoder layer's kind ("attention", "mamba" or "" for MLP-only), from the HF config's own layer-type
+    field: `layers_block_type` (Nemotron-H, Jamba, Zamba2), `layer_types` (granite-4.0-h, Qwen3-Next, LFM2) or
+    `attn_layer_indices` (Bamba); the order config/model.py:1752-1784 reads them in."""
+    types = getattr(hf, "layers_block_type", None) or getattr(hf, "layer_types", None)
+    if types is None and getattr(hf, "attn_layer_indices", None) is not None:
+        attn = set(hf.attn_layer_indices)
+        types = ["attention" if i in attn else "mamba" for i in range(hf.num_hidden_layers)]
+    if types is None:
+        raise BadInput(f"model config {type(hf).__name__}: no layer-type field (layers_block_type, layer_types or "
+                       "attn_layer_indices) to find its attention and Mamba layers by")
+    kinds = []
+    for t in types:
+        t = str(t).lower()
+        kinds.append("attention" if t in ATTENTION_KINDS else "mamba" if t in MAMBA_KINDS else "")
+    if "attention" not in kinds or "mamba" not in kinds:
+        raise BadInput(f"model config {type(hf).__name__}: not a hybrid (attention and Mamba layers) model")
+    return kinds
+
+
+class _ModelShapedConfig:
+    """The model config vLLM's block-size and grouping code reads (a ModelConfig needs the hub and the model's
+    files): the HF config, its architecture and dtype; everything else is the scenario's stand-in's."""
+
+    def __init__(self, base, hf, arch: str, dtype) -> None:
+        self._base, self.hf_config, self.hf_text_config = base, hf, hf
+        self.architecture, self.architectures, self.dtype = arch, [arch], dtype
+        self.use_mla, self.model_impl, self.convert_type, self.config_updated = False, "auto", "none", False
+        from vllm.model_executor.models import ModelRegistry
+
+        self.registry = ModelRegistry
+
+    @property
+    def supports_kv_cache_grouping(self) -> bool:  # the model's interfaces (models/registry.py:934), in-process
+        from vllm.model_executor.models.registry import _ModelInfo
+
+        cls, _ = self.registry.resolve_model_cls(self.architectures, model_config=self)
+        return bool(getattr(_ModelInfo.from_model_cls(cls), "supports_kv_cache_grouping", False))
+
+    def get_num_kv_heads(self, parallel_config) -> int:
+        heads = getattr(self.hf_config, "num_key_value_heads", None) or self.hf_config.num_attention_heads
+        return max(1, heads // parallel_config.tensor_parallel_size)
+
+    def get_head_size(self) -> int:
+        hf = self.hf_config
+        return getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+
+    def __getattr__(self, name: str):
+        return getattr(self._base, name)
+
+
+def _hf_config(name: str, doc: dict):
+    from transformers import CONFIG_MAPPING
+
+    fields = {k: v for k, v in doc.items() if k not in ("model_type", "_name")}
+    try:
+        return CONFIG_MAPPING[doc["model_type"]](**fields)
+    except KeyError:
+        raise BadInput(f"model config {name!r}: model_type {doc['model_type']!r} is unknown to the installed "
+                       "transformers") from None
+    except (TypeError, ValueError) as exc:
+        raise BadInput(f"model config {name!r}: transformers refuses it: {exc}") from None
+
+
+_BUILT: dict = {}  # (config, VllmConfig, block, mode, K) -> ModelGroups: a campaign revisits its geometries
+
+
+def model_groups(ref, vc, block_size: int, mode: str, K: int) -> ModelGroups:
+    """The model's groups for the scenario's VllmConfig (`vc`, kept unchanged), BadInput where vLLM refuses or
+    sets another block size than the scenario's."""
+    key = (json.dumps(ref, sort_keys=True), id(vc), block_size, mode, K)
+    if key not in _BUILT:
+        if len(_BUILT) > 64:
+            _BUILT.clear()
+        _BUILT[key] = (_model_groups(key[0], vc, block_size, mode, K), vc)  # vc kept: its id stays its own
+    return _BUILT[key][0]
+
+
+def _model_groups(key: str, vc, block_size: int, mode: str, K: int) -> ModelGroups:
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
+
+    name, doc = load(json.loads(key))
+    vc, mc, model_cls = model_config_for(name, doc, vc, block_size, mode)
+    cc = vc.cache_config
+    if cc.block_size != block_size:
+        raise BadInput(f"geometry.model {name!r}: vLLM {installed_version()} sets the block size to {cc.block_size} for "
+                       f"this model (its attention page must hold a Mamba state), not {block_size}: the scenario's "
+                       f"mamba_block_size must be at least {cc.block_size} and one vLLM keeps")
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+    if hasattr(FlashAttentionBackend, "supports_block_size") and not FlashAttentionBackend.supports_block_size(block_size):
+        raise BadInput(f"geometry.model {name!r}: FlashAttention does not take block size {block_size}")
+    mamba_block = cc.mamba_block_size or vc.model_config.max_model_len
+    kinds = layer_kinds(mc.hf_config)
+    shapes = model_cls.get_mamba_state_shape_from_config(vc)
+    dtypes = model_cls.get_mamba_state_dtype_from_config(vc)
+    specs: dict = {}
+    for i, kind in enumerate(kinds):
+        if kind == "attention":
+            specs[f"model.layers.{i}.self_attn.attn"] = FullAttentionSpec(
+                block_size=block_size, num_kv_heads=mc.get_num_kv_heads(vc.parallel_config),
+                head_size=mc.get_head_size(), dtype=mc.dtype)
+        elif kind == "mamba":
+            specs[f"model.layers.{i}.mixer"] = MambaSpec(**supported_kwargs(
+                MambaSpec, shapes=tuple(tuple(s) for s in shapes), dtypes=tuple(dtypes), block_size=mamba_block,
+                page_size_padded=cc.mamba_page_size_padded, mamba_type="mamba2", mamba_cache_mode=mode,
+                num_speculative_blocks=K))
+    groups = _group(vc, specs)
+    kinds_per_group = tuple("mamba" if isinstance(g.kv_cache_spec, MambaSpec) else "attention" for g in groups)
+    return ModelGroups(name, kinds_per_group, tuple(groups), block_size, mamba_block)
+
+
+def model_config_for(name: str, doc: dict, vc, block_size: int, mode: str):
+    """(a copy of `vc` carrying the model, its model config, the model class) after vLLM's config hooks and its
+    block-size rule ran for a user block of `block_size`: `cache_config.block_size` is what vLLM set."""
+    import torch
+    from vllm.config import VllmConfig
+    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateCopyFuncCalculator
+    from vllm.platforms.interface import Platform
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+    hf = _hf_config(name, doc)
+    arch = doc["architectures"][0]
+    dtype = getattr(hf, "dtype", None) or torch.bfloat16
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    vc = copy.deepcopy(vc)  # the scenario's config is shared (cached): the hooks below change theirs
+    mc = _ModelShapedConfig(vc.model_config, hf, arch, dtype)
+    object.__setattr__(vc, "model_config", mc)
+    try:
+        model_cls, _ = mc.registry.resolve_model_cls(mc.architectures, model_config=mc)
+    except Exception as exc:  # noqa: BLE001 - vLLM's refusal, reported as bad input
+        raise BadInput(f"model config {name!r}: vLLM {installed_version()} has no model class for {arch}: {exc}") \
+            from None
+    copy_funcs = getattr(model_cls, "get_mamba_state_copy_func", None)
+    if copy_funcs is None or copy_funcs() != MambaStateCopyFuncCalculator.mamba2_state_copy_func():
+        raise BadInput(f"model config {name!r} ({arch}): not a Mamba2-family model; the engine tier simulates the "
+                       "Mamba2 kernels' state reads only (GatedDeltaNet, ShortConv and Mamba1 layers are not followed)")
+    cc = vc.cache_config
+    cc.block_size, cc.mamba_cache_mode = block_size, mode
+    cc.mamba_block_size, cc.mamba_page_size_padded = (block_size if mode == "align" else None), None
+    VllmConfig.try_verify_and_update_config(vc)
+    try:
+        Platform._align_hybrid_block_size(vc, FlashAttentionBackend)
+    except (ValueError, AssertionError) as exc:
+        raise BadInput(f"model config {name!r}: vLLM {installed_version()} refuses block {block_size}: {exc}") \
+            from None
+    return vc, mc, model_cls
+
+
+def _group(vc, specs: dict) -> list:
+    """vLLM's grouping of the model's layers, as the engine core calls it for this release."""
+    try:
+        from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups  # 0.33
+    except ImportError:
+        from vllm.v1.core.kv_cache_utils import get_kv_cache_groups
+
+        return get_kv_cache_groups(vc, specs)
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+    from vllm.v1.attention.backends.mamba2_attn import Mamba2AttentionBackend
+    from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
+
+    names = [layout.name for layout in get_supported_kv_cache_layouts([FlashAttentionBackend, Mamba2AttentionBackend])]
+    resolve_kv_cache_layout(vc, [names], list(specs.values()))
+    return get_global_kv_cache_groups(vc, [specs])

@@ -1,0 +1,124 @@
+"""Real hybrid models' geometries (`geometry.model`, harness/engine/model_geometry.py): vLLM builds the KV cache
+groups and the block size from a shipped config.json; every tier that runs them records and judges each group."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness.errors import BadInput
+from harness.generate import random_scenario, with_model
+from harness.genome import Budget, decode, random_bytes
+from harness.model_configs import load, read_path_or_name, shipped
+from harness.oracles import judge
+from harness.replay import replay
+from harness.run_config import RunConfig
+from harness.scenario import load_scenario, parse_scenario, scenario_to_json
+
+DATA = Path(__file__).parent / "data"
+SCENARIO = DATA / "model-granitemoehybrid-tiny.json"
+
+
+def _engine(runner: str) -> RunConfig:
+    return RunConfig(tier="engine").but(runner=runner)
+
+
+def test_shipped_configs_load_and_unknown_names_are_bad_input(tmp_path):
+    assert {"nemotron-h-4b", "granite-4.0-h-small", "granitemoehybrid-tiny"} <= set(shipped())
+    for name in shipped():
+        assert load(name)[1]["architectures"]
+    with pytest.raises(BadInput, match="not a shipped model config"):
+        load("no-such-model")
+    doc = load_scenario(SCENARIO).model_dump()
+    doc["geometry"]["model"] = "no-such-model"
+    with pytest.raises(BadInput, match="geometry.model"):
+        parse_scenario(doc)
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(BadInput, match="not a JSON config"):
+        read_path_or_name(str(tmp_path / "bad.json"))
+
+
+def test_vllm_groups_a_real_model_into_several_mamba_groups_and_sets_the_block():
+    from harness.engine.config import vllm_config
+    from harness.engine.model_catalog import model_entry
+    from harness.engine.model_geometry import model_groups
+
+    name, blocks, num_groups = model_entry("nemotron-h-4b")
+    vc = vllm_config(8, 2048, 65536, blocks[0], blocks[0], 0, False, "v1")
+    mg = model_groups(name, vc, blocks[0], "align", 0)
+    assert len(mg.groups) == num_groups
+    assert len(mg.attn_groups) == 1 and len(mg.mamba_groups) > 1  # vLLM's grouping, not one group per kind
+    assert all(g.kv_cache_spec.block_size == blocks[0] for g in mg.groups)  # align: attention block = Mamba block
+    assert blocks[0] % 16 == 0 and blocks[1] >= blocks[0]  # FlashAttention's alignment; K drafts widen the state
+    with pytest.raises(BadInput, match=f"sets the block size to {blocks[0]}"):
+        model_groups(name, vc, 16, "align", 0)  # a block whose page cannot hold the model's Mamba state
+
+
+def test_with_model_keeps_every_count_against_hash_and_block_boundaries():
+    doc = scenario_to_json(load_scenario(DATA / "model-granitemoehybrid-tiny.json"))
+    base = scenario_to_json(random_scenario(3, checkpoints=False))
+    g = base["geometry"]
+    h, b = g["hash_block_size"], g["mamba_block_size"]
+    before = [r["prompt"]["length"] for r in base["requests"]]
+    moved = with_model(json.loads(json.dumps(base)), ("granitemoehybrid-tiny", (b * 34, b * 40, b * 44), 4))
+    g2 = moved["geometry"]
+    h2, b2 = g2["hash_block_size"], g2["mamba_block_size"]
+    assert g2["model"] == "granitemoehybrid-tiny" and g2["attn_block_size"] == b2
+    for x, y in zip(before, (r["prompt"]["length"] for r in moved["requests"])):
+        assert (x % h, -(-x // b), x // h) == (y % h2, -(-y // b2), y // h2)
+    assert g2["num_blocks"] == -(-g["num_blocks"] * 4 // 2)  # each group holds its own blocks
+    assert doc["geometry"]["model"] == "granitemoehybrid-tiny"
+
+
+@pytest.mark.parametrize("runner", ["v1", "v2", "mirror"])
+def test_every_mamba_group_is_recorded_and_judged(runner):
+    from harness.engine.v2_setup import v2_unavailable
+
+    if runner == "v2" and v2_unavailable():
+        pytest.skip(v2_unavailable())
+    trace = replay(load_scenario(SCENARIO), config=_engine(runner))
+    assert judge(trace) == [] and trace.end.reason == "done"
+    rows = Counter(r.group for r in trace.rows)
+    groups = sorted(rows)
+    assert len(groups) == 3 and len(set(rows.values())) == 1  # three Mamba groups, each row recorded per group
+    reads = Counter((r.group, r.what) for r in trace.reads)
+    assert {g for g, _ in reads} == set(groups) and reads[(groups[-1], "initial")] == reads[(groups[0], "initial")]
+    assert {c.block for c in trace.cache} and trace.end.groups == (1, 3)
+
+
+def test_a_bug_in_the_second_mamba_group_is_found_only_on_a_multi_group_model():
+    from harness.mutants import mutant_applied
+
+    scenario = load_scenario(SCENARIO)
+    doc = scenario_to_json(scenario)
+    doc["geometry"].update(model=None, hash_block_size=4, attn_block_size=8, mamba_block_size=8, num_blocks=32,
+                           max_model_len=256, token_budget=2048)
+    for req, n in zip(doc["requests"], (30, 35)):
+        req["prompt"]["length"] = n
+    doc["requests"][1]["prompt"]["share"]["tokens"] = 25
+    doc["requests"][1]["external"]["tokens"] = 31
+    two_groups = parse_scenario(doc)
+    with mutant_applied("mamba-copies-first-group-only"):
+        red = judge(replay(scenario, config=_engine("v1").but(mutant="mamba-copies-first-group-only")))
+        clean = judge(replay(two_groups, config=_engine("v1").but(mutant="mamba-copies-first-group-only")))
+    assert red and {f.oracle for f in red} == {"provenance"} and min(f.group for f in red) > 0
+    assert clean == []
+
+
+def test_model_geometries_are_engine_tier_only_and_fuzzed_there():
+    scenario = load_scenario(SCENARIO)
+    with pytest.raises(BadInput, match="mirrored tiers"):
+        replay(scenario, config=RunConfig(tier="symbolic"))
+    with pytest.raises(BadInput, match="engine tier"):
+        RunConfig(tier="symbolic", model_config="nemotron-h-4b")
+    import random
+
+    entry = ("granitemoehybrid-tiny", (272, 272, 272), 4)
+    rng = random.Random(0)
+    drawn = [decode(random_bytes(rng), Budget(align=True, models=(entry,))).geometry.model for _ in range(200)]
+    assert 0 < drawn.count("granitemoehybrid-tiny") < 200  # a genome field picks it now and then
+    always = [decode(random_bytes(rng), Budget(align=True, models=(entry,), model_always=True)) for _ in range(50)]
+    assert all(s.geometry.model == "granitemoehybrid-tiny" for s in always)
