@@ -188,6 +188,9 @@ def model_config_for(name: str, doc: dict, vc, block_size: int, mode: str):
     if copy_funcs is None or copy_funcs() != MambaStateCopyFuncCalculator.mamba2_state_copy_func():
         raise BadInput(f"model config {name!r} ({arch}): not a Mamba2-family model; the engine tier simulates the "
                        "Mamba2 kernels' state reads only (GatedDeltaNet, ShortConv and Mamba1 layers are not followed)")
+    # the hybrid KV cache manager as a GPU deployment has it: vLLM turns it off only off-GPU or for a connector
+    # without SupportsHMA (config/vllm.py:1571-1637 in 0.26.0; HarnessConnector supports it)
+    vc.scheduler_config.disable_hybrid_kv_cache_manager = False
     cc = vc.cache_config
     cc.block_size, cc.mamba_cache_mode = block_size, mode
     cc.mamba_block_size, cc.mamba_page_size_padded = (block_size if mode == "align" else None), None
