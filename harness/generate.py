@@ -44,25 +44,50 @@ def without_prefix_caching(doc: dict) -> dict:
 
 def with_model(doc: dict, model: tuple[str, int, int]) -> dict:
     """The scenario document on a real model's geometry (`model`: name, the block vLLM sets for it per K, its
-    number of KV cache groups): every token count is moved by hash units, `x = q*hash + r -> q*hash' + r` with
-    the blocks scaled by `block / mamba_block_size`, so each count keeps its place against hash and block
-    boundaries (one token before a boundary stays one token before it); the pool grows with the groups (each
-    holds its own blocks). Output lengths and steps do not change. Unchanged where no block is known for its K."""
+    number of KV cache groups), moved by `rescaled`; the pool grows with the groups (each holds its own blocks).
+    Unchanged where no block is known for its K."""
     name, blocks, num_groups = model
     g = doc["geometry"]
     k = g.get("num_speculative_tokens", 0)
     if k >= len(blocks) or blocks[k] % g["mamba_block_size"]:
         return doc
-    block = blocks[k]
+    rescaled(doc, blocks[k])
+    g.update(model=name, num_blocks=-(-g["num_blocks"] * num_groups // 2))
+    return doc
+
+
+ALL_MODE_BLOCK = 256  # mode all: the Mamba block is a multiple of the Mamba2 chunk (harness.engine.config)
+
+
+def with_all_mode(doc: dict) -> dict:
+    """The scenario document in Mamba cache mode "all" (0.26-0.32), as vLLM configures it: the block a multiple of
+    the Mamba2 chunk (the scenario moved by `rescaled`), one hash unit per block, no speculative decoding (not
+    followed in mode all), no prefill checkpoints (align mode's), the Mamba group holding a block per block of
+    tokens (the pool doubled)."""
+    g = doc["geometry"]
+    g.update(hash_block_size=g["mamba_block_size"], num_speculative_tokens=0, eagle_block_drop=False,
+             prefill_checkpoint=False, mamba_cache_mode="all")
+    for req in doc["requests"]:
+        req.pop("acceptance", None)
+    rescaled(doc, ALL_MODE_BLOCK)
+    g["num_blocks"] *= 2
+    return doc
+
+
+def rescaled(doc: dict, block: int) -> dict:
+    """The scenario document on a larger block (a multiple of its Mamba block): every token count is moved by hash
+    units, `x = q*hash + r -> q*hash' + r` with the blocks scaled by `block / mamba_block_size`, so each count
+    keeps its place against hash and block boundaries (one token before a boundary stays one token before it).
+    Output lengths and steps do not change."""
+    g = doc["geometry"]
     f = block // g["mamba_block_size"]
     h = g["hash_block_size"]
 
     def scale(x: int) -> int:
         return x // h * h * f + x % h
 
-    g.update(model=name, hash_block_size=h * f, attn_block_size=block, mamba_block_size=block,
-             max_model_len=g["max_model_len"] * f, token_budget=min(scale(g["token_budget"]), 16384),
-             num_blocks=-(-g["num_blocks"] * num_groups // 2))
+    g.update(hash_block_size=h * f, attn_block_size=block, mamba_block_size=block,
+             max_model_len=g["max_model_len"] * f, token_budget=min(scale(g["token_budget"]), 16384))
     for req in doc["requests"]:
         req["prompt"]["length"] = scale(req["prompt"]["length"])
         if req["prompt"].get("share"):
@@ -122,8 +147,11 @@ def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
                        "request": rng.choice(requests)["id"]})
     doc = {"version": 1, "name": f"random-{seed}", "geometry": geo, "requests": requests, "events": events,
            "max_steps": 400}
-    if "none" in modes and random.Random(f"{seed}:cache-mode").random() < 0.25:
+    mode_draw = random.Random(f"{seed}:cache-mode")
+    if "none" in modes and mode_draw.random() < 0.25:
         without_prefix_caching(doc)
+    elif "all" in modes and mode_draw.random() < 0.25:  # a draw of its own: the none draws stay as they were
+        return parse_scenario(with_all_mode(doc))
     pick = random.Random(f"{seed}:model")
     if models and pick.random() < model_share:
         with_model(doc, pick.choice(models))

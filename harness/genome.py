@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from harness.generate import with_model, without_prefix_caching
+from harness.generate import with_all_mode, with_model, without_prefix_caching
 from harness.scenario import Scenario, parse_scenario, scenario_to_json
 from harness.trace import largest_request
 
@@ -88,11 +88,17 @@ def geometry_from(r: _Reader, budget: Budget) -> dict:
         "eagle_block_drop": k > 0 and bool(flags & 2),
         "token_budget": budget_tokens,
         "kv_load_failure_policy": "recompute" if budget.load_failures and flags & 4 else "fail",
-        "mamba_cache_mode": "none" if "none" in budget.cache_modes and flags & 8 else "align",
+        # flag bit 3: a mode other than align, bit 7 picks it where the release has two (none, all)
+        "mamba_cache_mode": _other_mode(budget.cache_modes, flags) if flags & 8 else "align",
         # flag bits 4-5 both set: a real model's geometry (bits 6-7 pick it); applied by `decode` (with_model)
         "model": (budget.models[(flags >> 6) % len(budget.models)]
                   if budget.models and (budget.model_always or flags & 48 == 48) else None),
     }
+
+
+def _other_mode(modes: tuple[str, ...], flags: int) -> str:
+    others = [m for m in modes if m != "align"]
+    return others[(flags >> 7) % len(others)] if others else "align"
 
 
 # -- the generator inside the campaign ----------------------------------------------------------------------
@@ -217,6 +223,8 @@ def decode(data: bytes, budget: Budget = Budget()) -> Scenario:
     model = geo.pop("model")
     doc = {"version": 1, "name": "fuzz", "geometry": geo, "requests": requests, "events": events,
            "max_steps": MAX_STEPS}
+    if geo["mamba_cache_mode"] == "all":  # (a model's geometry is not followed in mode all)
+        return parse_scenario(with_all_mode(doc))
     if model is not None:
         with_model(doc, model)
     # the same bytes, mode none's features dropped (the bytes that chose them are still consumed)
@@ -314,9 +322,14 @@ def release_budget(small: bool = False, tier: str = "symbolic", runner: str = "m
     if tier == "engine":
         from harness.engine.model_catalog import model_entry, shipped_geometries
 
+        from harness.engine.config import has_cache_mode_all
+
         models = (model_entry(model_config),) if model_config else () if small else shipped_geometries()
+        # modes: none with vLLM's runners; all (0.26-0.32) with its V1 runner, the only one that runs it
+        modes = ("align",) if runner == "mirror" else ("align", "none")
+        if runner in ("v1", "auto") and has_cache_mode_all() and not small and not model_config:
+            modes += ("all",)
         return Budget(checkpoints=supports_prefill_checkpoints(), small=small, align=True,
                       sub_block_hash=supports_prefix_match_unit(), load_failures=supports_failed_recving(),
-                      cache_modes=("align",) if runner == "mirror" else ("align", "none"),
-                      models=models, model_always=bool(model_config))
+                      cache_modes=modes, models=models, model_always=bool(model_config))
     return Budget(checkpoints=supports_prefill_checkpoints(), small=small)

@@ -95,9 +95,11 @@ class RunEnd:
     block_sizes: tuple[int, int]  # (attention, Mamba)
     lookahead: int  # speculative tokens (K)
     groups: tuple[int, int] = (1, 1)  # KV cache groups: (attention, Mamba); a real model's are several
+    mamba_cache_mode: str = "align"
 
     def blocks_to_hold(self, request: str) -> int:
-        return blocks_to_hold(self.tokens[request], self.block_sizes, self.lookahead, self.groups)
+        return blocks_to_hold(self.tokens[request], self.block_sizes, self.lookahead, self.groups,
+                              self.mamba_cache_mode)
 
 
 @dataclass
@@ -181,16 +183,19 @@ class CacheRecorder:
             self.trace.cache.append(CacheCheck(step, block, n, rid, (n, requests[rid][1][n]), conv[0], ssm))
 
 
-def blocks_to_hold(tokens: int, block_sizes: tuple[int, int], lookahead: int, groups: tuple[int, int] = (1, 1)) -> int:
+def blocks_to_hold(tokens: int, block_sizes: tuple[int, int], lookahead: int, groups: tuple[int, int] = (1, 1),
+                   mamba_cache_mode: str = "align") -> int:
     """The most blocks one request of `tokens` tokens (prompt + max_tokens) holds at once in align mode, all
     groups together, by the allocator's specification rather than its code (so an allocator that over-reserves
     is judged against it): the attention group holds every block of its tokens plus the lookahead
     (`cdiv(num_tokens, block_size)`, single_type_kv_cache_manager.py:176-215 in 0.33.0); the Mamba group holds at
     most its align-mode cap (single_type_kv_cache_manager.py:1779-1784): the running state's block, one for a
-    partial hit's copy, one for a prefill checkpoint, and a block per speculative token. `groups`: how many
-    attention and Mamba groups (each holds its own blocks)."""
-    attn, _ = block_sizes
-    return groups[0] * -(-(tokens + lookahead) // attn) + groups[1] * (3 + lookahead)
+    partial hit's copy, one for a prefill checkpoint, and a block per speculative token; in mode "all" every
+    block of its tokens, as attention, and one more. `groups`: how many attention and Mamba groups (each holds
+    its own blocks)."""
+    attn, mamba = block_sizes
+    per_mamba = -(-(tokens + lookahead) // mamba) + 1 if mamba_cache_mode == "all" else 3 + lookahead
+    return groups[0] * -(-(tokens + lookahead) // attn) + groups[1] * per_mamba
 
 
 def blocks_at_least(tokens: int, block_sizes: tuple[int, int], groups: tuple[int, int] = (1, 1)) -> int:
@@ -212,7 +217,7 @@ def run_end(sc, reason: str, step: int, idle: int, unfinished: dict[str, str],
     tokens = {r.id: r.prompt.num_tokens + r.max_tokens for r in sc.requests}
     loads = [r.external.load_steps for r in sc.requests if r.external is not None]
     return RunEnd(reason, step, idle, unfinished, tokens, max(loads, default=0), g.num_blocks,
-                  (g.attn_block_size, g.mamba_block_size), g.num_speculative_tokens, groups)
+                  (g.attn_block_size, g.mamba_block_size), g.num_speculative_tokens, groups, g.mamba_cache_mode)
 
 
 class VllmRaised(Exception):

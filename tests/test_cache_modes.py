@@ -83,10 +83,51 @@ def test_engine_sweeps_draw_mode_none_only_where_vllms_runners_run():
         == align.geometry
 
 
-def test_mode_all_is_bad_input_naming_the_release():
-    """0.26-0.32 ship a third mode, `all`; 0.33.0 does not: either way the engine tier says why it cannot run it."""
+ALL = {"version": 1, "name": "mode all", "geometry": {
+    "hash_block_size": 256, "attn_block_size": 256, "mamba_block_size": 256, "num_blocks": 64, "max_model_len": 4096,
+    "token_budget": 600, "mamba_cache_mode": "all"},
+    "requests": [{"id": "a", "prompt": {"length": 900, "seed": 1}, "max_tokens": 4},
+                 {"id": "b", "prompt": {"length": 1100, "seed": 2, "share": {"request": "a", "tokens": 800}},
+                  "max_tokens": 4, "arrival_step": 4}]}
+
+
+def _has_all() -> bool:
+    from harness.engine.config import has_cache_mode_all
+
+    return has_cache_mode_all()
+
+
+def test_mode_all_is_bad_input_where_vllm_lacks_it_or_configures_it_otherwise():
+    """0.26-0.32 ship a third mode, `all`; 0.33.0 does not (exit 2 naming the release). Where vLLM has it, a
+    geometry vLLM would not build for it (a Mamba block that is no multiple of the Mamba2 chunk) is bad input."""
     from harness.vllm_adapter import installed_version
 
     doc = {**NONE, "geometry": {**NONE["geometry"], "mamba_cache_mode": "all"}}
-    with pytest.raises(BadInput, match=installed_version().replace(".", r"\.")):
+    match = "multiple of the Mamba2 chunk" if _has_all() else installed_version().replace(".", r"\.")
+    with pytest.raises(BadInput, match=match):
         replay(parse_scenario(doc), config=_engine("v1"))
+
+
+def test_mode_all_caches_every_block_boundary_state_on_the_v1_runner():
+    if not _has_all():
+        pytest.skip("this vLLM release has no Mamba cache mode 'all' (0.26-0.32)")
+    trace = replay(parse_scenario(ALL), config=_engine("v1"))
+    assert judge(trace) == [] and trace.end.reason == "done"
+    # every full block's state is cached (its key resolves to a block holding the state at that boundary)
+    assert {c.want[0] for c in trace.cache} >= {256, 512, 768, 1024}
+    # b's 768-token hit: its first read is the state at the last cached boundary before its shared 800 tokens
+    first_b = next(r for r in trace.reads if r.request == "b")
+    assert first_b.want[0] == 768 and first_b.conv == first_b.want
+    with pytest.raises(BadInput, match="mirrored tiers follow align mode only"):
+        replay(parse_scenario(ALL))
+
+
+def test_generated_mode_all_scenarios_are_ones_vllm_configures():
+    from harness.generate import with_all_mode
+    from harness.scenario import scenario_to_json
+
+    for seed in range(30):
+        doc = with_all_mode(scenario_to_json(random_scenario(seed, checkpoints=False)))
+        g = parse_scenario(doc).geometry
+        assert g.mamba_block_size % 256 == 0 and g.hash_block_size == g.mamba_block_size
+        assert g.num_speculative_tokens == 0 and g.mamba_cache_mode == "all"

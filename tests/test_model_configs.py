@@ -75,11 +75,12 @@ def test_with_model_keeps_every_count_against_hash_and_block_boundaries():
 
 @pytest.mark.parametrize("runner", ["v1", "v2", "mirror"])
 def test_every_mamba_group_is_recorded_and_judged(runner):
-    from harness.engine.v2_setup import v2_unavailable
-
-    if runner == "v2" and v2_unavailable():
-        pytest.skip(v2_unavailable())
-    trace = replay(load_scenario(SCENARIO), config=_engine(runner))
+    try:
+        trace = replay(load_scenario(SCENARIO), config=_engine(runner))
+    except BadInput as exc:  # vLLM's V2 runner where the release has none the harness follows (< 0.32)
+        if runner != "v2":
+            raise
+        pytest.skip(str(exc))
     assert judge(trace) == [] and trace.end.reason == "done"
     rows = Counter(r.group for r in trace.rows)
     groups = sorted(rows)

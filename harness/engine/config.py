@@ -112,14 +112,40 @@ def derive_geometry(scenario: Scenario) -> EngineGeometry:
     if g.mamba_cache_mode != "align" and g.mamba_cache_mode not in _cache_modes():
         raise BadInput(f"geometry.mamba_cache_mode {g.mamba_cache_mode!r}: vLLM {installed_version()}'s CacheConfig "
                        f"has no such mode (it has {', '.join(_cache_modes())})")
-    if g.mamba_cache_mode == "all":  # 0.26-0.32: every block's state cached; its worker path is not followed yet
-        raise BadInput(f"geometry.mamba_cache_mode 'all': vLLM {installed_version()} has it, but the engine tier "
-                       "does not follow its runners' all-mode state handling yet (align and none are modelled)")
+    if g.mamba_cache_mode == "all":
+        _check_all_mode(g)
     # mode none: vLLM sets the Mamba block to max_model_len when prefix caching is off
     # (model_executor/models/config.py:781-787 in 0.33.0, MambaModelConfig.verify_and_update_config)
-    mamba_block = g.mamba_block_size if g.mamba_cache_mode == "align" else g.max_model_len
+    mamba_block = g.max_model_len if g.mamba_cache_mode == "none" else g.mamba_block_size
     return EngineGeometry(g.mamba_block_size, g.hash_block_size, g.num_speculative_tokens, g.mamba_cache_mode,
                           mamba_block)
+
+
+MAMBA_CHUNK_SIZE = 256  # the stand-in model's Mamba2 chunk (ModelConfigStandIn.get_mamba_chunk_size)
+
+
+def _check_all_mode(g) -> None:
+    """Mode "all" (0.26-0.32: every block's state cached, intermediate states written at block boundaries) as
+    vLLM configures it: the Mamba block a multiple of the Mamba2 chunk (and of FlashAttention's 16), the
+    attention block the same (platforms/interface.py:909-919 in 0.30.0, `_align_hybrid_block_size`), one hash
+    unit per block. Speculative decoding in mode all (the decode kernels' per-draft offsets from the previous
+    step's last block, mamba_mixer2.py:1015-1030) is not followed: exit 2."""
+    if g.mamba_block_size % MAMBA_CHUNK_SIZE:
+        raise BadInput(f"geometry.mamba_cache_mode 'all': vLLM sets the Mamba block to a multiple of the Mamba2 chunk "
+                       f"size ({MAMBA_CHUNK_SIZE}), not {g.mamba_block_size} (platforms/interface.py, "
+                       "_align_hybrid_block_size)")
+    if g.hash_block_size != g.mamba_block_size:
+        raise BadInput("geometry.mamba_cache_mode 'all': one hash unit per block (hash_block_size = mamba_block_size)")
+    if g.num_speculative_tokens:
+        raise BadInput("geometry.mamba_cache_mode 'all' with speculative decoding: the decode kernels' draft offsets "
+                       "in mode all are not followed yet (K = 0 only)")
+    if g.model is not None:
+        raise BadInput("geometry.mamba_cache_mode 'all' with geometry.model: not followed yet")
+
+
+def has_cache_mode_all() -> bool:
+    """Whether this release has Mamba cache mode "all" (0.26-0.32) and the V1 runner runs it here."""
+    return "all" in _cache_modes()
 
 
 def _cache_modes() -> tuple[str, ...]:
@@ -267,7 +293,8 @@ def vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: i
     decided: list = []
     try:
         align = mamba_cache_mode == "align"
-        cache_kwargs = dict(block_size=B, enable_prefix_caching=align, mamba_cache_mode=mamba_cache_mode)
+        cache_kwargs = dict(block_size=B, enable_prefix_caching=mamba_cache_mode != "none",
+                            mamba_cache_mode=mamba_cache_mode)
         if align and supports_prefix_match_unit():  # (no prefix caching in mode none: no prefix-match unit)
             cache_kwargs["prefix_match_unit"] = H
         elif align and H != B:
@@ -318,7 +345,7 @@ def vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: i
     object.__setattr__(vc, "model_config", ModelConfigStandIn(max_model_len))
     # align: platforms/interface.py:1114-1115; none: max_model_len (MambaModelConfig, models/config.py:786-787), the
     # scheduler's, which the runner's config (built at larger buffer extents) keeps too
-    vc.cache_config.mamba_block_size = B if mamba_cache_mode == "align" else (mamba_block or max_model_len)
+    vc.cache_config.mamba_block_size = B if mamba_cache_mode != "none" else (mamba_block or max_model_len)
     return vc
 
 

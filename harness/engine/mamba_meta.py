@@ -8,6 +8,14 @@ kernels (ops/mamba_ssm.py `selective_state_update`, `causal_conv1d_update`) star
 `num_accepted_tokens[i] - 1`, and write one state per token to the row's columns. Prefill rows (mamba_mixer2.py:
 the chunked scan) start from `state_indices_tensor_p[p]` where `has_initial_states_p[p]`, else from a zero state,
 and write the final state there.
+
+Mode "all" (0.26-0.32, `block_idx_*` in the metadata, mamba_attn.py:414-455 in 0.30.0): the state indices are
+the whole block-table row; a prefill row reads its initial state (conv and SSM) at column
+`block_idx_last_computed_token`, writes the state at every block boundary it crosses to the columns
+`block_idx_first_scheduled_token_p .. block_idx_last_scheduled_token_p - 1` (column c: the state after (c+1)
+blocks, mamba_mixer2.py:918-990: the chunk states aligned on block boundaries) and its final state to
+`block_idx_last_scheduled_token_p`; a decode row (K = 0) reads column `block_idx_last_computed_token` and
+writes `block_idx_last_scheduled_token` (mamba_mixer2.py:1031-1041).
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ class KernelRow:
     blocks: list[int]  # decode: one state block per token (the conv window's first); prefill: [final-state block]
     prefill: int  # the row's index among the prefills (-1: a decode row)
     init_column: int = 0  # the column of the row's state indices the initial SSM state is read from
+    boundaries: tuple[tuple[int, int], ...] = ()  # mode all: (block, column) of each block-boundary state written
+    write_column: int = 0  # mode all: the column the final state is written to
 
 
 class Mamba2Rows:
@@ -34,9 +44,18 @@ class Mamba2Rows:
                      else [])
         self.has_init = m.has_initial_states_p.tolist() if m.has_initial_states_p is not None else []
         self.accepted = m.num_accepted_tokens.tolist() if m.num_accepted_tokens is not None else []
+        last = getattr(m, "block_idx_last_scheduled_token", None)
+        self.all_mode = last is not None  # mode all: block indices into whole block-table rows
+        if self.all_mode:
+            self.last = last.tolist()
+            self.last_computed = m.block_idx_last_computed_token.tolist()
+            first = m.block_idx_first_scheduled_token_p
+            self.first_p = first.tolist() if first is not None and m.num_prefills else []
 
     def row(self, i: int, num_tokens: int) -> KernelRow:
         """Row i of the batch (in the runner's order) with `num_tokens` scheduled tokens."""
+        if self.all_mode:
+            return self._all_mode_row(i)
         if i < self.num_decodes:
             idx = [int(b) for b in self.si_d[i]]
             na = int(self.accepted[i]) if self.accepted else 1
@@ -45,3 +64,14 @@ class Mamba2Rows:
         b = self.si_p[p]
         b = int(b[0] if isinstance(b, list) else b)
         return KernelRow(False, (b, 0, b) if self.has_init and self.has_init[p] else None, [b], p)
+
+    def _all_mode_row(self, i: int) -> KernelRow:
+        read, last = int(self.last_computed[i]), int(self.last[i])
+        if i < self.num_decodes:
+            row = [int(b) for b in self.si_d[i]]
+            return KernelRow(True, (row[read], 0, row[read]), [row[last]], -1, read, (), last)
+        p = i - self.num_decodes
+        row = [int(b) for b in self.si_p[p]]
+        init = (row[read], 0, row[read]) if self.has_init and self.has_init[p] else None
+        first = int(self.first_p[p])
+        return KernelRow(False, init, [row[last]], p, read, tuple((row[c], c) for c in range(first, last)), last)

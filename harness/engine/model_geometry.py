@@ -204,17 +204,22 @@ def model_config_for(name: str, doc: dict, vc, block_size: int, mode: str):
 
 
 def _group(vc, specs: dict) -> list:
-    """vLLM's grouping of the model's layers, as the engine core calls it for this release."""
+    """vLLM's grouping of the model's layers, as the engine core calls it for this release: the KV cache layout
+    resolved first where the release resolves one (0.30+, v1/engine/core.py:286 in 0.33.0), then
+    `get_global_kv_cache_groups` (0.33) or `kv_cache_utils.get_kv_cache_groups` (0.26-0.32)."""
+    from vllm.v1.attention.backends import utils as backend_utils
+
+    if hasattr(backend_utils, "resolve_kv_cache_layout"):
+        from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+        from vllm.v1.attention.backends.mamba2_attn import Mamba2AttentionBackend
+
+        backends = [FlashAttentionBackend, Mamba2AttentionBackend]
+        names = [layout.name for layout in backend_utils.get_supported_kv_cache_layouts(backends)]
+        backend_utils.resolve_kv_cache_layout(vc, [names], list(specs.values()))
     try:
         from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups  # 0.33
     except ImportError:
         from vllm.v1.core.kv_cache_utils import get_kv_cache_groups
 
         return get_kv_cache_groups(vc, specs)
-    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
-    from vllm.v1.attention.backends.mamba2_attn import Mamba2AttentionBackend
-    from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
-
-    names = [layout.name for layout in get_supported_kv_cache_layouts([FlashAttentionBackend, Mamba2AttentionBackend])]
-    resolve_kv_cache_layout(vc, [names], list(specs.values()))
     return get_global_kv_cache_groups(vc, [specs])

@@ -396,12 +396,19 @@ class V1Worker:
                     curr = r.mamba_state_idx[rid]
                     prev = prev_idx.get(rid, (nc - 1) // self.bs)
                     live = [prev] if rid in self._precopied else []
+                elif rows[g].all_mode:  # mode all: read at the last computed block, write every boundary crossed
+                    curr, prev = kr.write_column, kr.init_column
+                    live = [kr.init_column] if kr.init is not None else []
                 else:  # mode none: the row's first block holds the state, the next K its speculative states
                     curr, prev = 0, -1
                     live = [kr.init_column] if kr.init is not None else []
                 if kr.init is not None:
                     conv, ssm = st.read(*kr.init)
-                    tr.reads.append(Read(self._step, rid, "initial", g, curr, kr.init[0], conv, ssm, want))
+                    tr.reads.append(Read(self._step, rid, "initial", g, kr.init_column if rows[g].all_mode else curr,
+                                         kr.init[0], conv, ssm, want))
+                for block, col in kr.boundaries:  # mode all: the states at the block boundaries the chunk crossed
+                    st.write_final(block, ((col + 1) * self.bs, fed[(col + 1) * self.bs - nc]))
+                    live.append(col)
                 if kr.decode:
                     st.write_tokens(kr.blocks[0], kr.blocks, [(nc + k + 1, fed[k + 1]) for k in range(ns)])
                     live.extend(range(curr, curr + ns))

@@ -155,6 +155,8 @@ class EngineDriver:
         if self.sc.geometry.model is not None:
             raise BadInput("--forward model runs the model tier's two-group hybrid; geometry.model's groups are "
                            "judged on the symbolic forward")
+        if self.sc.geometry.mamba_cache_mode == "all":
+            raise BadInput("--forward model does not follow Mamba cache mode 'all' (its block-boundary states)")
         from harness.model_tier import ModelBackend, load_model  # torch model code only when asked for
 
         backend = ModelBackend(self.geometry, load_model(self.model_name))
@@ -184,10 +186,15 @@ class EngineDriver:
         into the Mamba block at column (total-1)//B, as the mirrored tier's simulated connector does."""
         r = self.reqs[rid]
         tables = self.alloc.block_ids(rid)
-        col = (total - 1) // self.eg.block_size
-        for g in self.mamba_groups:  # every Mamba group's layers load their state (one per group, same boundary)
-            if col < len(tables[g]) and not self._load_fails(rid):  # a failed load writes nothing
-                self.worker.deliver(tables[g][col], (total, r.fps[total]))
+        B = self.eg.block_size
+        col = (total - 1) // B
+        # the states loaded: the boundary state; in mode all every loaded block's (each block's state is cached)
+        first = self.connector.offered.get(rid, (0,))[0] // B if self.eg.mamba_cache_mode == "all" else col
+        for g in self.mamba_groups:  # every Mamba group's layers load their states (one per group, same boundary)
+            for c in range(first, col + 1):
+                n = min((c + 1) * B, total)
+                if c < len(tables[g]) and tables[g][c] and not self._load_fails(rid):  # a failed load writes nothing
+                    self.worker.deliver(tables[g][c], (n, r.fps[n]))
         if self.backend is not None and not self._load_fails(rid):  # the model's state and keys/values
             table = tables[self.mamba_groups[0]]
             start = self.connector.offered.get(rid, (0,))[0]  # the local hit the connector was shown
