@@ -4,6 +4,8 @@ resolved the same way. Computed once per process (a few seconds: vLLM's model cl
 
 from __future__ import annotations
 
+import json
+
 from harness.engine.config import vllm_config
 from harness.engine.model_geometry import model_config_for, model_groups
 from harness.errors import BadInput
@@ -17,14 +19,20 @@ def model_entry(ref: str) -> tuple:
     """`--model-config NAME|PATH` as the generators take a model: (the scenario's `geometry.model`: the name, or
     the file's config inline; the smallest block vLLM sets for it per K in SPEC_WIDTHS (the conv state holds
     K more tokens: a larger page); its number of KV cache groups)."""
-    model = read_path_or_name(ref)
-    for entry in shipped_geometries():
-        if entry[0] == model:
-            return entry
-    return _entry(model)
+    return _entry(read_path_or_name(ref))
+
+
+_ENTRIES: dict[str, tuple] = {}  # per config (its JSON): what vLLM built for it, once per process
 
 
 def _entry(model) -> tuple:
+    key = json.dumps(model, sort_keys=True)
+    if key not in _ENTRIES:
+        _ENTRIES[key] = _build_entry(model)
+    return _ENTRIES[key]
+
+
+def _build_entry(model) -> tuple:
     name, doc = load(model)
     vc = vllm_config(8, 2048, 65536, 16, 16, 0, False, "v1")
     blocks = []
