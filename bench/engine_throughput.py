@@ -27,21 +27,27 @@ sys.path.insert(0, str(ROOT))
 TABLE = (("mirror", "torch", 300), ("v1", "torch", 300), ("v2", "torch", 300), ("v2", "triton", 6))
 
 
-def measure(runner: str, kernels: str, count: int, seed: int = 0) -> dict:
+def measure(runner: str, kernels: str, count: int, seed: int = 0, model_config: str | None = None) -> dict:
     from harness.run_config import RunConfig
 
-    config = RunConfig(tier="engine").but(runner=runner, kernels=kernels)
+    config = RunConfig(tier="engine", model_config=model_config).but(runner=runner, kernels=kernels)
     from harness.errors import BadInput
     from harness.generate import random_scenario
     from harness.oracles import judge
     from harness.replay import replay
+
+    models = ()
+    if model_config:  # every scenario on the model's geometry (what --model-config does to a sweep)
+        from harness.engine.model_catalog import model_entry
+
+        models = (model_entry(model_config),)
 
     startup = None
     ran = skipped = steps = asynchronous = 0
     started = None
     for s in range(seed, seed + count + 1):
         try:
-            trace = replay(random_scenario(s, checkpoints=False), config=config)
+            trace = replay(random_scenario(s, checkpoints=False, models=models, model_share=1.0), config=config)
             judge(trace)
         except BadInput:
             skipped += 1
@@ -121,11 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--core", type=int, default=None, help="with --table: pin each process to this core")
     ap.add_argument("--counts", default="", help="with --table: RUNNER:KERNELS=N,... overrides")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--model-config", default=None, help="every scenario on this real model's geometry (engine tier)")
     args = ap.parse_args(argv)
     if args.table:
         counts = {k: int(v) for k, v in (p.split("=") for p in args.counts.split(",") if p)}
         return table(args.core, args.out, counts)
-    r = measure(args.runner, args.kernels, args.count, args.seed)
+    r = measure(args.runner, args.kernels, args.count, args.seed, args.model_config)
     print(json.dumps(r) if args.json else _line(r))
     return 0
 
