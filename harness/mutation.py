@@ -98,9 +98,18 @@ def minimized_kill(doc: dict, signature: str, out: Path, seconds: float = 30.0, 
     """Minimize a killing scenario while the mutant (`config.mutant`) still fires `signature`; keep the result
     only if it still kills (fires with the patch, not on stock). Written to `out`; returns the document kept."""
     with mutant_applied(config.mutant):
-        small = scenario_to_json(minimize(parse_scenario(doc), signature, seconds=seconds, new_only=True,
-                                          config=config))
-    kept = small if kills(small, config=config) else doc
+        try:
+            small = scenario_to_json(minimize(parse_scenario(doc), signature, seconds=seconds, new_only=True,
+                                              config=config))
+        except BadInput:  # a revealed kill (`kills`): the signature shows on the fixed system only, so it
+            # is minimized there, every known fix applied, as the campaign found it
+            try:
+                with fixes_applied(issues_for(config.tier, config.engine.runner)):
+                    small = scenario_to_json(minimize(parse_scenario(doc), signature, seconds=seconds,
+                                                      config=config))
+            except BadInput:
+                small = doc
+    kept = small if small is not doc and kills(small, config=config) else doc
     write_json_atomic(out, {"mutant": config.mutant, "signature": signature, "minimized": kept is small,
                             "config": config.as_json(), "scenario": kept})
     return kept

@@ -131,3 +131,30 @@ def test_generated_mode_all_scenarios_are_ones_vllm_configures():
         g = parse_scenario(doc).geometry
         assert g.mamba_block_size % 256 == 0 and g.hash_block_size == g.mamba_block_size
         assert g.num_speculative_tokens == 0 and g.mamba_cache_mode == "all"
+
+
+def test_a_replay_does_not_depend_on_the_one_before_it_in_the_process():
+    """A scenario is a fresh engine: the V2 runner kept between replays gets its block tables back as built, so a
+    kernel reading past a row (the mutant drops mode none's speculative blocks) reads what a fresh runner reads,
+    whatever ran before (a stock replay of the same scenario left its block ids in that row)."""
+    from pathlib import Path
+
+    from harness.scenario import load_scenario
+
+    scenario = load_scenario(Path(__file__).parent / "data" / "v2-replay-order-mode-none.json")
+    config = RunConfig(tier="engine").but(runner="auto")
+    name = "mamba-none-spec-blocks-dropped"
+    try:
+        replay(scenario, config=config)
+    except BadInput as exc:
+        pytest.skip(f"vLLM's pick cannot run here: {exc}")
+
+    def signatures(with_mutant: bool) -> set[str]:
+        if not with_mutant:
+            return {f.signature for f in judge(replay(scenario, config=config))}
+        with mutant(name):
+            return {f.signature for f in judge(replay(scenario, config=config.but(mutant=name)))}
+
+    first = signatures(True)
+    assert first and signatures(False) == set()
+    assert signatures(True) == first

@@ -351,7 +351,26 @@ class _Runner:
             t = getattr(ms, name, None)
             if t is not None:
                 t.fill_(value)
+        _zero_block_tables(r.block_tables)
         self.states.reset()
+
+
+def _zero_block_tables(bt) -> None:
+    """The block tables as BlockTables.__init__ leaves them (v1/worker/gpu/block_table.py:65-95 in 0.33.0: zeros).
+    A row keeps the ids of the slot's earlier requests past its own blocks, and a kernel that reads past the row
+    (a table one block short) reads them: within one engine that is vLLM's own behaviour, but a scenario is a
+    fresh engine, so its replay must not depend on the scenario replayed before it in the process."""
+    for table in bt.block_tables:
+        table.gpu.zero_()
+    for table in getattr(bt, "input_block_tables", ()):
+        table.zero_()
+    bt.slot_mappings.zero_()
+    counts = bt.num_blocks
+    for buf in (getattr(counts, "cpu", None), getattr(counts, "gpu", None)):
+        if buf is not None:
+            buf.zero_()
+    if hasattr(counts, "copy_to_uva"):  # 0.33.0: the device view is a copy of the host one
+        counts.copy_to_uva()
 
 
 def _runner_vc(driver):
