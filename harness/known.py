@@ -443,46 +443,7 @@ def _prompt_end_tail() -> bool:
     return hasattr(_mamba_manager(), "_cache_partial_tail_block") and _parse_version(installed_version()) < (0, 32, 0)
 
 
-# -- fix: mark the request on the no-new-block early return, as 0.28.0 does (single_type_kv_cache_manager.py:
-# 1576-1578 in 0.28.0; 1561-1562 in 0.27.1 returns without marking) ----------------------------------------------
-def _mark_on_early_return(original):
-    def allocate_new_blocks(self, request_id, num_tokens, num_tokens_main_model):
-        table_len = len(self.req_to_blocks[request_id])
-        partial = request_id in getattr(self, "_partial_hit_reqs", {})
-        returned = original(self, request_id, num_tokens, num_tokens_main_model)
-        # the early return is the align-mode path that returns nothing, leaves the table as it was and had no
-        # partial hit to copy
-        if (self.mamba_cache_mode == "align" and not returned and not partial
-                and len(self.req_to_blocks[request_id]) == table_len):
-            self._allocated_block_reqs.add(request_id)
-        return returned
-    return allocate_new_blocks
-
-
-def _seed_bug_release() -> bool:
-    """0.26.0-0.27.1: the early return leaves the request unmarked (fixed in 0.28.0)."""
-    from harness.vllm_adapter import _parse_version, installed_version
-
-    return _parse_version(installed_version()) < (0, 28, 0)
-
-
 KNOWN_ISSUES = (
-    KnownIssue(
-        id="seed-external-hit-same-block",
-        summary="after an external (connector) hit whose first continuation stays inside one Mamba block, "
-                "MambaManager.allocate_new_blocks takes its no-new-block early return without adding the request "
-                "to _allocated_block_reqs; the next partial-tail CoW takes the first-allocation branch (the core "
-                "replaces the block) while the worker appends the returned id: core and worker disagree on the "
-                "live state column, and a later request starts from a state one token too far",
-        releases="0.26.0-0.27.1 (fixed in 0.28.0: the early return marks the request)",
-        repro="scenarios/seed-external-hit-same-block.json",
-        reached_by="a KV connector hit (sync or async) ending inside a Mamba block whose first continuation stays in "
-                   "that block, prefix caching in align mode with a prefix_match_unit finer than the block; any "
-                   "model runner (the allocator's code): 3 of 12 production generations repeated text verbatim",
-        fix=_fix("fix-mark-on-early-return", _mamba_manager, "allocate_new_blocks", _mark_on_early_return,
-                 "the no-new-block early return marks the request allocated (vLLM 0.28.0)"),
-        applies=_seed_bug_release,
-    ),
     KnownIssue(
         id="sync-external-admission-undercount",
         summary="MambaManager.get_num_blocks_to_allocate caps new blocks at 1 and does not count the external "
