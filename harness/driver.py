@@ -94,7 +94,9 @@ class Driver:
         self.backend = backend
         if backend is not None:
             backend.step_tokens = self._step_tokens
-        self.worker = WorkerShadow(block_size=g.mamba_block_size, num_spec=self.K, mamba_groups=(MAMBA_GROUP,),
+        # one attention and one Mamba group (the shape vllm_adapter builds; the engine tier has a model's several)
+        self.attn_groups, self.mamba_groups = (ATTN_GROUP,), (MAMBA_GROUP,)
+        self.worker = WorkerShadow(block_size=g.mamba_block_size, num_spec=self.K, mamba_groups=self.mamba_groups,
                                    states=self.states, trace=self.trace, checkpoint=ckpt, kernels=backend)
         prompts = scenario.prompt_tokens()
         self.reqs: dict[str, _Req] = {}

@@ -238,6 +238,8 @@ class Tier(Protocol):
     trace: Trace
     alloc: object  # harness.vllm_adapter.Allocator: block tables, pool snapshot
     last_scheduled: int  # requests the last step scheduled
+    attn_groups: tuple[int, ...]  # the KV cache groups by kind (each holds its own blocks: the liveness bounds)
+    mamba_groups: tuple[int, ...]
 
     def _all_done(self) -> bool: ...
     def _stuck(self, step: int) -> bool: ...  # nothing in flight, no arrival or event to come
@@ -267,7 +269,7 @@ def run_steps(tier: Tier) -> Trace:
             idle = 0 if tier.last_scheduled else idle + 1
             after = tier._progress()
             changed, before = after != before, after
-        groups = (len(getattr(tier, "attn_groups", (0,))), len(getattr(tier, "mamba_groups", (1,))))
+        groups = (len(tier.attn_groups), len(tier.mamba_groups))
         trace.end = run_end(tier.sc, reason, trace.steps_run, idle, tier._unfinished(), groups)
         tier._shutdown()
     except VllmRaised as raised:

@@ -245,14 +245,6 @@ def _replace_spec(group, **fields):
     return dataclasses.replace(group, kv_cache_spec=dataclasses.replace(group.kv_cache_spec, **fields))
 
 
-def group_indices(kvc) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(attention groups, Mamba groups) of a KVCacheConfig, by their specs' kind, in vLLM's order."""
-    from vllm.v1.kv_cache_interface import MambaSpec
-
-    kinds = [isinstance(gr.kv_cache_spec, MambaSpec) for gr in kvc.kv_cache_groups]
-    return tuple(i for i, m in enumerate(kinds) if not m), tuple(i for i, m in enumerate(kinds) if m)
-
-
 @contextlib.contextmanager
 def _gpu_async_decision(decided: list):
     """vLLM decides async scheduling in VllmConfig.__post_init__ (config/vllm.py:1668-1719: on unless the

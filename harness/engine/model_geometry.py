@@ -34,21 +34,33 @@ ATTENTION_KINDS = {"attention", "full_attention", "*", "hybrid"}
 MAMBA_KINDS = {"mamba", "mamba2", "linear_attention", "m"}
 
 
+def group_kinds(groups) -> tuple[str, ...]:
+    """Each KV cache group's kind in vLLM's order: "mamba" (a MambaSpec) or "attention" (the engine tier's one
+    source for it: its driver, workers and runner pools key on it)."""
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    return tuple("mamba" if isinstance(g.kv_cache_spec, MambaSpec) else "attention" for g in groups)
+
+
+def kind_indices(kinds: tuple[str, ...], kind: str) -> tuple[int, ...]:
+    return tuple(i for i, k in enumerate(kinds) if k == kind)
+
+
 @dataclass(frozen=True)
 class ModelGroups:
-    name: str
-    kinds: tuple[str, ...]  # per KV cache group, in vLLM's order: "attention" or "mamba"
     groups: tuple  # vLLM's KVCacheGroupSpec list, specs as vLLM builds them
-    block_size: int  # the attention block vLLM sets (align mode: the Mamba block too)
-    mamba_block_size: int
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return group_kinds(self.groups)
 
     @property
     def attn_groups(self) -> tuple[int, ...]:
-        return tuple(i for i, k in enumerate(self.kinds) if k == "attention")
+        return kind_indices(self.kinds, "attention")
 
     @property
     def mamba_groups(self) -> tuple[int, ...]:
-        return tuple(i for i, k in enumerate(self.kinds) if k == "mamba")
+        return kind_indices(self.kinds, "mamba")
 
 
 def layer_kinds(hf) -> list[str]:
@@ -158,9 +170,7 @@ def _model_groups(key: str, vc, block_size: int, mode: str, K: int) -> ModelGrou
                 MambaSpec, shapes=tuple(tuple(s) for s in shapes), dtypes=tuple(dtypes), block_size=mamba_block,
                 page_size_padded=cc.mamba_page_size_padded, mamba_type="mamba2", mamba_cache_mode=mode,
                 num_speculative_blocks=K))
-    groups = _group(vc, specs)
-    kinds_per_group = tuple("mamba" if isinstance(g.kv_cache_spec, MambaSpec) else "attention" for g in groups)
-    return ModelGroups(name, kinds_per_group, tuple(groups), block_size, mamba_block)
+    return ModelGroups(tuple(_group(vc, specs)))
 
 
 def model_config_for(name: str, doc: dict, vc, block_size: int, mode: str):

@@ -181,7 +181,7 @@ class V1Worker:
                             dtypes=(torch.int64, torch.int64), **_unpadded(groups[g].kv_cache_spec))
             groups[g] = _replace(groups[g], kv_cache_spec=spec)
         kvc = _replace(sched_kvc, kv_cache_groups=groups)  # tensors: registered below, not allocated by vLLM
-        key = _runner_key(vc, tuple(type(gr.kv_cache_spec).__name__ for gr in groups))
+        key = _runner_key(vc, driver.group_kinds)
         pooled = _POOL.pop(key, None)
         if pooled is not None and not pooled.reset(kvc):
             pooled = None  # it could not be put back to its built state: build another

@@ -45,7 +45,8 @@ from harness.vllm_adapter import (
     parameters,
     vllm_namespace,
 )
-from harness.engine.config import build_scheduler, derive_geometry, group_indices
+from harness.engine.config import build_scheduler, derive_geometry
+from harness.engine.model_geometry import group_kinds, kind_indices
 from harness.engine.options import EngineOptions
 from harness.engine.workers import make_worker
 
@@ -84,10 +85,7 @@ class EngineDriver:
         self.asynchronous = bool(self.vc.scheduler_config.async_scheduling)
         self.batch_queue: list = []  # (pending output, SchedulerOutput, step), oldest last
         self.geometry = scenario.geometry.model_copy(update={"attn_block_size": eg.block_size})
-        # the KV cache groups by kind, in vLLM's order (one each, or a real model's: harness/engine/model_geometry.py)
-        self.attn_groups, self.mamba_groups = group_indices(self.sched.kv_cache_config)
-        self.alloc = adopt_manager(self.geometry, self.sched.kv_cache_manager, self.mamba_groups)
-        self._refuse_oversized(scenario)
+        self._adopt_groups(scenario)
         self.v = vllm_namespace()
         from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
 
@@ -131,9 +129,14 @@ class EngineDriver:
         self.last_scheduled = 0
         self.reported_loads = False
 
-    def _refuse_oversized(self, scenario: Scenario) -> None:
-        """A request the pool can never hold, counting every KV cache group (a real model's several: the
-        scenario's own check counts one of each), is one vLLM never admits: bad input, not a finding."""
+    def _adopt_groups(self, scenario: Scenario) -> None:
+        """The KV cache groups by kind, in vLLM's order (one each, or a real model's several:
+        harness/engine/model_geometry.py), and the allocator view over the scheduler's manager. A request the pool
+        can never hold, counting every group (the scenario's own check counts one of each), is one vLLM never
+        admits: bad input, not a finding."""
+        self.group_kinds = kinds = group_kinds(self.sched.kv_cache_config.kv_cache_groups)
+        self.attn_groups, self.mamba_groups = kind_indices(kinds, "attention"), kind_indices(kinds, "mamba")
+        self.alloc = adopt_manager(self.geometry, self.sched.kv_cache_manager, self.mamba_groups)
         groups = (len(self.attn_groups), len(self.mamba_groups))
         if groups == (1, 1):
             return

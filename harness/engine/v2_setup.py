@@ -385,10 +385,8 @@ def _runner_vc(driver):
     # what the runner's behaviour depends on: block, spec width and method, the connector's failure policy, the
     # checkpoint export (the hash block only through it: the builder reads cache_config.hash_block_size), async
     # scheduling (the runner's async output path and its own fill of the scheduler's placeholders)
-    kinds = tuple("attention" if i in driver.attn_groups else "mamba"
-                  for i in range(len(driver.attn_groups) + len(driver.mamba_groups)))
     shape = (eg.block_size, eg.num_speculative_tokens, g.eagle_block_drop, g.kv_load_failure_policy, checkpoint,
-             bool(vc.scheduler_config.async_scheduling), eg.mamba_cache_mode, eg.mamba_block_size, kinds)
+             bool(vc.scheduler_config.async_scheduling), eg.mamba_cache_mode, eg.mamba_block_size, driver.group_kinds)
     return shape, sizes, vc
 
 
