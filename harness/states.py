@@ -92,3 +92,18 @@ class SymbolicStates:
             self.conv[block] = (state,) * self.width
             self.ssm[block] = state
             self._touch(block)
+
+
+def column_block(row: list[int], column: int) -> int:
+    """The block at a column of a block-table row; past the row, the null block (what the padding holds)."""
+    return row[column] if 0 <= column < len(row) else NULL_BLOCK
+
+
+def copy_source(states, row: list[int], src_col: int, bias: int):
+    """What an align copy reads (mamba_utils.py collect_mamba_copy_meta and the fused copy kernels, as the V1/V2
+    workers observe them and the mirror's worker makes them): the conv window of column `src_col` from offset
+    `bias`, the SSM state of column `src_col + bias`, from `states` (SymbolicStates or TaggedStates). Returns
+    (conv block, SSM block, conv state, SSM state)."""
+    conv_block, ssm_block = column_block(row, src_col), column_block(row, src_col + bias)
+    conv, ssm = states.read(conv_block, bias, ssm_block)
+    return conv_block, ssm_block, conv, ssm

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.states import NULL_BLOCK, State, SymbolicStates
+from harness.states import NULL_BLOCK, State, SymbolicStates, column_block, copy_source
 from harness.trace import Read, RowView, Trace
 
 
@@ -235,12 +235,10 @@ class WorkerShadow:
             b = na - 1
             for g in self.mamba_groups:
                 row = s.block_ids[g]
-                src_conv, src_ssm = _col(row, prev), _col(row, prev + b)
-                conv, _ = st.read(src_conv, b, src_conv)
-                _, ssm = st.read(src_ssm, 0, src_ssm)
+                src_conv, src_ssm, conv, ssm = copy_source(st, row, prev, b)
                 what = "precopy-after-accepted-reset" if r in self.accepted_reset else "precopy"
                 self.trace.reads.append(Read(so.step, r, what, g, prev, src_conv, conv, ssm, (nc, fps[nc])))
-                self._shift_copy(_col(row, curr), src_conv, src_ssm, b)
+                self._shift_copy(column_block(row, curr), src_conv, src_ssm, b)
             self.num_accepted[r] = 1
         return r, ns, nc, prev, curr, na, decode_row, precopy
 
@@ -254,16 +252,16 @@ class WorkerShadow:
             live = [prev] if precopy else []
             # after a pre-copy the runner reads the running state at offset 0 (na was reset to 1)
             offset = 0 if precopy else (na - 1 if decode_row else 0)
-            cur_block = _col(row, curr)
+            cur_block = column_block(row, curr)
             ckpt = None
             if decode_row:  # SSM from row[curr + na - 1], conv at offset na-1 (ops/mamba_ssm.py:333-352)
-                ssm_block = _col(row, curr + offset)
+                ssm_block = column_block(row, curr + offset)
                 conv, _ = st.read(cur_block, offset, cur_block)
                 _, ssm = st.read(ssm_block, 0, ssm_block)
                 # name the V1 re-add reset of num_accepted (§6.6) when it decides what is read
                 what = "initial-after-accepted-reset" if r in self.accepted_reset and not precopy else "initial"
                 tr.reads.append(Read(so.step, r, what, g, curr, cur_block, conv, ssm, want))
-                blocks = [_col(row, curr + i) for i in range(ns)]
+                blocks = [column_block(row, curr + i) for i in range(ns)]
                 st.write_tokens(cur_block, blocks, [(nc + i + 1, fps[nc + i + 1]) for i in range(ns)])
                 live.extend(range(curr, curr + ns))
                 init = (cur_block, offset, ssm_block)
@@ -330,13 +328,7 @@ class WorkerShadow:
             fps = seq_fps[r]
             for g in self.mamba_groups:
                 row = s.block_ids[g]
-                conv_src, ssm_src = _col(row, src), _col(row, src + bias)
-                conv, _ = st.read(conv_src, bias, conv_src)
-                _, ssm = st.read(ssm_src, 0, ssm_src)
+                conv_src, ssm_src, conv, ssm = copy_source(st, row, src, bias)
                 self.trace.reads.append(Read(so.step, r, "postcopy", g, src, conv_src, conv, ssm, (A, fps[A])))
-                self._shift_copy(_col(row, dest), conv_src, ssm_src, bias)
+                self._shift_copy(column_block(row, dest), conv_src, ssm_src, bias)
 
-
-def _col(row: list[int], column: int) -> int:
-    """The block id at a row column; columns past the row's end read as padding (0), as the GPU row does."""
-    return row[column] if 0 <= column < len(row) else NULL_BLOCK

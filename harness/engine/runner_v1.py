@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness.errors import BadInput
-from harness.states import chain
+from harness.states import chain, column_block, copy_source
 from harness.tokens import true_token
 from harness.trace import Read, RowView
 from harness.vllm_adapter import installed_version, parameters, supported_kwargs
@@ -255,15 +255,12 @@ class V1Worker:
             A = (dst_col + 1) * self.bs
             want = (A, fps[A])
         for g in self.mamba_groups:  # vLLM copies the columns of every Mamba group (mamba_utils.py:1364)
-            row = self._row(row_idx, g)
-            conv_src, ssm_src = _col(row, src_col), _col(row, src_col + bias)
-            conv, _ = self.states.read(conv_src, bias, conv_src)
-            _, ssm = self.states.read(ssm_src, 0, ssm_src)
+            conv_src, ssm_src, conv, ssm = copy_source(self.states, self._row(row_idx, g), src_col, bias)
             self.trace.reads.append(Read(self._step, rid, kind, g, src_col, conv_src, conv, ssm, want))
-        row = self._row(row_idx)
-        conv_src, ssm_src = _col(row, src_col), _col(row, src_col + bias)
         if self.backend is not None:  # the model's pages make the copy vLLM's kernel is about to make
-            self.backend.shift_copy(_col(row, dst_col), conv_src, ssm_src, bias)
+            row = self._row(row_idx)
+            self.backend.shift_copy(column_block(row, dst_col), column_block(row, src_col),
+                                    column_block(row, src_col + bias), bias)
 
     def _row(self, i: int, group: int | None = None) -> list[int]:
         """Row i of a group's block table in the runner's persistent batch (default: the first Mamba group)."""
@@ -471,5 +468,3 @@ def _unpadded(spec) -> dict:
     return {"page_size_padded": None} if getattr(spec, "page_size_padded", None) is not None else {}
 
 
-def _col(row: list[int], column: int) -> int:
-    return row[column] if 0 <= column < len(row) else 0

@@ -31,7 +31,7 @@ Set-up (the runner, its model, its KV tensors, the per-shape pool): harness/engi
 
 from __future__ import annotations
 
-from harness.states import NULL_BLOCK, chain
+from harness.states import chain, column_block, copy_source
 from harness.tokens import true_token
 from harness.trace import Read, RowView
 from harness.engine.mamba_meta import Mamba2Rows
@@ -266,13 +266,11 @@ class V2Worker:
             nc = int(nc_all[i])
             for g in self.mamba_groups:  # the kernel copies every Mamba group's columns
                 row = self._row(slot, g)
-                col = lambda c: row[c] if 0 <= c < len(row) else NULL_BLOCK  # noqa: E731 (padding reads block 0)
-                conv_b, ssm_b = col(src[i]), col(src[i] + off[i])
-                conv, ssm = self.states.read(conv_b, off[i], ssm_b)
+                conv_b, ssm_b, conv, ssm = copy_source(self.states, row, src[i], off[i])
                 self.trace.reads.append(Read(self.step, rid, "precopy", g, src[i], conv_b, conv, ssm,
                                              (nc, self.fingerprint(rid, nc))))
                 if self.backend is not None:  # the model's pages make the copy vLLM's kernel made
-                    self.backend.shift_copy(col(dst[i]), conv_b, ssm_b, off[i])
+                    self.backend.shift_copy(column_block(row, dst[i]), conv_b, ssm_b, off[i])
 
     def _observe_copy(self, kind: str, slot: int, src_col: int, dst_col: int, bias: int) -> None:
         """A fused copy's source, told by the torch kernel before it moves the bytes (kernels_v1's OBSERVER:
@@ -291,13 +289,10 @@ class V2Worker:
         want = (A, fed[0][A - nc]) if fed is not None and 0 <= A - nc < len(fed[0]) else (A, self.fingerprint(rid, A))
         for g in self.mamba_groups:  # the kernel copies every Mamba group's columns
             row = self._row(slot, g)
-            col = lambda c: row[c] if 0 <= c < len(row) else NULL_BLOCK  # noqa: E731 (padding reads block 0)
-            conv_b, ssm_b = col(src_col), col(src_col + bias)
-            conv, _ = self.states.read(conv_b, bias, conv_b)
-            _, ssm = self.states.read(ssm_b, 0, ssm_b)
+            conv_b, ssm_b, conv, ssm = copy_source(self.states, row, src_col, bias)
             self.trace.reads.append(Read(self.step, rid, "postcopy", g, src_col, conv_b, conv, ssm, want))
             if self.backend is not None:  # the model's pages make the copy vLLM's kernel is about to make
-                self.backend.shift_copy(col(dst_col), conv_b, ssm_b, bias)
+                self.backend.shift_copy(column_block(row, dst_col), conv_b, ssm_b, bias)
 
     def postcopies_before_launch(self, num_reqs, num_accepted, state_idx, new_computed, idx_mapping) -> None:
         """`--kernels triton`: the fused postprocess kernel's per-request decision (mamba_utils.py:440-470, the
