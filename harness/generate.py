@@ -42,7 +42,7 @@ def without_prefix_caching(doc: dict) -> dict:
     return doc
 
 
-def with_model(doc: dict, model: tuple[str, int, int]) -> dict:
+def with_model(doc: dict, model: tuple[str | dict, tuple[int, ...], int]) -> dict:
     """The scenario document on a real model's geometry (`model`: name, the block vLLM sets for it per K, its
     number of KV cache groups), moved by `rescaled`; the pool grows with the groups (each holds its own blocks).
     Unchanged where no block is known for its K."""
@@ -102,7 +102,7 @@ def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
     """small: the model tier's scenarios (shorter prompts, at least two outputs so repeats can show). modes: the
     Mamba cache modes to draw from (the engine tier with vLLM's runners: align and none), from a stream of its
     own, so every seed's scenario is otherwise the same. models: real models' geometries to draw from (the
-    engine tier: harness.engine.model_geometry.shipped_geometries), `model_share` of the scenarios (one in five by
+    engine tier: harness.engine.model_catalog.shipped_geometries), `model_share` of the scenarios (one in five by
     default), from a stream of its own."""
     rng = random.Random(seed)
     geo = random_geometry(rng, checkpoints=checkpoints)

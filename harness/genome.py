@@ -64,8 +64,9 @@ class Budget:
     load_failures: bool = False  # engine tier: async loads that fail (KVConnectorOutput.failed_recving)
     # Mamba cache modes the tier runs: "none" on the engine tier with vLLM's own runners (the mirror is align-only)
     cache_modes: tuple[str, ...] = ("align",)
-    # real models' geometries (name, block, groups) the engine tier builds (harness/engine/model_geometry.py)
-    models: tuple[tuple[str, int, int], ...] = ()
+    # real models' geometries the engine tier builds (harness/engine/model_catalog.py: the config's name or inline
+    # document, vLLM's block per K, the number of KV cache groups)
+    models: tuple[tuple[str | dict, tuple[int, ...], int], ...] = ()
     model_always: bool = False  # --model-config: every input on that model
 
 
@@ -320,9 +321,8 @@ def release_budget(small: bool = False, tier: str = "symbolic", runner: str = "m
     from harness.vllm_adapter import supports_failed_recving, supports_prefill_checkpoints, supports_prefix_match_unit
 
     if tier == "engine":
-        from harness.engine.model_catalog import model_entry, shipped_geometries
-
         from harness.engine.config import has_cache_mode_all
+        from harness.engine.model_catalog import model_entry, shipped_geometries
 
         models = (model_entry(model_config),) if model_config else () if small else shipped_geometries()
         # modes: none with vLLM's runners; all (0.26-0.32) with its V1 runner, the only one that runs it

@@ -186,13 +186,15 @@ class EngineDriver:
     # -- connector callbacks ---------------------------------------------------------------------------
     def connector_allocated(self, rid: str, total: int, is_async: bool, load_steps: int) -> None:
         """vLLM allocated blocks for `total - local` external tokens: the connector writes the boundary state
-        into the Mamba block at column (total-1)//B, as the mirrored tier's simulated connector does."""
+        into each Mamba group's block at column (total-1)//B, as the mirrored tier's simulated connector does (in
+        mode all, every loaded block's state)."""
         r = self.reqs[rid]
         tables = self.alloc.block_ids(rid)
         B = self.eg.block_size
         col = (total - 1) // B
+        local = self.connector.offered.get(rid, (0,))[0]  # the local hit the connector was shown
         # the states loaded: the boundary state; in mode all every loaded block's (each block's state is cached)
-        first = self.connector.offered.get(rid, (0,))[0] // B if self.eg.mamba_cache_mode == "all" else col
+        first = local // B if self.eg.mamba_cache_mode == "all" else col
         for g in self.mamba_groups:  # every Mamba group's layers load their states (one per group, same boundary)
             for c in range(first, col + 1):
                 n = min((c + 1) * B, total)
@@ -200,9 +202,8 @@ class EngineDriver:
                     self.worker.deliver(tables[g][c], (n, r.fps[n]))
         if self.backend is not None and not self._load_fails(rid):  # the model's state and keys/values
             table = tables[self.mamba_groups[0]]
-            start = self.connector.offered.get(rid, (0,))[0]  # the local hit the connector was shown
             self.backend.deliver(rid, list(r.vreq.all_token_ids)[:total], table[col] if col < len(table) else None,
-                                 tables[self.attn_groups[0]], start)
+                                 tables[self.attn_groups[0]], local)
         if is_async:
             self.loads[rid] = self.step_idx + load_steps - 1
 
