@@ -6,6 +6,7 @@ A scenario names one by its file stem (`geometry.model`), or carries a config of
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -14,8 +15,14 @@ from harness.errors import BadInput
 HERE = Path(__file__).resolve().parent
 
 
+@functools.cache  # the folder is part of the package: read once per process (scenario validation calls `load`)
 def shipped() -> list[str]:
     return sorted(p.stem for p in HERE.glob("*.json"))
+
+
+@functools.cache
+def _shipped_doc(name: str) -> dict:
+    return json.loads((HERE / f"{name}.json").read_text())
 
 
 def load(ref: str | dict) -> tuple[str, dict]:
@@ -24,11 +31,10 @@ def load(ref: str | dict) -> tuple[str, dict]:
         doc = ref
         name = str(doc.get("_name") or (doc.get("architectures") or ["inline"])[0])
     else:
-        path = HERE / f"{ref}.json"
-        if not path.is_file():
+        if ref not in shipped():
             raise BadInput(f"geometry.model {ref!r}: not a shipped model config (shipped: {', '.join(shipped())}; "
                            "--model-config PATH inlines a config.json of your own)")
-        doc, name = json.loads(path.read_text()), ref
+        doc, name = dict(_shipped_doc(ref)), ref
     if not isinstance(doc.get("model_type"), str) or not isinstance(doc.get("architectures"), list) \
             or not doc["architectures"]:
         raise BadInput(f"model config {name!r}: needs a model_type and an architectures list, as a config.json has")
