@@ -23,7 +23,8 @@ def _config(args: argparse.Namespace, recorded: dict | None = None, **given):
     the environment's HH_* variable (the CLI is an entry point), else the default."""
     from harness.run_config import ENV, RunConfig
 
-    fields = ("tier", "mutant", "model", "runner", "async_scheduling", "kernels", "forward", "model_config")
+    fields = ("tier", "mutant", "model", "runner", "async_scheduling", "kernels", "forward", "copy_timing",
+              "model_config")
     values = {k: os.environ.get(ENV[k]) or None for k in fields}
     if recorded:
         values.update({k: recorded.get(k) for k in ("tier", "mutant", "model") if recorded.get(k)})
@@ -465,7 +466,7 @@ def _known_fixes_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def _engine_flags(parser: argparse.ArgumentParser) -> None:
-    from harness.engine.options import ASYNC_MODES, FORWARDS, KERNELS, RUNNERS
+    from harness.engine.options import ASYNC_MODES, COPY_TIMINGS, FORWARDS, KERNELS, RUNNERS
 
     parser.add_argument("--runner", choices=RUNNERS, help="engine tier: the worker that runs vLLM's scheduler output "
                         "(auto = the model runner vLLM picks; mirror = the harness's V1 worker shadow)")
@@ -476,10 +477,14 @@ def _engine_flags(parser: argparse.ArgumentParser) -> None:
                         "the model)")
     parser.add_argument("--async-scheduling", dest="async_scheduling", choices=ASYNC_MODES,
                         help="engine tier: async scheduling (vLLM's EngineCore.step_with_batch_queue, two batches in "
-                        "flight): auto (default) = vLLM's decision for the config, on for its V2 runner; the V1 and "
-                        "mirror workers run synchronously (on is bad input there, exit 2)")
+                        "flight): auto (default) = vLLM's decision for the config (V2; V1 without drafts or with EAGLE "
+                        "drafts); the mirror worker runs synchronously (on is bad input there, exit 2)")
     parser.add_argument("--kernels", choices=KERNELS, help="engine tier: torch replacements of vLLM's Triton kernels "
                         "(default) or the Triton kernels themselves (interpreter on CPU)")
+    parser.add_argument("--copy-timing", dest="copy_timing", choices=COPY_TIMINGS,
+                        help="engine tier, V1 runner under async scheduling with drafts: when the device-to-host copies "
+                        "vLLM leaves asynchronous (accepted counts, valid sampled counts, drafts) land: early (default) "
+                        "or late (only when the host waits on the copy's event)")
     parser.add_argument("--model-config", dest="model_config", metavar="NAME|PATH",
                         help="engine tier: a real hybrid model's KV cache groups and block sizes, built by vLLM from "
                         "its config.json (a shipped name: harness/model_configs, or a file); generated scenarios, and "

@@ -12,7 +12,7 @@ read `HH_*` (`from_env`); campaign workers get theirs from `to_env`.
 - model: the model tier's weights, `random` (seeded) or `trained` (models/train.py, cached on disk), for the
   model tier and the engine tier's model forward;
 - engine: the engine tier's options (harness.engine.options.EngineOptions: runner, async scheduling, kernels,
-  forward);
+  forward, copy timing);
 - known_fixes: fuzz the fixed system (every applicable known issue's fix applied; a finding is then confirmed
   on stock) or stock vLLM;
 - checkpoints: whether generated inputs may carry prefill checkpoint geometries (the fuzz mutator clears the
@@ -36,7 +36,8 @@ MODELS = ("random", "trained")
 # the variables an entry point reads (`from_env`) and a campaign writes for its workers (`to_env`)
 ENV = {"tier": "HH_TIER", "mutant": "HH_MUTANT", "model": "HH_MODEL", "known_fixes": "HH_KNOWN_FIXES",
        "checkpoints": "HH_NO_CHECKPOINTS", "runner": "HH_ENGINE_RUNNER", "async_scheduling": "HH_ENGINE_ASYNC",
-       "kernels": "HH_ENGINE_KERNELS", "forward": "HH_ENGINE_FORWARD", "model_config": "HH_MODEL_CONFIG"}
+       "kernels": "HH_ENGINE_KERNELS", "forward": "HH_ENGINE_FORWARD", "copy_timing": "HH_ENGINE_COPY_TIMING",
+       "model_config": "HH_MODEL_CONFIG"}
 
 
 @dataclass(frozen=True)

@@ -172,7 +172,8 @@ def test_torch_kernels_give_the_triton_kernels_trace():
 
 def test_v1_follows_async_scheduling_without_drafts():
     """The V1 worker follows vLLM's async decision where the config has no drafts (the K = 0 seed scenario);
-    a config with drafts runs synchronously, and `on` is refused for it."""
+    a config with n-gram drafts runs synchronously, and `on` is refused for it (EAGLE drafts:
+    tests/test_v1_async_drafts.py)."""
     from harness.engine.options import EngineOptions
     from harness.engine.scheduler import replay
 

@@ -177,13 +177,15 @@ ASYNC_WANTED = {"auto": None, "on": True, "off": False}  # --async-scheduling ->
 
 def follows_async(vc, runner: str, forward: str = "symbolic") -> bool:
     """Whether the worker for `runner` follows async scheduling. vLLM's V2 runner does (its own request state
-    fills the scheduler's placeholders), and so does its V1 runner without drafts (`prev_sampled_token_ids`
-    fills them, gpu_model_runner.py:1740-1860) on the symbolic forward. Driven synchronously only: V1 with
-    drafts (its async draft and valid-count copies, :4328-4420, are not followed yet), V1 with the model
+    fills the scheduler's placeholders), and so does its V1 runner on the symbolic forward, without drafts
+    (`prev_sampled_token_ids` fills them, gpu_model_runner.py:1740-1860) or with EAGLE drafts (the drafter's
+    device-side next tokens, drafts and valid counts, :4328-4420: harness/engine/v1_eagle.py). Driven
+    synchronously only: V1 with n-gram drafts (vLLM itself schedules those synchronously), V1 with the model
     forward, and the mirror worker."""
     if runner == "v2" or (runner == "auto" and bool(getattr(vc, "use_v2_model_runner", False))):
         return True
-    return runner in ("v1", "auto") and vc.speculative_config is None and forward == "symbolic"
+    spec = vc.speculative_config
+    return runner in ("v1", "auto") and forward == "symbolic" and (spec is None or spec.method == "eagle")
 
 
 def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirror", async_mode: str = "off",
@@ -309,13 +311,17 @@ def vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: i
                 extra["speculative_config"] = spec = _speculative_config(SpeculativeConfig, K)
                 if method is not None:
                     object.__setattr__(spec, "method", method)
+            recorded = len(decided)
             with _gpu_async_decision(decided):
-                return VllmConfig(scheduler_config=SchedulerConfig(
+                vc = VllmConfig(scheduler_config=SchedulerConfig(
                                       max_num_seqs=max_num_seqs, max_num_batched_tokens=budget,
                                       max_model_len=max_model_len, enable_chunked_prefill=True,
                                       is_encoder_decoder=False, async_scheduling=asked),
                                   cache_config=CacheConfig(**cache_kwargs), device_config=DeviceConfig(device="cpu"),
                                   kv_transfer_config=KVTransferConfig(**kv_kwargs), **extra)
+            if len(decided) == recorded:  # no platform hook ran (releases < 0.28 here): the config's own decision
+                decided.append(vc.scheduler_config.async_scheduling)
+            return vc
 
         # an EAGLE config asking for async scheduling is validated below as EAGLE (this one says n-gram)
         vc = build(None if eagle and async_scheduling else async_scheduling)

@@ -11,6 +11,8 @@ Kernels (vLLM 0.33.0, v1/worker/mamba_utils.py):
 - `batch_memcpy_kernel` (:634-654): one memmove per (src, dst, size) entry; non-fused align pre-copy (K=0).
 - `postprocess_mamba_fused_kernel` (:369-500): spec-decode postprocess (K>0): decision + state copy.
 - `precopy_mamba_align_fused_kernel` (:549-631): fused align pre-copy (K>0).
+- `eagle_prepare_next_token_padded_kernel` (v1/spec_decode/utils.py:259-320): EAGLE's next token and valid
+  sampled count per request (the V1 worker under async scheduling with EAGLE drafts).
 The shared copy body `_copy_mamba_state_block` (:191-366) is `_copy_state` below (SD and DS conv layouts,
 temporal states). The temporal tile split (TEMPORAL_TILES) is a GPU occupancy device: tile 0 copies all.
 
@@ -33,6 +35,7 @@ _KERNELS = {
     "vllm.v1.worker.mamba_utils.postprocess_mamba_fused_kernel": "postprocess_mamba_fused_kernel",
     "vllm.v1.worker.mamba_utils.precopy_mamba_align_fused_kernel": "precopy_mamba_align_fused_kernel",
     "vllm.v1.worker.block_table.ComputeSlotMappingKernel.kernel": "slot_mapping_by_names",
+    "vllm.v1.spec_decode.utils.eagle_prepare_next_token_padded_kernel": "eagle_prepare_next_token_padded_kernel",
 }
 _registered = ""
 
@@ -44,6 +47,23 @@ def _i(t, k: int) -> int:
 def batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, BLOCK_SIZE=1024):
     for k in range(src_ptrs.shape[0]):
         ctypes.memmove(_i(dst_ptrs, k) & (2**64 - 1), _i(src_ptrs, k) & (2**64 - 1), _i(sizes, k))
+
+
+def eagle_prepare_next_token_padded_kernel(sampled_token_ids, discard_request_mask, backup_next_token_ids,
+                                           next_token_ids, valid_sampled_tokens_count, vocab_size,
+                                           num_sampled_tokens_per_req, num_reqs, stride_sampled_token_ids,
+                                           BLOCK_SIZE_TOKENS=None):
+    """EAGLE's padded-batch next token (spec_decode/utils.py:259-320 in 0.33.0), one request per program: the
+    number of valid sampled tokens (not -1, inside the vocabulary) and the last valid one; a discarded request
+    (a partial prefill) or one with none valid takes its backup token, a discarded one counts 0."""
+    for i in range(int(num_reqs)):
+        if bool(discard_request_mask[i]):
+            next_token_ids[i], valid_sampled_tokens_count[i] = backup_next_token_ids[i], 0
+            continue
+        row = sampled_token_ids[i, :int(num_sampled_tokens_per_req)].tolist()
+        valid = [t for t in row if t != -1 and t < int(vocab_size)]
+        next_token_ids[i] = valid[-1] if valid else backup_next_token_ids[i]
+        valid_sampled_tokens_count[i] = len(valid)
 
 
 def _bt_entry(block_table_ptrs_ptr, group_idx: int, row: int, stride: int, col: int) -> int:

@@ -16,6 +16,10 @@ and its workers, and a finding artifact records them (async scheduling as it res
   `off` = `EngineCore.step`. Artifacts record what `auto` resolved to (`resolved`).
 - kernels: `torch` = CPU replacements of vLLM's Triton kernels (registered through vLLM's own
   `vllm.triton_utils.dispatcher.register_kernels`), `triton` = the real kernels (interpreter on CPU).
+- copy_timing: when the device-to-host copies vLLM's V1 runner leaves asynchronous under async scheduling with
+  drafts land in host memory (harness/engine/copy_timing.py): `early` (the default) = at once, as a host copy
+  does; `late` = at the latest point a CUDA stream could complete them, the host synchronizing the copy's
+  event (or the next copy into the same buffer), so a host read that does not wait sees the buffer as it was.
 - forward: `symbolic` = the harness's token rule over prefix fingerprints (tokens and drafts from the
   scenario's acceptance pattern); `model` = the model tier's forward backend (harness.model_tier.ModelBackend,
   the run configuration's model) on the worker's state pages: the tokens vLLM's scheduler sees are the model's
@@ -35,10 +39,13 @@ RUNNERS = ("auto", "v1", "v2", "mirror")
 ASYNC_MODES = ("auto", "on", "off")
 KERNELS = ("torch", "triton")
 FORWARDS = ("symbolic", "model")
-CHOICES = {"runner": RUNNERS, "async_scheduling": ASYNC_MODES, "kernels": KERNELS, "forward": FORWARDS}
-FLAGS = {"runner": "--runner", "async_scheduling": "--async-scheduling", "kernels": "--kernels", "forward": "--forward"}
+COPY_TIMINGS = ("early", "late")
+CHOICES = {"runner": RUNNERS, "async_scheduling": ASYNC_MODES, "kernels": KERNELS, "forward": FORWARDS,
+           "copy_timing": COPY_TIMINGS}
+FLAGS = {"runner": "--runner", "async_scheduling": "--async-scheduling", "kernels": "--kernels", "forward": "--forward",
+         "copy_timing": "--copy-timing"}
 VARIABLES = {"runner": "HH_ENGINE_RUNNER", "async_scheduling": "HH_ENGINE_ASYNC", "kernels": "HH_ENGINE_KERNELS",
-             "forward": "HH_ENGINE_FORWARD"}
+             "forward": "HH_ENGINE_FORWARD", "copy_timing": "HH_ENGINE_COPY_TIMING"}
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,7 @@ class EngineOptions:
     async_scheduling: str = "auto"
     kernels: str = "torch"
     forward: str = "symbolic"
+    copy_timing: str = "early"
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -61,11 +69,12 @@ class EngineOptions:
 
 
 def engine_options(runner: str | None = None, async_scheduling: str | None = None, kernels: str | None = None,
-                   forward: str | None = None, source: str = "option") -> EngineOptions:
+                   forward: str | None = None, copy_timing: str | None = None, source: str = "option") -> EngineOptions:
     """Options from values given (None: the default); BadInput naming the flag (or, `source="environment"`,
     the variable) for a value not allowed. The model forward's default runner is the mirror worker (it runs on
     v1 and v2 when asked)."""
-    values = {"runner": runner, "async_scheduling": async_scheduling, "kernels": kernels, "forward": forward}
+    values = {"runner": runner, "async_scheduling": async_scheduling, "kernels": kernels, "forward": forward,
+              "copy_timing": copy_timing}
     if source == "environment":  # EngineOptions itself names the flag
         for name, value in values.items():
             if value is not None and value not in CHOICES[name]:

@@ -45,7 +45,9 @@ from harness.tokens import true_token
 from harness.trace import Read, RowView
 from harness.vllm_adapter import installed_version, parameters, supported_kwargs
 from harness.worker import Forward
+from harness.engine.copy_timing import CopyTiming
 from harness.engine.mamba_meta import Mamba2Rows
+from harness.engine.v1_eagle import EagleStep
 from harness.engine.v1_pool import _POOL, _POOL_SIZE, _Pooled, _reinitialize_input_batch, _replace, _runner_key
 from harness.engine.v1_process import (
     _PROCESS,
@@ -208,6 +210,14 @@ class V1Worker:
         self._step = 0
         self._seq_fps: dict[str, list[int]] = {}
         self._precopied: dict[str, int] = {}
+        # the device-to-host copies vLLM leaves asynchronous land early or late (harness/engine/copy_timing.py)
+        self.timing = CopyTiming(runner, opts.copy_timing)
+        # async scheduling with EAGLE drafts: the runner's drafter proposes and its sampler verifies what it fed
+        # (harness/engine/v1_eagle.py); the scheduler holds placeholders
+        self.proposes_drafts = self.asynchronous and K > 0
+        self.eagle = EagleStep(self) if self.proposes_drafts else None
+        self._fed: dict[str, tuple] = {}
+        self._issued_before: dict[int, int] = {}  # async output -> copies issued before it (copy timing)
 
     def _build_runner(self, vc, kvc, groups):
         """vLLM's CPUModelRunner for this config, with the part of initialize_kv_cache (gpu_model_runner.py:
@@ -246,14 +256,13 @@ class V1Worker:
         r = self.runner
         row_idx = who if isinstance(who, int) else r.input_batch.req_id_to_index[who]
         rid = r.input_batch.req_ids[row_idx]
-        fps = self._seq_fps[rid]
         if kind == "precopy":
             nc = r.requests[rid].num_computed_tokens
-            want = (nc, fps[nc])
+            want = (nc, self._fingerprint(rid, nc))
             self._precopied[rid] = src_col
         else:
             A = (dst_col + 1) * self.bs
-            want = (A, fps[A])
+            want = (A, self._fingerprint(rid, A))
         for g in self.mamba_groups:  # vLLM copies the columns of every Mamba group (mamba_utils.py:1364)
             conv_src, ssm_src, conv, ssm = copy_source(self.states, self._row(row_idx, g), src_col, bias)
             self.trace.reads.append(Read(self._step, rid, kind, g, src_col, conv_src, conv, ssm, want))
@@ -261,6 +270,13 @@ class V1Worker:
             row = self._row(row_idx)
             self.backend.shift_copy(column_block(row, dst_col), column_block(row, src_col),
                                     column_block(row, src_col + bias), bias)
+
+    def _fingerprint(self, rid: str, n: int) -> int:
+        """The true prefix of n tokens: the driver's sequence (its record and this step's drafts), or, where the
+        runner drafts itself and the scheduler holds placeholders, the scenario's token model."""
+        if self.proposes_drafts:
+            return self.truths[rid].fingerprint(n)
+        return self._seq_fps[rid][n]
 
     def _row(self, i: int, group: int | None = None) -> list[int]:
         """Row i of a group's block table in the runner's persistent batch (default: the first Mamba group)."""
@@ -277,11 +293,12 @@ class V1Worker:
             return self._sample(so, step, sampled, accepted, seq_fps)
 
     def sample_later(self, so, step: int, seq_fps=None):
-        """Async scheduling (K = 0): `sample_tokens` (gpu_model_runner.py:4270-4520 in 0.33.0) as the V1 runner
-        runs it then: the sampled tokens stay in the runner (`prev_sampled_token_ids`, which fills the next
-        step's placeholders in `_prepare_input_ids`), the output is an AsyncGPUModelRunnerOutput read when the
-        engine takes the batch off its queue (`collect`). The tokens are the token rule's after the prefix
-        the runner fed (its own input_ids), not the scheduler's record."""
+        """Async scheduling: `sample_tokens` (gpu_model_runner.py:4270-4520 in 0.33.0) as the V1 runner runs it
+        then: the sampled tokens stay in the runner (`prev_sampled_token_ids`, which fills the next step's
+        placeholders in `_prepare_input_ids`), the output is an AsyncGPUModelRunnerOutput read when the engine
+        takes the batch off its queue (`collect`). The tokens are the token rule's after the prefix the runner
+        fed (its own input_ids), not the scheduler's record; with EAGLE drafts (K > 0) the runner's drafter
+        path runs too (harness/engine/v1_eagle.py)."""
         with self.kernels_v1.mode(self.kernels), _host_streams():
             return self._sample_async(so, step)
 
@@ -290,6 +307,8 @@ class V1Worker:
         if out is None:
             return [], []
         with _host_streams():
+            # its ready event: the output's copy stream waited for the default stream when the step sampled
+            self.timing.default_stream_waited(self._issued_before.pop(id(out), None))
             out = out.get_output()
         return list(out.req_ids), [list(t) for t in out.sampled_token_ids]
 
@@ -299,10 +318,19 @@ class V1Worker:
         if not so.total_num_scheduled_tokens or n == 0:
             return None
         self._step = step
-        out = torch.tensor([[self._next.get(rid, 0)] for rid in r.input_batch.req_ids], dtype=torch.int32)
+        if self.eagle is not None:
+            out = self.eagle.sampled(so, self._fed)
+        else:
+            out = torch.tensor([[self._next.get(rid, 0)] for rid in r.input_batch.req_ids], dtype=torch.int32)
         with self.set_config(self.vc):
-            r._update_states_after_model_execute(out, so)
-            r.input_batch.prev_sampled_token_ids = None  # sample_tokens clears it; bookkeeping keeps this step's
+            with self.timing.issue("num_accepted_tokens_event"):
+                r._update_states_after_model_execute(out, so)
+            for name in ("_draft_token_ids", "_draft_probs", "valid_sampled_token_count_gpu"):
+                if hasattr(r, name):  # sample_tokens clears the previous step's (:4321-4326)
+                    setattr(r, name, None)
+            r.input_batch.prev_sampled_token_ids = None  # this step's: set by the drafter's copy, else bookkeeping
+            if self.eagle is not None:
+                self.eagle.propose_after(so, out, self._fed)
             result = r._bookkeeping_sync(so, self.SamplerOutput(sampled_token_ids=out, logprobs_tensors=None), None,
                                          torch.empty((so.total_num_scheduled_tokens, 1)),
                                          so.total_num_scheduled_tokens)
@@ -315,11 +343,12 @@ class V1Worker:
             if hasattr(r.input_batch, "set_async_sampled_token_ids"):
                 r.input_batch.set_async_sampled_token_ids(pending.sampled_token_ids_cpu,
                                                           pending.async_copy_ready_event)
+        self._issued_before[id(pending)] = self.timing.issued
         return pending
 
     def _execute(self, so, step: int, seq_fps: dict[str, list[int]], core_tables) -> None:
         r = self.runner
-        self._step, self._seq_fps, self._precopied, self._next = step, seq_fps, {}, {}
+        self._step, self._seq_fps, self._precopied, self._next, self._fed = step, seq_fps, {}, {}, {}
         _PROCESS["observer"] = self._observe
         self.kernels_v1.OBSERVER = self._observe
         if self.backend is not None:  # the model's pages: zeroing, then the CoW copies (_update_states :1205-1212)
@@ -327,18 +356,24 @@ class V1Worker:
             for c in getattr(so, "kv_cache_block_copies", None) or ():
                 self.backend.copy_page(c.src_block_id, c.dst_block_id)
         with self.set_config(self.vc):
+            # async scheduling with drafts: the correction of the optimistic computed counts (_update_states
+            # :1515-1545), applied where execute_model applies it: before preprocess_mamba in align mode
+            # (:4053-4055), else once the forward is launched (:4249-4250)
             deferred = r._update_states(so)
-            if deferred:
-                deferred()
             n = r.input_batch.num_reqs
             if not so.total_num_scheduled_tokens or n == 0:
+                if deferred:
+                    deferred()
                 return
             req_ids = list(r.input_batch.req_ids)
             ns_np = np.array([so.num_scheduled_tokens[rid] for rid in req_ids], dtype=np.int32)
             r._prepare_inputs(so, ns_np)
             kinds = self._kinds(so)
+            if deferred and self.align:
+                deferred()
+                deferred = None
             prev_idx = self._preprocess(so, n) if self.align else {}
-            self._forward(so, req_ids, ns_np, kinds, prev_idx, seq_fps, core_tables)
+            self._forward(so, req_ids, ns_np, kinds, prev_idx, core_tables, deferred)
 
     def _preprocess(self, so, n: int) -> dict[str, int]:
         """Align mode's preprocess_mamba as execute_model runs it (gpu_model_runner.py:4049-4091 in 0.33.0): the
@@ -370,14 +405,17 @@ class V1Worker:
             kinds[rid] = "RESUMED"
         return kinds
 
-    def _forward(self, so, req_ids, ns_np, kinds, prev_idx, seq_fps, core_tables) -> None:
+    def _forward(self, so, req_ids, ns_np, kinds, prev_idx, core_tables, deferred=None) -> None:
         """The simulated forward: each request's states read and written where vLLM's Mamba2 kernels read and
         write them, as the runner's own attention metadata says (`_build_attention_metadata`, the Mamba2 builder;
-        harness/engine/mamba_meta.py), rows in the runner's order (its batch reorder)."""
+        harness/engine/mamba_meta.py), rows in the runner's order (its batch reorder). `deferred`: the runner's
+        computed-count correction, applied once the metadata is built (the kernels' launch)."""
         r, st, tr = self.runner, self.states, self.trace
         n = len(req_ids)
         meta = self._metadata(so, ns_np)
         rows = {g: Mamba2Rows(meta[layer]) for g, layer in self.mamba_layers.items()}  # one builder per group
+        if deferred:
+            deferred()
         nc_np = r.input_batch.num_computed_tokens_cpu[:n].astype(np.int64)
         # the token ids the runner feeds the model, per request in batch order (its own input buffer): the states
         # written are tagged with the prefix as fed, so a wrong token fed shows at the next read
@@ -419,6 +457,7 @@ class V1Worker:
                                                  kr.blocks if kr.decode else [], None,
                                                  self._row(i, self.attn_groups[0])))
             self._next[rid] = true_token(fed[ns])  # what the sampler picks after the prefix as fed (async)
+            self._fed[rid] = (fed, fed_all[starts[i]:starts[i + 1]], nc)  # what it verifies (async, drafts)
 
     def _metadata(self, so, ns_np) -> dict:
         """The runner's own attention metadata for this step, built as execute_model builds it
@@ -449,10 +488,13 @@ class V1Worker:
         if self.K == 0:
             out = out[:, :1]
         with self.set_config(self.vc):
-            r._update_states_after_model_execute(out, so)
+            with self.timing.issue("num_accepted_tokens_event"):
+                r._update_states_after_model_execute(out, so)
             result = r._bookkeeping_sync(so, self.SamplerOutput(sampled_token_ids=out, logprobs_tensors=None), None,
                                          torch.empty((so.total_num_scheduled_tokens, 1)),
                                          so.total_num_scheduled_tokens)
+        # its blocking read of the sampled ids waits for the default stream (gpu_model_runner.py:3480-3500)
+        self.timing.default_stream_waited()
         # (..., valid_sampled_token_ids, prompt_logprobs_dict, req_ids, req_id_to_index, invalid_req_indices): the
         # tail is the same in every release (0.33 adds num_nans at the front), so it is read from the end
         valid, ids = result[-5], result[-3]

@@ -24,6 +24,9 @@ class Mutant:
     # allocator code only configurations the mirrored tiers cannot express reach (Mamba cache mode none): its
     # campaigns run on the engine tier with vLLM's runner
     engine_only: bool = False
+    # the engine tier's copy timing its campaigns run with (harness/engine/copy_timing.py): a copy-ordering bug
+    # shows only where the device-to-host copies land late (None: the default, early)
+    copy_timing: str | None = None
 
     @property
     def tier(self) -> str:

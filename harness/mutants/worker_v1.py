@@ -20,6 +20,11 @@ with `--runner v1` runs that code, harness/engine/runner_v1.py). Each wraps vLLM
   with all its drafts (1 + K tokens) ranks with the long extends; the builder's split (at the first prefilling
   row, mamba_attn.py:451-455) then sends it to the prefill kernels, which ignore its accepted count (the class
   of vLLM's V2 sort bug, v2-draftless-decode-after-prefill, and of SGLang #31833's per-row misplacement).
+- v1-async-valid-count-unwaited: under async scheduling with EAGLE drafts, the deferred correction of the
+  optimistic computed counts reads the previous step's valid sampled counts without waiting on their
+  device-to-host copy (`_get_valid_sampled_token_count` waits on `valid_sampled_token_count_event`,
+  gpu_model_runner.py:4673-4683 in 0.33.0). A host copy lands at once, so only `--copy-timing late`
+  (harness/engine/copy_timing.py) shows it: the correction then uses the counts of an earlier step.
 - mamba-copies-first-group-only: the V1 runner's align copies (pre-copy and spec post-copy buffers, built from
   `mamba_utils.get_mamba_groups`) cover only the first Mamba group, as code written for one Mamba group would; a
   real model has several (Nemotron-H 4B: six, harness/engine/model_geometry.py), whose running columns then
@@ -73,6 +78,15 @@ def _threshold_off_by_one(original):
     return _may_reorder_batch
 
 
+def _count_unwaited(original):
+    def _get_valid_sampled_token_count(self):
+        prev = self.input_batch.prev_sampled_token_ids
+        if self.valid_sampled_token_count_event is None or prev is None:
+            return []
+        return self.valid_sampled_token_count_cpu[: prev.shape[0]].tolist()  # read without waiting on the copy
+    return _get_valid_sampled_token_count
+
+
 def _patch_module_function(module_name: str, attr: str, make):
     import importlib
 
@@ -106,11 +120,11 @@ def _first_group_only(original):
     return get_mamba_groups
 
 
-def _runner_mutant(name: str, bug_class: str, origin: str, method: str, make) -> Mutant:
+def _runner_mutant(name: str, bug_class: str, origin: str, method: str, make, copy_timing: str | None = None) -> Mutant:
     """A mutant that wraps one GPUModelRunner method with make(original)."""
     return Mutant(name=name, bug_class=bug_class, releases="0.26.0-0.33.x", origin=origin,
                   patch=lambda: wrap_method(_runner_class(), method, make),
-                  is_applied=lambda: method_wrapped(_runner_class(), method), runner="v1")
+                  is_applied=lambda: method_wrapped(_runner_class(), method), runner="v1", copy_timing=copy_timing)
 
 
 V1_MUTANTS = (
@@ -135,6 +149,13 @@ V1_MUTANTS = (
                    "vLLM V1 _may_reorder_batch / reorder_batch_threshold (gpu_model_runner.py:1105-1128, :6817-6834); "
                    "the same split-by-order class as vLLM's V2 sort bug and SGLang #31833",
                    "_may_reorder_batch", _threshold_off_by_one),
+    _runner_mutant("v1-async-valid-count-unwaited", "unordered read: under async scheduling with EAGLE drafts the "
+                   "V1 runner reads the previous step's valid sampled counts (the computed-token correction) without "
+                   "waiting on their device-to-host copy; with late copies it corrects from stale counts",
+                   "vLLM V1 async spec decode: _get_valid_sampled_token_count waits on valid_sampled_token_count_event "
+                   "(gpu_model_runner.py:4673-4683 in 0.33.0); the class of the async accepted-count copy races "
+                   "(gpu_model_runner.py:2068-2070 names one)",
+                   "_get_valid_sampled_token_count", _count_unwaited, copy_timing="late"),
     Mutant(name="mamba-copies-first-group-only", bug_class="one group for many: the V1 runner's align copies cover the "
            "first Mamba group only; a real model's other Mamba groups keep uncopied running columns",
            releases="0.26.0-0.33.x",
