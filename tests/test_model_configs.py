@@ -123,3 +123,24 @@ def test_model_geometries_are_engine_tier_only_and_fuzzed_there():
     assert 0 < drawn.count("granitemoehybrid-tiny") < 200  # a genome field picks it now and then
     always = [decode(random_bytes(rng), Budget(align=True, models=(entry,), model_always=True)) for _ in range(50)]
     assert all(s.geometry.model == "granitemoehybrid-tiny" for s in always)
+
+
+def test_shipped_geometries_are_built_once_then_read_from_the_disk_cache(tmp_path, monkeypatch):
+    """The catalog's entries (block per K, group count) are what vLLM builds; a second process reads them from
+    the disk cache (keyed by release and the building code), and a corrupt cache file is rebuilt, not trusted."""
+    from harness.engine import model_catalog
+
+    cache = tmp_path / "cache" / "model-geometries.json"
+    monkeypatch.setattr(model_catalog, "CACHE", cache)
+    monkeypatch.setattr(model_catalog, "_ENTRIES", {})
+    built = model_catalog.model_entry("granitemoehybrid-tiny")
+    assert built == ("granitemoehybrid-tiny", *model_catalog._build_entry("granitemoehybrid-tiny")[1:])
+    doc = json.loads(cache.read_text())
+    assert [v for v in doc.values()] == [{"blocks": list(built[1]), "groups": built[2]}]
+    monkeypatch.setattr(model_catalog, "_ENTRIES", {})  # a fresh process: read from disk, not built
+    monkeypatch.setattr(model_catalog, "_build_entry", lambda model: pytest.fail("built again"))
+    assert model_catalog.model_entry("granitemoehybrid-tiny") == built
+    cache.write_text("{corrupt")
+    monkeypatch.setattr(model_catalog, "_ENTRIES", {})
+    monkeypatch.setattr(model_catalog, "_build_entry", lambda model: (model, (8, 8, 8), 2))
+    assert model_catalog.model_entry("granitemoehybrid-tiny") == ("granitemoehybrid-tiny", (8, 8, 8), 2)

@@ -1,10 +1,14 @@
 """The real models the generators draw from (`geometry.model`): each shipped config's smallest block per K and its
 number of KV cache groups, as vLLM builds them (harness/engine/model_geometry.py), and `--model-config NAME|PATH`
-resolved the same way. Computed once per process (a few seconds: vLLM's model classes are imported)."""
+resolved the same way. Computed once per release and harness version, then read from
+artifacts/cache/model-geometries.json (building them imports vLLM's model classes: 12-20 s at every engine-tier
+entry that builds a fuzz budget, every campaign worker's start among them)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+from pathlib import Path
 
 from harness.engine.config import vllm_config
 from harness.engine.model_geometry import model_config_for, model_groups
@@ -25,11 +29,48 @@ def model_entry(ref: str) -> tuple:
 _ENTRIES: dict[str, tuple] = {}  # per config (its JSON): what vLLM built for it, once per process
 
 
+CACHE = Path(__file__).resolve().parents[2] / "artifacts" / "cache" / "model-geometries.json"
+# what decides an entry besides the config and the release: the code that builds it
+_BUILDERS = ("model_catalog.py", "model_geometry.py", "config.py")
+
+
 def _entry(model) -> tuple:
     key = json.dumps(model, sort_keys=True)
     if key not in _ENTRIES:
-        _ENTRIES[key] = _build_entry(model)
+        _ENTRIES[key] = _cached_entry(model, key)
     return _ENTRIES[key]
+
+
+def _cached_entry(model, key: str) -> tuple:
+    """The entry from the disk cache, else built and written there (a config this release refuses is cached
+    as its BadInput message, raised again)."""
+    from harness.artifacts import write_json_atomic
+    from harness.vllm_adapter import installed_version
+
+    digest = hashlib.sha256(key.encode())
+    for name in _BUILDERS:
+        digest.update((Path(__file__).parent / name).read_bytes())
+    ident = f"{installed_version()}:{digest.hexdigest()[:20]}"
+    try:
+        cache = json.loads(CACHE.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    hit = cache.get(ident) if isinstance(cache, dict) else None
+    if not (isinstance(hit, dict) and ("bad" in hit or "blocks" in hit)):
+        try:
+            blocks, groups = _build_entry(model)[1:]
+            hit = {"blocks": list(blocks), "groups": groups}
+        except BadInput as exc:
+            hit = {"bad": str(exc)}
+        cache = cache if isinstance(cache, dict) else {}
+        cache[ident] = hit
+        try:
+            write_json_atomic(CACHE, cache)
+        except OSError:
+            pass  # a read-only checkout builds them each time
+    if "bad" in hit:
+        raise BadInput(hit["bad"])
+    return model, tuple(hit["blocks"]), hit["groups"]
 
 
 def _build_entry(model) -> tuple:
