@@ -127,3 +127,23 @@ def test_eagle_next_token_kernel_replacement_matches_its_contract():
     # the last valid token and the count of valid ones (not -1, inside the vocabulary of 8); a discarded row, or
     # one with none valid, takes its backup token
     assert next_ids.tolist() == [5, 7, 2, 30, 50] and counts.tolist() == [2, 1, 2, 0, 0]
+
+
+def test_forced_resume_under_late_copies_reads_a_clobbered_accepted_count():
+    """The candidate vLLM race the late-copy campaign found (scenarios/findings/, stock 0.33.0): a request resumed
+    right after a forced preemption takes the previous step's accepted count, which lands on its row after
+    add_request reset it. Only late copies show it; the repro is for 0.33.0 (older releases hit other bugs
+    first)."""
+    from harness.engine.options import EngineOptions
+    from harness.engine.scheduler import replay
+    from harness.vllm_adapter import installed_version
+
+    if not installed_version().startswith("0.33."):
+        pytest.skip("the repro is minimized on vLLM 0.33.0")
+    sc = load_scenario(ROOT / "scenarios" / "findings" / "v1-async-resume-accepted-count-clobbered.json")
+    early = replay(sc, None, EngineOptions(runner="v1", copy_timing="early"))
+    late = replay(sc, None, EngineOptions(runner="v1", copy_timing="late"))
+    assert early.async_scheduling and judge(early) == []
+    bad = judge(late)
+    assert bad and {f.signature for f in bad} <= {"provenance:precopy", "provenance:initial"}
+    assert all(f.request == "a" and f.step == 4 for f in bad)
