@@ -358,6 +358,53 @@ def _recompute_as_prefill_fix() -> Mutant:
                   patch=patch, is_applied=lambda: method_wrapped(_mamba_builder_class(), "_compute_common_metadata"))
 
 
+# -- fix: the accepted counts are read in the layout the copy wrote them (gpu_model_runner.py:2071-2096 in 0.33.0) --
+def _copy_races_rows(runner) -> bool:
+    """Async scheduling with drafts in align mode: the only path that reads the host accepted counts the previous
+    step's device-to-host copy fills (non-align async skips them, :2068-2070)."""
+    return (bool(getattr(runner, "use_async_scheduling", False)) and runner.num_accepted_tokens_event is not None
+            and runner.cache_config.mamba_cache_mode == "align")
+
+
+def _accepted_before_row_moves(original):
+    def _update_states(self, scheduler_output):
+        # wait for the previous step's copy before add_request / swap_states / condense move or reset rows, and keep
+        # the counts in the layout it wrote (the previous batch's rows)
+        if _copy_races_rows(self):
+            self.num_accepted_tokens_event.synchronize()
+            self._hh_prev_accepted = self.input_batch.num_accepted_tokens_cpu.copy()
+        return original(self, scheduler_output)
+    return _update_states
+
+
+def _gather_from_copied_layout(original):
+    def _prepare_inputs(self, scheduler_output, *args, **kwargs):
+        saved = self.__dict__.pop("_hh_prev_accepted", None)
+        if saved is not None and self.input_batch.prev_req_id_to_index:
+            # the gather by prev_positions (:2078-2088) reads the previous batch's rows: give it those
+            self.input_batch.num_accepted_tokens_cpu[:] = saved
+        return original(self, scheduler_output, *args, **kwargs)
+    return _prepare_inputs
+
+
+def _copy_layout_fix() -> Mutant:
+    def patch():
+        return undo_all([wrap_method(_v1_runner_class(), "_update_states", _accepted_before_row_moves),
+                         wrap_method(_v1_runner_class(), "_prepare_inputs", _gather_from_copied_layout)])
+
+    return Mutant(name="fix-accepted-copy-before-row-moves", bug_class="fix: V1 waits for the accepted-count copy "
+                  "before moving rows and gathers it in the layout it was written in", releases="where the issue is "
+                  "known", origin="hybrid-harness", patch=patch,
+                  is_applied=lambda: method_wrapped(_v1_runner_class(), "_prepare_inputs"))
+
+
+def _v1_gathers_accepted_by_prev_rows() -> bool:
+    try:
+        return _v1_reorders() and hasattr(_v1_runner_class(), "_compute_prev_positions")
+    except ImportError:
+        return False
+
+
 def _runner_counts_drafts() -> bool:
     try:
         return _v1_reorders() and hasattr(_v1_runner_class(), "_build_attention_metadata")
@@ -547,6 +594,28 @@ KNOWN_ISSUES = (
                    "resumed with 2..1+K tokens left to recompute",
         fix=_recompute_as_prefill_fix(),
         applies=_runner_counts_drafts,
+        runners=("v1",),
+    ),
+    KnownIssue(
+        id="v1-async-accepted-copy-race",
+        summary="under async scheduling with spec decode in align mode, V1's host accepted counts "
+                "(input_batch.num_accepted_tokens_cpu) are written both by the previous step's in-flight "
+                "device-to-host copy, in the previous batch's row layout, and by the next step's _update_states, in "
+                "the new layout (add_request resets a re-added row to 1, swap_states and condense move rows); "
+                "_prepare_inputs waits on the copy only after those moves and gathers by the previous layout (or, "
+                "with no previous-row map, reads the buffer as it is). If the copy lands before the moves, a request "
+                "whose row was swapped takes another row's count; if it lands after a re-added row was reset, that "
+                "row takes the previous step's count. Either way the Mamba kernels or the align pre-copy start from "
+                "a state one or more tokens off",
+        releases="seen on 0.33.0 with vLLM's own V1 runner (engine tier, --runner v1; copy timing early and late)",
+        repro="scenarios/v1-async-accepted-copy-race.json",
+        reached_by="the V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0) with EAGLE/MTP drafts (K >= 1) under async "
+                   "scheduling (vLLM's default for it) in align mode, and rows that move while a batch is in flight: "
+                   "in the repros a forced preemption (reset_prefix_cache(reset_running_requests=True)) of one request "
+                   "next to a decoding one; with --copy-timing late the resumed row itself "
+                   "(scenarios/findings/v1-async-resume-accepted-count-clobbered.json)",
+        fix=_copy_layout_fix(),
+        applies=_v1_gathers_accepted_by_prev_rows,
         runners=("v1",),
     ),
     KnownIssue(

@@ -130,10 +130,10 @@ def test_eagle_next_token_kernel_replacement_matches_its_contract():
 
 
 def test_forced_resume_under_late_copies_reads_a_clobbered_accepted_count():
-    """The candidate vLLM race the late-copy campaign found (scenarios/findings/, stock 0.33.0): a request resumed
-    right after a forced preemption takes the previous step's accepted count, which lands on its row after
-    add_request reset it. Only late copies show it; the repro is for 0.33.0 (older releases hit other bugs
-    first)."""
+    """Known issue v1-async-accepted-copy-race as the late-copy campaign found it (scenarios/findings/, stock
+    0.33.0): a request resumed right after a forced preemption takes the previous step's accepted count, which
+    lands on its row after add_request reset it. Only late copies show this form; the issue's fix removes it. The
+    repro is for 0.33.0 (older releases hit other bugs first)."""
     from harness.engine.options import EngineOptions
     from harness.engine.scheduler import replay
     from harness.vllm_adapter import installed_version
@@ -147,3 +147,7 @@ def test_forced_resume_under_late_copies_reads_a_clobbered_accepted_count():
     bad = judge(late)
     assert bad and {f.signature for f in bad} <= {"provenance:precopy", "provenance:initial"}
     assert all(f.request == "a" and f.step == 4 for f in bad)
+    from harness.known import fixes_applied, known_issue_by_id
+
+    with fixes_applied([known_issue_by_id("v1-async-accepted-copy-race")]):
+        assert judge(replay(sc, None, EngineOptions(runner="v1", copy_timing="late"))) == []
