@@ -361,9 +361,7 @@ class V1Worker:
             # (:4053-4055), else once the forward is launched (:4249-4250)
             deferred = r._update_states(so)
             n = r.input_batch.num_reqs
-            if not so.total_num_scheduled_tokens or n == 0:
-                if deferred:
-                    deferred()
+            if not so.total_num_scheduled_tokens or n == 0:  # execute_model returns before any correction (:3955)
                 return
             req_ids = list(r.input_batch.req_ids)
             ns_np = np.array([so.num_scheduled_tokens[rid] for rid in req_ids], dtype=np.int32)
