@@ -607,12 +607,15 @@ KNOWN_ISSUES = (
                 "whose row was swapped takes another row's count; if it lands after a re-added row was reset, that "
                 "row takes the previous step's count. Either way the Mamba kernels or the align pre-copy start from "
                 "a state one or more tokens off",
-        releases="seen on 0.33.0 with vLLM's own V1 runner (engine tier, --runner v1; copy timing early and late)",
+        releases="seen on 0.26.0, 0.28.0, 0.30.0 and 0.33.0 with vLLM's own V1 runner (engine tier, --runner v1; "
+                 "copy timing early and late): known check reproduces it and its fix removes it on each",
         repro="scenarios/v1-async-accepted-copy-race.json",
         reached_by="the V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0) with EAGLE/MTP drafts (K >= 1) under async "
-                   "scheduling (vLLM's default for it) in align mode, and rows that move while a batch is in flight: "
-                   "in the repros a forced preemption (reset_prefix_cache(reset_running_requests=True)) of one request "
-                   "next to a decoding one; with --copy-timing late the resumed row itself "
+                   "scheduling (vLLM's default for it) in align mode, and request churn: a request finishes, a new "
+                   "one takes its row and the decode-first reorder swaps a decoding request ahead of it (the repro: "
+                   "three requests, no preemption, no connector); also a forced preemption "
+                   "(reset_prefix_cache(reset_running_requests=True)) next to a decoding request, and with "
+                   "--copy-timing late the force-resumed row itself "
                    "(scenarios/findings/v1-async-resume-accepted-count-clobbered.json)",
         fix=_copy_layout_fix(),
         applies=_v1_gathers_accepted_by_prev_rows,
