@@ -1,8 +1,8 @@
 """When the device-to-host copies that vLLM's V1 runner leaves asynchronous land in host memory (`--copy-timing`).
 
 Under async scheduling with drafts, vLLM's V1 runner (gpu_model_runner.py in 0.33.0) copies three things from
-device to host with `non_blocking=True` on a side stream, records an event, and reads the host buffer later,
-after waiting on that event:
+device to host with `non_blocking=True` (the accepted counts on the default stream, the others on side
+streams), records an event, and reads the host buffer later, after waiting on that event:
 - accepted counts: `_update_states_after_model_execute` (:1548-1593; align mode through
   mamba_utils.postprocess_mamba_align_gpu, mamba_utils.py:1603) into `input_batch.num_accepted_tokens_cpu_tensor`,
   event `num_accepted_tokens_event`, waited on in `_prepare_inputs` (:2071-2076);

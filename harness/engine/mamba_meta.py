@@ -75,4 +75,3 @@ class Mamba2Rows:
         init = (row[read], 0, row[read]) if self.has_init and self.has_init[p] else None
         first = int(self.first_p[p])
         return KernelRow(False, init, [row[last]], p, read, tuple((row[c], c) for c in range(first, last)), last)
-

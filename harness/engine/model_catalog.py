@@ -6,6 +6,7 @@ entry that builds a fuzz budget, every campaign worker's start among them)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -41,16 +42,21 @@ def _entry(model) -> tuple:
     return _ENTRIES[key]
 
 
+@functools.cache
+def _builders_digest() -> str:
+    digest = hashlib.sha256()
+    for name in _BUILDERS:
+        digest.update((Path(__file__).parent / name).read_bytes())
+    return digest.hexdigest()
+
+
 def _cached_entry(model, key: str) -> tuple:
     """The entry from the disk cache, else built and written there (a config this release refuses is cached
     as its BadInput message, raised again)."""
     from harness.artifacts import write_json_atomic
     from harness.vllm_adapter import installed_version
 
-    digest = hashlib.sha256(key.encode())
-    for name in _BUILDERS:
-        digest.update((Path(__file__).parent / name).read_bytes())
-    ident = f"{installed_version()}:{digest.hexdigest()[:20]}"
+    ident = f"{installed_version()}:{hashlib.sha256((key + _builders_digest()).encode()).hexdigest()[:20]}"
     try:
         cache = json.loads(CACHE.read_text())
     except (OSError, ValueError):

@@ -145,7 +145,6 @@ class V1Worker:
 
         self.torch, self.mamba_utils, self.SamplerOutput = torch, mamba_utils, SamplerOutput
         self.ModelRunnerOutput, self.AsyncOutput = ModelRunnerOutput, AsyncGPUModelRunnerOutput
-        self._next: dict[str, int] = {}
         self.set_config = set_current_vllm_config
         self.kernels_v1 = kernels_v1
         self.kernels = opts.kernels
@@ -321,7 +320,9 @@ class V1Worker:
         if self.eagle is not None:
             out = self.eagle.sampled(so, self._fed)
         else:
-            out = torch.tensor([[self._next.get(rid, 0)] for rid in r.input_batch.req_ids], dtype=torch.int32)
+            # what the sampler picks after the prefix as fed (its last fingerprint)
+            out = torch.tensor([[true_token(self._fed[rid][0][-1])] for rid in r.input_batch.req_ids],
+                               dtype=torch.int32)
         with self.set_config(self.vc):
             with self.timing.issue("num_accepted_tokens_event"):
                 r._update_states_after_model_execute(out, so)
@@ -348,7 +349,7 @@ class V1Worker:
 
     def _execute(self, so, step: int, seq_fps: dict[str, list[int]], core_tables) -> None:
         r = self.runner
-        self._step, self._seq_fps, self._precopied, self._next, self._fed = step, seq_fps, {}, {}, {}
+        self._step, self._seq_fps, self._precopied, self._fed = step, seq_fps, {}, {}
         _PROCESS["observer"] = self._observe
         self.kernels_v1.OBSERVER = self._observe
         if self.backend is not None:  # the model's pages: zeroing, then the CoW copies (_update_states :1205-1212)
@@ -454,8 +455,8 @@ class V1Worker:
                     self.backend.forward(Forward(self._step, rid, nc, ns, kr.init, kr.decode, kr.blocks[0],
                                                  kr.blocks if kr.decode else [], None,
                                                  self._row(i, self.attn_groups[0])))
-            self._next[rid] = true_token(fed[ns])  # what the sampler picks after the prefix as fed (async)
-            self._fed[rid] = (fed, fed_all[starts[i]:starts[i + 1]], nc)  # what it verifies (async, drafts)
+            # what the async sampler reads: the prefixes as fed, the tokens fed, the computed count
+            self._fed[rid] = (fed, fed_all[starts[i]:starts[i + 1]], nc)
 
     def _metadata(self, so, ns_np) -> dict:
         """The runner's own attention metadata for this step, built as execute_model builds it
@@ -506,5 +507,3 @@ def _unpadded(spec) -> dict:
     """A real model's Mamba page is padded to the attention page (platforms/interface.py:1121-1135); the tagged
     states are not, so the worker's spec drops the padding."""
     return {"page_size_padded": None} if getattr(spec, "page_size_padded", None) is not None else {}
-
-

@@ -67,8 +67,9 @@ class EagleStep:
         return self.torch.from_numpy(out)
 
     def propose_after(self, so, out, rows: dict) -> None:
-        """`rows`: request -> (fed prefix fingerprints, tokens fed, computed tokens) from the step's forward. The EAGLE branch of sample_tokens from the accepted counts on: next tokens and valid counts (copied to
-        the host), then the drafts, or zeros where the batch does not fit the drafter (:4362-4432)."""
+        """The EAGLE branch of sample_tokens from the accepted counts on: next tokens and valid counts (copied to
+        the host), then the drafts, or zeros where the batch does not fit the drafter (:4362-4432). `rows`:
+        request -> (fed prefix fingerprints, tokens fed, computed tokens) from the step's forward."""
         torch, w = self.torch, self.w
         r = w.runner
         n = r.input_batch.num_reqs
