@@ -127,7 +127,8 @@ def test_model_geometries_are_engine_tier_only_and_fuzzed_there():
 
 def test_shipped_geometries_are_built_once_then_read_from_the_disk_cache(tmp_path, monkeypatch):
     """The catalog's entries (block per K, group count) are what vLLM builds; a second process reads them from
-    the disk cache (keyed by release and the building code), and a corrupt cache file is rebuilt, not trusted."""
+    the disk cache (keyed by release and the building code), and a corrupt cache file is rebuilt, not trusted. A
+    refusal is not kept: it can come from the process's state (0.27.1's full suite once cached one for good)."""
     from harness.engine import model_catalog
 
     cache = tmp_path / "cache" / "model-geometries.json"
@@ -144,3 +145,15 @@ def test_shipped_geometries_are_built_once_then_read_from_the_disk_cache(tmp_pat
     monkeypatch.setattr(model_catalog, "_ENTRIES", {})
     monkeypatch.setattr(model_catalog, "_build_entry", lambda model: (model, (8, 8, 8), 2))
     assert model_catalog.model_entry("granitemoehybrid-tiny") == ("granitemoehybrid-tiny", (8, 8, 8), 2)
+
+    def refuse(model):
+        raise BadInput("refused here")
+
+    cache.unlink()
+    monkeypatch.setattr(model_catalog, "_ENTRIES", {})
+    monkeypatch.setattr(model_catalog, "_build_entry", refuse)
+    with pytest.raises(BadInput, match="refused here"):
+        model_catalog.model_entry("nemotron-h-4b")
+    assert not cache.exists()  # nothing kept: the next process builds it again
+    monkeypatch.setattr(model_catalog, "_build_entry", lambda model: (model, (16, 16, 16), 7))
+    assert model_catalog.model_entry("nemotron-h-4b") == ("nemotron-h-4b", (16, 16, 16), 7)

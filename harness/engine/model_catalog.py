@@ -51,8 +51,9 @@ def _builders_digest() -> str:
 
 
 def _cached_entry(model, key: str) -> tuple:
-    """The entry from the disk cache, else built and written there (a config this release refuses is cached
-    as its BadInput message, raised again)."""
+    """The entry from the disk cache, else built and written there. Only what vLLM built is kept: a refusal
+    (BadInput) is raised and not cached, since it can come from the process's state (a runner choice in vLLM's
+    environment) as well as from the release, and a kept one would be replayed to every later process."""
     from harness.artifacts import write_json_atomic
     from harness.vllm_adapter import installed_version
 
@@ -62,20 +63,15 @@ def _cached_entry(model, key: str) -> tuple:
     except (OSError, ValueError):
         cache = {}
     hit = cache.get(ident) if isinstance(cache, dict) else None
-    if not (isinstance(hit, dict) and ("bad" in hit or "blocks" in hit)):
-        try:
-            blocks, groups = _build_entry(model)[1:]
-            hit = {"blocks": list(blocks), "groups": groups}
-        except BadInput as exc:
-            hit = {"bad": str(exc)}
+    if not (isinstance(hit, dict) and "blocks" in hit and "groups" in hit):
+        blocks, groups = _build_entry(model)[1:]  # BadInput: not on this release (or not in this process)
+        hit = {"blocks": list(blocks), "groups": groups}
         cache = cache if isinstance(cache, dict) else {}
         cache[ident] = hit
         try:
             write_json_atomic(CACHE, cache)
         except OSError:
             pass  # a read-only checkout builds them each time
-    if "bad" in hit:
-        raise BadInput(hit["bad"])
     return model, tuple(hit["blocks"]), hit["groups"]
 
 
