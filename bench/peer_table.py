@@ -39,9 +39,9 @@ def _kills_seed(name: str, seed: int) -> bool:
     from harness.mutants import mutant_applied
     from harness.mutation import kills
     from harness.scenario import scenario_to_json
-    from harness.vllm_adapter import supports_prefill_checkpoints
+    from harness.vllm_adapter import supports_prefill_checkpoints, supports_retention
 
-    scenario = random_scenario(seed, checkpoints=supports_prefill_checkpoints())
+    scenario = random_scenario(seed, checkpoints=supports_prefill_checkpoints(), retention=supports_retention())
     try:
         with mutant_applied(name):
             _, _, verdict = replay_and_judge(scenario, name, "symbolic", known_fixes=True)

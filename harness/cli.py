@@ -137,8 +137,7 @@ def _sweep(args: argparse.Namespace, version: str, config) -> int:
     import time
 
     from harness.artifacts import finding_artifact, write_finding, write_json_atomic
-    from harness.generate import random_scenario
-    from harness.genome import release_budget
+    from harness.genome import budget_scenario, release_budget
     from harness.known import replay_and_judge
     from harness.oracles import describe_outputs, merge_output_summaries, output_summary
     from harness.scenario import scenario_to_json
@@ -153,8 +152,7 @@ def _sweep(args: argparse.Namespace, version: str, config) -> int:
     # mode none: vLLM's runners; real models' geometries: the engine tier (--model-config: every scenario)
     budget = release_budget(small=small, tier=config.tier, runner=config.engine.runner, model_config=config.model_config)
     for seed in range(args.seed, args.seed + args.count):
-        scenario = random_scenario(seed, checkpoints=checkpoints, small=small, modes=budget.cache_modes,
-                                   models=budget.models, model_share=1.0 if budget.model_always else 0.2)
+        scenario = budget_scenario(seed, budget, checkpoints)
         try:
             trace, findings, verdict = replay_and_judge(scenario, config=config)
             if verdict is None and config.known_fixes:  # clean with the fixes: replayed on stock to count known issues
@@ -359,7 +357,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     from harness.engine.diff import diff
     from harness.generate import random_scenario
     from harness.scenario import load_scenario
-    from harness.vllm_adapter import check_supported, installed_version, supports_prefill_checkpoints
+    from harness.vllm_adapter import check_supported, installed_version, supports_prefill_checkpoints, supports_retention
 
     check_supported(installed_version())
     from harness.run_config import ENV
@@ -380,7 +378,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     differing, skipped = {}, 0
     for seed in range(args.seed, args.seed + args.count):
         try:
-            report = diff(random_scenario(seed, checkpoints=checkpoints), config=config)
+            report = diff(random_scenario(seed, checkpoints=checkpoints, retention=supports_retention()), config=config)
         except BadInput:  # a scenario vLLM's scheduler cannot express (the engine tier says why)
             skipped += 1
             continue

@@ -24,7 +24,7 @@ from harness.errors import BadInput, HarnessError
 from harness.scenario import RequestSpec, Scenario
 from harness.states import SymbolicStates, chain
 from harness.tokens import RequestTruth
-from harness.trace import CacheRecorder, Call, Trace, VllmException, VllmRaised, run_steps
+from harness.trace import CacheRecorder, Call, Retention, Trace, VllmException, VllmRaised, run_steps
 from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, Allocator, exception_site, installed_version
 from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow
 
@@ -88,7 +88,7 @@ class Driver:
         # an async load's reservation of the blocks one spec-decode step needs in the non-Mamba groups
         # (Scheduler._spec_decode_step_blocks, scheduler.py:371-380)
         self.spec_step_blocks = -(-(1 + self.K + self.lookahead) // g.attn_block_size) if self.K else 0
-        self.trace = Trace(vllm_version=installed_version(), mutant=mutant)
+        self.trace = Trace(vllm_version=installed_version(), mutant=mutant, retention=Retention.of(scenario.geometry))
         self.states = SymbolicStates(self.K)
         ckpt = (self.alloc.checkpoint_position, self.alloc.checkpoint_valid) if g.prefill_checkpoint else None
         self.backend = backend
@@ -105,6 +105,7 @@ class Driver:
             r = _Req(spec, vreq, RequestTruth(prompts[spec.id], spec.acceptance, self.K))
             self.reqs[spec.id] = r
             self.trace.prefixes[spec.id] = r.fps  # names states lazily, only when a finding is printed
+            self.trace.prompt_tokens[spec.id] = len(prompts[spec.id])
         self.cache = CacheRecorder(self.trace, self.states, g.hash_block_size)
         self.waiting: list[_Req] = []
         self.holding: list[_Req] = []  # waiting requests that hold KV blocks: async loads (kv_holding_waiting)

@@ -97,13 +97,30 @@ def rescaled(doc: dict, block: int) -> dict:
     return doc
 
 
+def with_retention(doc: dict, draw: random.Random) -> dict:
+    """The scenario document under a prefix-cache retention drawn by `draw` (align mode): dense a third of the
+    time, vLLM 0.33.0's default 0 (replay boundaries and shared-prefix junctions only) a third, else one state
+    per 2-4 scheduler blocks besides (CacheConfig.prefix_cache_retention_interval must be a multiple of the
+    scheduler block, kv_cache_coordinator.py:57-62)."""
+    g = doc["geometry"]
+    if g.get("mamba_cache_mode", "align") != "align":
+        return doc
+    pick = draw.random()
+    if pick >= 1 / 3:
+        block = max(g["attn_block_size"], g["mamba_block_size"])  # align mode: one block (harness.scenario)
+        g["prefix_cache_retention_interval"] = 0 if pick < 2 / 3 else draw.randint(2, 4) * block
+    return doc
+
+
 def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
-                    modes: tuple[str, ...] = ("align",), models: tuple = (), model_share: float = 0.2) -> Scenario:
+                    modes: tuple[str, ...] = ("align",), models: tuple = (), model_share: float = 0.2,
+                    retention: bool = False) -> Scenario:
     """small: the model tier's scenarios (shorter prompts, at least two outputs so repeats can show). modes: the
     Mamba cache modes to draw from (the engine tier with vLLM's runners: align and none), from a stream of its
     own, so every seed's scenario is otherwise the same. models: real models' geometries to draw from (the
     engine tier: harness.engine.model_catalog.shipped_geometries), `model_share` of the scenarios (one in five by
-    default), from a stream of its own."""
+    default), from a stream of its own. retention: draw a prefix-cache retention (`with_retention`; releases with
+    sparse retention), from a stream of its own."""
     rng = random.Random(seed)
     geo = random_geometry(rng, checkpoints=checkpoints)
     mamba, k = geo["mamba_block_size"], geo["num_speculative_tokens"]
@@ -147,12 +164,21 @@ def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
                        "request": rng.choice(requests)["id"]})
     doc = {"version": 1, "name": f"random-{seed}", "geometry": geo, "requests": requests, "events": events,
            "max_steps": 400}
+    return parse_scenario(_configured(doc, seed, modes, models, model_share, retention))
+
+
+def _configured(doc: dict, seed: int, modes: tuple[str, ...], models: tuple, model_share: float,
+                retention: bool) -> dict:
+    """The draws of a generated scenario's configuration, each from a stream of its own so that the others stay
+    what they were: the Mamba cache mode, a real model's geometry, the prefix-cache retention."""
     mode_draw = random.Random(f"{seed}:cache-mode")
     if "none" in modes and mode_draw.random() < 0.25:
         without_prefix_caching(doc)
     elif "all" in modes and mode_draw.random() < 0.25:  # a draw of its own: the none draws stay as they were
-        return parse_scenario(with_all_mode(doc))
+        return with_all_mode(doc)
     pick = random.Random(f"{seed}:model")
     if models and pick.random() < model_share:
         with_model(doc, pick.choice(models))
-    return parse_scenario(doc)
+    if retention:
+        with_retention(doc, random.Random(f"{seed}:retention"))
+    return doc

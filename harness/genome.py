@@ -68,6 +68,9 @@ class Budget:
     # document, vLLM's block per K, the number of KV cache groups)
     models: tuple[tuple[str | dict, tuple[int, ...], int], ...] = ()
     model_always: bool = False  # --model-config: every input on that model
+    # sparse prefix-cache retention (0.33.0+): generator inputs draw CacheConfig.prefix_cache_retention_interval
+    # (harness.generate.with_retention); byte-genome inputs stay dense, so their decoding is unchanged
+    retention: bool = False
 
 
 def geometry_from(r: _Reader, budget: Budget) -> dict:
@@ -134,14 +137,20 @@ def generator_fields(data: bytes) -> tuple[int, int]:
     return int.from_bytes(body[:8], "little"), body[8]
 
 
-def _decode_generated(data: bytes, budget: Budget) -> Scenario:
+def budget_scenario(seed: int, budget: Budget, checkpoints: bool) -> Scenario:
+    """The sweep's scenario for `seed` within what the release runs (`budget`): what `sweep` replays, and what a
+    generator input decodes to before its swarm mask."""
     from harness.generate import random_scenario  # the sweep's generator, unchanged
 
+    return random_scenario(seed, checkpoints=checkpoints, small=budget.small, modes=budget.cache_modes,
+                           models=budget.models, model_share=1.0 if budget.model_always else 0.2,
+                           retention=budget.retention)
+
+
+def _decode_generated(data: bytes, budget: Budget) -> Scenario:
     seed, mask = generator_fields(data)
     off = {name for bit, name in enumerate(SWARM) if mask >> bit & 1}
-    scenario = random_scenario(seed, checkpoints=budget.checkpoints and "checkpoints" not in off, small=budget.small,
-                               modes=budget.cache_modes, models=budget.models,
-                               model_share=1.0 if budget.model_always else 0.2)
+    scenario = budget_scenario(seed, budget, checkpoints=budget.checkpoints and "checkpoints" not in off)
     doc = scenario_to_json(scenario)
     geo = doc["geometry"]
     if budget.align and not budget.sub_block_hash:
@@ -318,7 +327,12 @@ def release_budget(small: bool = False, tier: str = "symbolic", runner: str = "m
     """What the installed release can run for a tier and engine runner (with the bytes, all that decoding
     depends on): Mamba cache mode "none" on the engine tier with vLLM's own runners; real models' geometries on
     the engine tier (the shipped ones now and then, or `model_config` always)."""
-    from harness.vllm_adapter import supports_failed_recving, supports_prefill_checkpoints, supports_prefix_match_unit
+    from harness.vllm_adapter import (
+        supports_failed_recving,
+        supports_prefill_checkpoints,
+        supports_prefix_match_unit,
+        supports_retention,
+    )
 
     if tier == "engine":
         from harness.engine.config import has_cache_mode_all
@@ -331,5 +345,6 @@ def release_budget(small: bool = False, tier: str = "symbolic", runner: str = "m
             modes += ("all",)
         return Budget(checkpoints=supports_prefill_checkpoints(), small=small, align=True,
                       sub_block_hash=supports_prefix_match_unit(), load_failures=supports_failed_recving(),
-                      cache_modes=modes, models=models, model_always=bool(model_config))
-    return Budget(checkpoints=supports_prefill_checkpoints(), small=small)
+                      cache_modes=modes, models=models, model_always=bool(model_config),
+                      retention=supports_retention())
+    return Budget(checkpoints=supports_prefill_checkpoints(), small=small, retention=supports_retention())

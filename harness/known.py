@@ -490,6 +490,29 @@ def _prompt_end_tail() -> bool:
     return hasattr(_mamba_manager(), "_cache_partial_tail_block") and _parse_version(installed_version()) < (0, 32, 0)
 
 
+# -- fix: under sparse retention 0, reserve a prefill checkpoint on every chunk, as the worker writes one on every
+# chunk (kv_cache_coordinator.py:236-237 ignores prefill_end for every other retention; checkpoint.py:21-62 has no
+# prefill_end) -------------------------------------------------------------------------------------------------
+def _checkpoint_every_chunk(original):
+    def get_num_blocks_to_allocate(self, *args, **kwargs):
+        if "prefill_end" in kwargs:
+            kwargs["prefill_end"] = 0
+        return original(self, *args, **kwargs)
+    return get_num_blocks_to_allocate
+
+
+def _coordinator():
+    from harness.vllm_adapter import coordinator_class
+
+    return coordinator_class()
+
+
+def _sparse_retention_checkpoints() -> bool:
+    from harness.vllm_adapter import supports_retention
+
+    return _has_checkpoints() and supports_retention()
+
+
 KNOWN_ISSUES = (
     KnownIssue(
         id="sync-external-admission-undercount",
@@ -518,6 +541,26 @@ KNOWN_ISSUES = (
         fix=_fix("fix-midblock-stop", _scheduler, "_mamba_block_aligned_split", _stop_at_next_block_boundary,
                  "a prompt-final chunk starting mid-block stops at the next block boundary (checkpoint geometries)"),
         applies=_has_checkpoints,
+    ),
+    KnownIssue(
+        id="sparse-retention-checkpoint-unreserved",
+        summary="under sparse prefix-cache retention 0 (CacheConfig.prefix_cache_retention_interval, 0.33.0's "
+                "default) MambaManager reserves a prefill checkpoint block only on the chunk that reaches the "
+                "prefill end (kv_cache_coordinator.py:236-237 passes prefill_end only for interval 0), but the Mamba "
+                "metadata builder computes a checkpoint for every prefill chunk (checkpoint.py:21-62, called by "
+                "mamba2_attn.py:198 with every prefill row), so the worker writes a checkpoint state into block-table "
+                "column cdiv(seq_len, block) - 2 where the core reserved none: the null block, or after a speculative "
+                "block's relocation a stale id, the request's relocated scratch block",
+        releases="seen on 0.33.0 (sparse retention and prefill checkpoint blocks both arrive in 0.33.0)",
+        repro="scenarios/sparse-retention-checkpoint-unreserved.json",
+        reached_by="vLLM 0.33.0's defaults for a Mamba2 model with prefix caching in align mode "
+                   "(prefix_cache_retention_interval 0, num_prefill_checkpoint_blocks 1) and speculative decoding "
+                   "(K >= 1): a prompt prefilled in several chunks (a token budget below the prompt, or chunked "
+                   "prefill's long_prefill_token_threshold) whose spec blocks are relocated between chunks",
+        fix=_fix("fix-checkpoint-every-chunk", _coordinator, "get_num_blocks_to_allocate", _checkpoint_every_chunk,
+                 "under sparse retention 0 MambaManager reserves a prefill checkpoint on every chunk, where the "
+                 "worker writes one"),
+        applies=_sparse_retention_checkpoints,
     ),
     KnownIssue(
         id="v1-readd-resets-num-accepted",

@@ -7,10 +7,13 @@
                  state of the prefix that key names;
 4. pool          at the end every block is back in the free queue once, no ref count is left;
 5. exception     vLLM raised at some step;
-6. liveness      the run stops with arrived requests unfinished (nothing scheduled and nothing left to change
+6. retention     (sparse prefix-cache retention) a prefill chunk that ends on one of its prompt's replay
+                 boundaries leaves that state in the prefix cache: vLLM keeps it so that a resend of the prompt
+                 hits (a silent hit-rate loss otherwise);
+7. liveness      the run stops with arrived requests unfinished (nothing scheduled and nothing left to change
                  it, or the step limit reached after more idle steps than the longest load could explain)
                  while the pool could hold each of them on its own: vLLM would hang there;
-7. output        (model tier) every generated token's logits match the uncached reference within
+8. output        (model tier) every generated token's logits match the uncached reference within
                  LOGIT_TOLERANCES[dtype] and every token is the reference's greedy choice; a divergence is
                  classified by symptom: repeat (the cached run copies an earlier span verbatim where the
                  reference does not), garbage (non-finite logits, or an error wider than the reference
@@ -126,6 +129,53 @@ def vllm_exception(trace: Trace) -> list[Finding]:
     return [Finding("vllm-exception", e.step, e.request, None, [], expected="no exception",
                     actual=e.error, detail=f"{e.call} raised at {e.site}", signature=f"vllm-exception:{e.site}",
                     excerpt=trace.excerpt(e.step, e.request))]
+
+
+def replay_boundaries(prompt_tokens: int, block: int, eagle_block_drop: bool) -> tuple[int, ...]:
+    """Where a later request replaying a prompt can resume, block-aligned: a resend is capped at prompt - 1 (its
+    last token is recomputed for logits); with EAGLE's block drop both the resend's and a longer sibling's hit land
+    a block lower. Written from vLLM 0.33.0's contract (kv_cache_coordinator.py:65-89 `replay_boundaries`, aligned
+    as `reachable_block_mask` does at single_type_kv_cache_manager.py:1596-1602), not from its code."""
+    resend = (prompt_tokens - 1) // block * block
+    if not eagle_block_drop:
+        return (resend,) if resend else ()
+    return tuple(sorted({b - block for b in (resend, prompt_tokens // block * block) if b > block}))
+
+
+def retention(trace: Trace) -> list[Finding]:
+    """Under sparse retention vLLM caches a Mamba state only at semantic checkpoints, and always at a prompt's
+    replay boundaries (reachable_block_mask, single_type_kv_cache_manager.py:1561-1571 in 0.33.0). Judged where
+    the state certainly exists: a prefill chunk of that request ended exactly on the boundary (align mode writes
+    a state at every chunk end), so a key for that prefix must have been cached by the end of that step, by this
+    request or an earlier one with the same prefix. The request holds the block through the step, so eviction
+    cannot explain a missing key."""
+    ret = trace.retention
+    if ret is None:
+        return []
+    cached = {}  # state -> first step a key named it
+    for cc in trace.cache:
+        cached.setdefault(cc.want, cc.step)
+    out, seen = [], set()
+    for rv in trace.rows:
+        fps = trace.prefixes.get(rv.request)
+        end = rv.num_computed + rv.num_scheduled
+        if not fps or (rv.request, end) in seen:
+            continue
+        prompt = trace.prompt_tokens.get(rv.request, 0)
+        if end not in replay_boundaries(prompt, ret.mamba_block, ret.eagle_block_drop):
+            continue
+        seen.add((rv.request, end))
+        if cached.get((end, fps[end]), rv.step + 1) <= rv.step:
+            continue
+        out.append(Finding(
+            "retention", rv.step, rv.request, rv.group, [],
+            expected=f"the state of {rv.request}[:{end}] cached: a replay boundary of its {prompt}-token prompt, "
+                     f"kept under sparse retention (interval {ret.interval})",
+            actual=f"no prefix-cache key names {rv.request}[:{end}] by the end of step {rv.step}",
+            detail=f"prefill chunk {rv.num_computed}..{end} ended on the boundary; a resend of the prompt misses "
+                   "the Mamba cache there",
+            signature="retention:replay-boundary", excerpt=trace.excerpt(rv.step, rv.request)))
+    return out
 
 
 IDLE_SLACK = 2  # idle steps a run may end with, beyond its longest load, and still be making progress
@@ -284,6 +334,7 @@ ORACLES = {
     "cache-integrity": cache_integrity,
     "pool-accounting": pool_accounting,
     "vllm-exception": vllm_exception,
+    "retention": retention,
     "liveness": liveness,
     "output": outputs,
 }

@@ -49,6 +49,11 @@ class Geometry(_Strict):
     # a real hybrid model whose KV cache groups and block-size rule vLLM builds (engine tier): a shipped config's
     # name (harness/model_configs) or a config.json inline; None = one attention and one Mamba group
     model: str | dict | None = None
+    # CacheConfig.prefix_cache_retention_interval (0.33.0: sparse Mamba/SWA prefix-cache retention, vLLM's default
+    # 0 = only the replay boundary and shared-prefix junction states are cached; N = also one per N tokens, a
+    # multiple of the scheduler block). None = dense (every state a chunk ends on), the releases without the knob
+    # and every scenario written before it; left out of the document when None so those documents stay as they were
+    prefix_cache_retention_interval: int | None = Field(default=None, ge=0)
 
     @field_validator("model")
     @classmethod
@@ -288,6 +293,8 @@ def load_scenario(path: str | Path) -> Scenario:
 
 
 def scenario_to_json(scenario: Scenario) -> dict:
-    # no "workload": null on plain scenarios, so their documents stay as they were
-    exclude = {"workload"} if scenario.workload is None else None
-    return scenario.model_dump(mode="json", by_alias=True, exclude_defaults=False, exclude=exclude)
+    # no "workload": null on plain scenarios nor a dense retention, so their documents stay as they were
+    exclude: dict = {"workload": True} if scenario.workload is None else {}
+    if scenario.geometry.prefix_cache_retention_interval is None:
+        exclude["geometry"] = {"prefix_cache_retention_interval"}
+    return scenario.model_dump(mode="json", by_alias=True, exclude_defaults=False, exclude=exclude or None)

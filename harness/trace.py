@@ -102,6 +102,23 @@ class RunEnd:
                               self.mamba_cache_mode)
 
 
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """A geometry under sparse prefix-cache retention (CacheConfig.prefix_cache_retention_interval set, align
+    mode), as the retention oracle needs it."""
+
+    interval: int
+    mamba_block: int
+    eagle_block_drop: bool
+
+    @staticmethod
+    def of(geometry) -> Retention | None:
+        if geometry.prefix_cache_retention_interval is None or geometry.mamba_cache_mode != "align":
+            return None
+        return Retention(geometry.prefix_cache_retention_interval, geometry.mamba_block_size,
+                         geometry.eagle_block_drop)
+
+
 @dataclass
 class Trace:
     vllm_version: str
@@ -116,8 +133,12 @@ class Trace:
     unjudged: dict = field(default_factory=dict)  # oracle -> why it could not judge this trace
     steps_run: int = 0
     prefixes: dict[str, list[int]] = field(default_factory=dict)  # request -> prefix fingerprints (fps[n])
+    prompt_tokens: dict[str, int] = field(default_factory=dict)  # request -> its prompt's length
     outputs: list | None = None  # model tier: one harness.model_tier.OutputRecord per generating request
     end: RunEnd | None = None  # how the step loop ended (None: vLLM raised)
+    # the retention oracle's facts of the geometry: sparse prefix-cache retention (None: dense), the Mamba block,
+    # EAGLE's block drop (its replay boundaries lie a block lower)
+    retention: Retention | None = None
 
     def name(self, state: State | None) -> str:
         """'a[:14]' for the state of request a's first 14 tokens; drafts and unknown prefixes say so."""

@@ -178,6 +178,7 @@ class Allocator:
         config = v.kci.KVCacheConfig(
             num_blocks=g.num_blocks, kv_cache_tensors=[],
             kv_cache_groups=[v.kci.KVCacheGroupSpec(["attn"], attn_spec), v.kci.KVCacheGroupSpec(["mamba"], self.mamba_spec)],
+            **retention_config(g),
         )
         try:
             self.manager = v.KVCacheManager(**supported_kwargs(
@@ -404,6 +405,26 @@ def supports_prefix_match_unit() -> bool:
     return "prefix_match_unit" in CacheConfig.__dataclass_fields__
 
 
+def supports_retention() -> bool:
+    """KVCacheConfig.prefix_cache_retention_interval (0.33.0, kv_cache_interface.py:1541): sparse Mamba prefix-cache
+    retention, which the coordinator applies in `cache_blocks` (kv_cache_coordinator.py:360-380)."""
+    return "prefix_cache_retention_interval" in _vllm().kci.KVCacheConfig.__dataclass_fields__
+
+
+def retention_config(geometry: Geometry) -> dict:
+    """The KVCacheConfig field for the geometry's retention, as vLLM's planner sets it from
+    `cache_config.prefix_cache_retention_interval` (kv_cache_planning.py:736-740 in 0.33.0); dense (None) is the
+    field's own default, so it is left out and every release builds it. A release without sparse retention
+    refuses the rest (exit 2)."""
+    interval = geometry.prefix_cache_retention_interval
+    if interval is None:
+        return {}
+    if not supports_retention():
+        raise BadInput(f"geometry.prefix_cache_retention_interval: vLLM {installed_version()} has no sparse "
+                       "prefix-cache retention (KVCacheConfig.prefix_cache_retention_interval, 0.33.0+)")
+    return {"prefix_cache_retention_interval": interval}
+
+
 def supports_failed_recving() -> bool:
     """KVConnectorOutput.failed_recving (0.30+): a connector reports a failed load by request, the only way
     vLLM accepts for a model with several KV cache groups."""
@@ -467,6 +488,13 @@ def instrument_allocator(instrument_func, worker: bool = False) -> int:
 def torch_module():
     """torch, for benchmarks that copy real state tensors (imported with vLLM's allocator)."""
     return _vllm().torch
+
+
+def coordinator_class():
+    """vLLM's KVCacheCoordinator base class (its block count per allocation), for known issues' fixes."""
+    from vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator
+
+    return KVCacheCoordinator
 
 
 def block_pool_class():

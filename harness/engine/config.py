@@ -16,9 +16,11 @@ from harness.errors import BadInput
 from harness.scenario import VOCAB_SIZE, Scenario
 from harness.vllm_adapter import (
     installed_version,
+    retention_config,
     supports_failed_recving,
     supports_prefill_checkpoints,
     supports_prefix_match_unit,
+    supports_retention,
     vllm_namespace,
 )
 
@@ -213,6 +215,9 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirro
                            "forward)")
         vc = vllm_config(*args, failure_policy=g.kv_load_failure_policy, async_scheduling=False, **modes)
     vc.cache_config.num_gpu_blocks = g.num_blocks  # the Scheduler reads it once, when built
+    retention = retention_config(g)
+    if supports_retention():  # the planner's source (kv_cache_planning.py:736-740); connectors read it there too
+        vc.cache_config.prefix_cache_retention_interval = g.prefix_cache_retention_interval
     kci, torch = v.kci, v.torch
     mamba_kwargs = dict(block_size=eg.mamba_block_size, shapes=((1, 1),), dtypes=(torch.float32,),
                         mamba_cache_mode=eg.mamba_cache_mode, num_speculative_blocks=K)
@@ -229,7 +234,8 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirro
         extra = {k: v for k, v in mamba_kwargs.items() if k.startswith("num_prefill") or k.startswith("prefill")}
         groups = [gr if kind == "attention" or not extra else _replace_spec(gr, **extra)
                   for gr, kind in zip(mg.groups, mg.kinds)]
-    kvc = kci.KVCacheConfig(num_blocks=g.num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
+    kvc = kci.KVCacheConfig(num_blocks=g.num_blocks, kv_cache_tensors=[], kv_cache_groups=groups,
+                            **retention)
     if eg.mamba_cache_mode != "align":  # groups of unequal blocks: the engine core's own rule (core.py:176-178)
         B, H = v.kcu.resolve_kv_cache_block_sizes(kvc, vc)
     try:

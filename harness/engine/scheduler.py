@@ -37,7 +37,7 @@ from harness.tokens import RequestTruth  # the scenario's model of a request's t
 from harness.errors import BadInput, HarnessError
 from harness.scenario import RequestSpec, Scenario
 from harness.states import chain
-from harness.trace import CacheRecorder, Trace, VllmException, VllmRaised, blocks_at_least, run_steps
+from harness.trace import CacheRecorder, Retention, Trace, VllmException, VllmRaised, blocks_at_least, run_steps
 from harness.vllm_adapter import (
     adopt_manager,
     exception_site,
@@ -90,7 +90,7 @@ class EngineDriver:
         from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
 
         self.DraftTokenIds, self.KVConnectorOutput, self.ModelRunnerOutput = DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
-        self.trace = Trace(vllm_version=installed_version(), mutant=mutant)
+        self.trace = Trace(vllm_version=installed_version(), mutant=mutant, retention=Retention.of(scenario.geometry))
         self.so = None  # this step's SchedulerOutput (what a forward backend's step_tokens reads)
         self.backend = self._forward_backend()  # --forward model: the model tier's ModelBackend; else None
         # the scenario's model of every request's tokens, which the worker reads too (it never asks the driver)
@@ -117,6 +117,7 @@ class EngineDriver:
             r = _Req(spec, vreq, self.truths[spec.id])
             self.reqs[spec.id] = r
             self.trace.prefixes[spec.id] = r.fps
+            self.trace.prompt_tokens[spec.id] = len(self.prompts[spec.id])
             if spec.external is not None:
                 connector.plan[spec.id] = (spec.external.tokens, spec.external.async_load, spec.external.load_steps)
         self.events: dict[int, list] = {}

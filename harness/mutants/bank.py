@@ -116,6 +116,17 @@ def _spec_block_not_relocated(original):
     return _relocate_speculative_block
 
 
+def _resend_boundary_at_prompt_end(original):
+    def cache_blocks(self, request, num_tokens, *args, **kwargs):
+        b = bound_arguments(original, self, request, num_tokens, *args, **kwargs)
+        if b.arguments.get("retention_interval") is not None:
+            # the resend's boundary taken at the prompt's end (P) instead of P - 1: on a block-aligned prompt the
+            # kept state moves a block up and a resend, capped at P - 1, misses it
+            b.arguments["replay_boundaries"] = [p + 1 for p in b.arguments["replay_boundaries"]]
+        return original(*b.args, **b.kwargs)
+    return cache_blocks
+
+
 def _block_pool_class():
     from harness.vllm_adapter import block_pool_class
 
@@ -123,6 +134,11 @@ def _block_pool_class():
 
 
 BANK = (
+    mamba_mutant("mamba-retention-resend-boundary-at-prompt-end", "off-by-one boundary: under sparse prefix-cache "
+           "retention the resend's replay boundary is kept at the prompt's end instead of P - 1, so on a "
+           "block-aligned prompt the state a resend resumes from is dropped (silent hit-rate loss)", "cache_blocks",
+           _resend_boundary_at_prompt_end, origin="the case vLLM's replay_boundaries docstring warns of "
+           "(kv_cache_coordinator.py:74-80 in 0.33.0)", releases="0.33.x"),
     mamba_mutant("mamba-hit-without-state", "wrong-branch: a Mamba miss reported as a hit of null blocks; the layer "
            "starts from an empty state at num_computed > 0", "find_longest_cache_hit", _hit_without_state,
            origin="vLLM #43090"),

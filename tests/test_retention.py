@@ -1,0 +1,137 @@
+"""Sparse prefix-cache retention (CacheConfig.prefix_cache_retention_interval, vLLM 0.33.0's default 0): the scenario
+field, vLLM's own validation, the generator's draw, and the retention oracle (a prompt's replay-boundary state must
+be cached where a chunk ends on it)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.errors import BadInput
+from harness.generate import random_scenario
+from harness.oracles import judge, replay_boundaries, retention
+from harness.replay import replay
+from harness.run_config import RunConfig
+from harness.scenario import parse_scenario, scenario_to_json
+from harness.trace import CacheCheck, Retention, RowView, Trace
+from harness.vllm_adapter import supports_retention
+from testlib import mutant
+
+needs_retention = pytest.mark.skipif(not supports_retention(), reason="vLLM before 0.33.0: no sparse retention")
+
+# a 22-token prompt prefilled one block per step (token budget 4): its chunks end on every block boundary, among them
+# the resend's replay boundary 20; b resends it, c shares 13 tokens
+CHUNKED = {"version": 1, "name": "retention", "geometry": {
+    "hash_block_size": 4, "attn_block_size": 4, "mamba_block_size": 4, "num_blocks": 64, "max_model_len": 256,
+    "token_budget": 4, "prefix_cache_retention_interval": 0},
+    "requests": [{"id": "a", "prompt": {"length": 22, "seed": 1}, "max_tokens": 2},
+                 {"id": "b", "prompt": {"length": 22, "seed": 1, "share": {"request": "a", "tokens": 22}},
+                  "arrival_step": 8, "max_tokens": 2},
+                 {"id": "c", "prompt": {"length": 30, "seed": 3, "share": {"request": "a", "tokens": 13}},
+                  "arrival_step": 12, "max_tokens": 2}],
+    "max_steps": 80}
+
+
+def _with(interval) -> dict:
+    doc = json.loads(json.dumps(CHUNKED))
+    doc["geometry"]["prefix_cache_retention_interval"] = interval
+    return doc
+
+
+def test_a_dense_scenario_document_is_unchanged_and_a_sparse_one_keeps_its_interval():
+    dense = _with(None)
+    del dense["geometry"]["prefix_cache_retention_interval"]
+    assert "prefix_cache_retention_interval" not in scenario_to_json(parse_scenario(dense))["geometry"]
+    assert scenario_to_json(parse_scenario(_with(0)))["geometry"]["prefix_cache_retention_interval"] == 0
+    with pytest.raises(BadInput):
+        parse_scenario(_with(-4))
+
+
+def test_a_release_without_sparse_retention_refuses_it(monkeypatch):
+    import harness.vllm_adapter as adapter
+
+    monkeypatch.setattr(adapter, "supports_retention", lambda: False)
+    with pytest.raises(BadInput, match="no sparse prefix-cache retention"):
+        replay(parse_scenario(_with(0)))
+    assert judge(replay(parse_scenario(_with(None)))) == []  # dense needs nothing of the release
+
+
+@needs_retention
+def test_vllm_refuses_an_interval_that_is_not_a_multiple_of_the_scheduler_block():
+    with pytest.raises(BadInput, match="multiple of scheduler_block_size"):
+        replay(parse_scenario(_with(6)))
+
+
+@needs_retention
+@pytest.mark.parametrize("tier", ["symbolic", "engine"])
+def test_sparse_retention_caches_only_semantic_checkpoints_and_every_oracle_holds(tier):
+    """Dense: every chunk end is cached. Interval 0: a's replay boundary (20) and the junction c establishes (12)
+    only; interval 8 adds one per 8 tokens. b's resend hits 20 under all three (mirrored tier)."""
+    config = RunConfig(tier=tier).but(async_scheduling="off") if tier == "engine" else RunConfig(tier=tier)
+    keys = {}
+    for interval in (None, 0, 8):
+        trace = replay(parse_scenario(_with(interval)), config=config)
+        assert judge(trace) == [], interval
+        keys[interval] = {(c.prefix_owner, c.prefix_tokens) for c in trace.cache if c.prefix_owner == "a"}
+        hits = {c.request: c.returned for c in trace.calls if c.name == "get_computed_blocks"}
+        assert tier == "engine" or hits["b"] == 20  # (the engine tier records no allocator calls)
+    assert keys[None] == {("a", n) for n in (4, 8, 12, 16, 20)}
+    assert keys[0] == {("a", 12), ("a", 20)}
+    assert keys[0] < keys[8] < keys[None]
+
+
+@needs_retention
+@pytest.mark.parametrize("name", ["mamba-retention-resend-boundary-at-prompt-end"])
+def test_the_retention_oracle_catches_a_dropped_replay_boundary(name):
+    """A block-aligned 16-token prompt prefilled a block per step: its resend boundary is 8; the mutant keeps 16. A
+    hash unit finer than the block (1 token), so the prompt-tail key (at P - 1 = 15) is not the boundary's."""
+    doc = _with(0)
+    doc["geometry"].update(hash_block_size=1, attn_block_size=8, mamba_block_size=8, token_budget=8)
+    doc["requests"] = [{"id": "a", "prompt": {"length": 16, "seed": 1}, "max_tokens": 1}]
+    scenario = parse_scenario(doc)
+    assert judge(replay(scenario)) == []
+    with mutant(name):
+        found = judge(replay(scenario, mutant=name))
+    assert [f.signature for f in found] == ["retention:replay-boundary"]
+    assert "a[:8]" in found[0].expected
+
+
+def test_replay_boundaries_follow_vllms_contract():
+    assert replay_boundaries(22, 4, False) == (20,)
+    assert replay_boundaries(20, 4, False) == (16,)  # a resend is capped at P - 1
+    assert replay_boundaries(3, 4, False) == ()
+    assert replay_boundaries(22, 4, True) == (16,)  # EAGLE: both land a block lower
+    assert replay_boundaries(20, 4, True) == (12, 16)
+
+
+def _trace(cached_at: int | None) -> Trace:
+    trace = Trace(vllm_version="test", mutant=None, retention=Retention(0, 4, False))
+    trace.prefixes["a"] = list(range(100, 123))
+    trace.prompt_tokens["a"] = 22
+    trace.rows.append(RowView(3, "a", 1, "RUNNING", 16, 4, 3, 4, [3, 4], [0, 1, 2, 3, 4], [0, 1, 2, 3, 4]))
+    if cached_at is not None:
+        state = (20, trace.prefixes["a"][20])
+        trace.cache.append(CacheCheck(cached_at, 5, 20, "a", state, state, state))
+    return trace
+
+
+def test_the_retention_oracle_is_a_pure_function_of_the_trace():
+    assert [f.signature for f in retention(_trace(None))] == ["retention:replay-boundary"]
+    assert retention(_trace(3)) == [] and retention(_trace(1)) == []  # cached this step, or earlier
+    assert [f.step for f in retention(_trace(4))] == [3]  # cached only after the step: too late
+    dense = _trace(None)
+    dense.retention = None
+    assert retention(dense) == []
+
+
+@needs_retention
+def test_the_sweep_draws_vllms_retention_values_from_a_stream_of_its_own():
+    plain = [random_scenario(s, checkpoints=False) for s in range(60)]
+    drawn = [random_scenario(s, checkpoints=False, retention=True) for s in range(60)]
+    values = [d.geometry.prefix_cache_retention_interval for d in drawn]
+    assert {None, 0} <= set(values) and any(v for v in values)
+    for p, d in zip(plain, drawn):
+        assert scenario_to_json(p)["requests"] == scenario_to_json(d)["requests"]
+        v = d.geometry.prefix_cache_retention_interval
+        assert v is None or v % d.geometry.scheduler_block_size == 0
