@@ -33,7 +33,7 @@ def main() -> int:
     from harness.replay import replay
     from harness.oracles import judge
     from harness.scenario import scenario_to_json
-    from harness.vllm_adapter import supports_prefill_checkpoints
+    from harness.vllm_adapter import supports_prefill_checkpoints, supports_retention
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -41,7 +41,7 @@ def main() -> int:
     for name in args.only or list(REGISTRY):
         found = None
         for seed in range(args.count):
-            scenario = random_scenario(seed, checkpoints=supports_prefill_checkpoints())
+            scenario = random_scenario(seed, checkpoints=supports_prefill_checkpoints(), retention=supports_retention())
             try:
                 with mutant_applied(name):
                     fired = bool(judge(replay(scenario, name)))

@@ -12,7 +12,7 @@ An input starting with GENERATOR_MAGIC is instead the sweep generator's scenario
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.generate import with_all_mode, with_model, without_prefix_caching
 from harness.scenario import Scenario, parse_scenario, scenario_to_json
@@ -111,6 +111,9 @@ def _other_mode(modes: tuple[str, ...], flags: int) -> str:
 # at least as broadly as the sweep, and coverage keeps the generator scenarios that reach new behaviour.
 GENERATOR_MAGIC = b"GEN\x00"
 GENERATOR_INPUT = len(GENERATOR_MAGIC) + 8 + 1
+# a byte after the mask: bit 0 set = the sweep's later draws too (today: the prefix-cache retention), so an input
+# written before a draw existed (no such byte: read as 0) still decodes to the scenario it was kept for
+GENERATOR_DRAWS = 1
 # swarm testing (Groce et al., ISSTA 2012): each generator input switches whole features off, so a rare
 # combination is not starved by the common ones; bit set = feature off (mask 0: the sweep's own scenario)
 SWARM = ("checkpoints", "connector", "async_load", "spec_decode", "prefix_sharing", "events", "pool_pressure",
@@ -124,7 +127,7 @@ def generator_input(rng: random.Random, seed: int | None = None, mask: int | Non
     seed = rng.getrandbits(64) if seed is None else seed
     if mask is None:
         mask = 0 if rng.random() < 0.5 else rng.randrange(1, 256)
-    return GENERATOR_MAGIC + seed.to_bytes(8, "little") + bytes([mask])
+    return GENERATOR_MAGIC + seed.to_bytes(8, "little") + bytes([mask, GENERATOR_DRAWS])
 
 
 def is_generator_input(data: bytes) -> bool:
@@ -135,6 +138,11 @@ def generator_fields(data: bytes) -> tuple[int, int]:
     """A generator input's (seed, swarm mask); missing bytes read as 0, as everywhere in the genome."""
     body = data[len(GENERATOR_MAGIC):].ljust(GENERATOR_INPUT - len(GENERATOR_MAGIC), b"\0")
     return int.from_bytes(body[:8], "little"), body[8]
+
+
+def generator_draws(data: bytes) -> bool:
+    """Whether a generator input takes the sweep's later draws (the byte after the swarm mask)."""
+    return len(data) > GENERATOR_INPUT and bool(data[GENERATOR_INPUT] & GENERATOR_DRAWS)
 
 
 def budget_scenario(seed: int, budget: Budget, checkpoints: bool) -> Scenario:
@@ -150,6 +158,7 @@ def budget_scenario(seed: int, budget: Budget, checkpoints: bool) -> Scenario:
 def _decode_generated(data: bytes, budget: Budget) -> Scenario:
     seed, mask = generator_fields(data)
     off = {name for bit, name in enumerate(SWARM) if mask >> bit & 1}
+    budget = budget if generator_draws(data) else replace(budget, retention=False)
     scenario = budget_scenario(seed, budget, checkpoints=budget.checkpoints and "checkpoints" not in off)
     doc = scenario_to_json(scenario)
     geo = doc["geometry"]

@@ -176,7 +176,23 @@ def _record_states(d: driver_mod.Driver, rec: _Recorder) -> None:
     def checked(step: int) -> None:
         rec.lines.append("check_cache()")
         check_cache(step)
+        rec.lines.extend(f"check_retained({rid!r}, {n})" for rid, n in _retained_this_step(d.trace, step))
     d._check_cache = checked
+
+
+def _retained_this_step(trace, step: int) -> list[tuple[str, int]]:
+    """The replay-boundary states the retention oracle requires cached after `step` (sparse retention only)."""
+    from harness.oracles import replay_boundaries
+
+    ret, out = trace.retention, []
+    if ret is None:
+        return out
+    for rv in trace.rows:
+        end = rv.num_computed + rv.num_scheduled
+        if rv.step == step and (rv.request, end) not in out and end in replay_boundaries(
+                trace.prompt_tokens.get(rv.request, 0), ret.mamba_block, ret.eagle_block_drop):
+            out.append((rv.request, end))
+    return out
 
 
 TEMPLATE = '''# SPDX-License-Identifier: Apache-2.0
@@ -232,7 +248,7 @@ def test_{func}():
                                                          dtype=torch.float32)),
             KVCacheGroupSpec(["mamba"], MambaSpec(block_size=BLOCK_SIZE, shapes=((1, 1),), dtypes=(torch.float32,),
                                                   mamba_cache_mode="align", num_speculative_blocks=NUM_SPEC{ckpt})),
-        ],
+        ],{retention}
     )
     manager = KVCacheManager(config, max_model_len={max_model_len}, scheduler_block_size={scheduler_block_size},
                              hash_block_size={hash_block_size}, enable_caching=True, use_eagle={eagle})
@@ -256,6 +272,7 @@ def test_{func}():
         prev_state_col[rid] = curr
 
     pages = SymbolicStates(NUM_SPEC)
+    seen_keys = set()  # every Mamba prefix-cache key seen after a step
 
     def col(rid, column):  # the block at a column of the worker's row (padding reads as the null block)
         return rows[rid][column] if 0 <= column < len(rows[rid]) else 0
@@ -275,11 +292,17 @@ def test_{func}():
         for key, value in manager.block_pool.cached_block_hash_to_block._cache.items():
             if kv_cache_utils.get_group_id(key) != MAMBA:
                 continue
+            seen_keys.add(bytes(key))
             want = owners[bytes(kv_cache_utils.get_block_hash(key))]
             for block in value.values() if isinstance(value, dict) else [value]:
                 conv, ssm = pages.page(block.block_id)
                 assert conv[0] == want and ssm == want, (
                     f"cached block {{block.block_id}} holds conv {{conv[0]}}, ssm {{ssm}}; its key names {{want}}")
+
+    def check_retained(rid, num_tokens):  # sparse retention keeps a prompt's replay-boundary state cached
+        key = kv_cache_utils.make_block_hash_with_group_id(
+            reqs[rid].block_hashes[num_tokens // HASH_BLOCK_SIZE - 1], MAMBA)
+        assert bytes(key) in seen_keys, f"{{rid}}: no prefix-cache key for its first {{num_tokens}} tokens"
 
     def check_pool():
         pool = manager.block_pool
@@ -314,6 +337,8 @@ def emit_regression(scenario: Scenario, signature: str, mutant: str | None = Non
         func=f"hybrid_harness_{func}", hash_block_size=g.hash_block_size, num_blocks=g.num_blocks,
         attn_block_size=g.attn_block_size,
         ckpt=", num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1" if g.prefill_checkpoint else "",
+        retention=("" if g.prefix_cache_retention_interval is None else
+                   f"\n        prefix_cache_retention_interval={g.prefix_cache_retention_interval},"),
         max_model_len=g.max_model_len, scheduler_block_size=g.scheduler_block_size, eagle=g.eagle_block_drop,
         prompts=pprint.pformat(prompts, width=110, compact=True).replace("\n", "\n    "),
         max_tokens={r.id: r.max_tokens for r in scenario.requests},

@@ -12,7 +12,15 @@ from harness.run_config import RunConfig
 from harness.errors import HarnessError
 from harness.fuzzing import Finding, Target
 from harness.generate import random_scenario
-from harness.genome import Budget, decode, generator_input, release_budget, without_checkpoints
+from harness.genome import (
+    GENERATOR_INPUT,
+    Budget,
+    budget_scenario,
+    decode,
+    generator_input,
+    release_budget,
+    without_checkpoints,
+)
 from harness.known import KNOWN_ISSUES, KnownIssue, confirm_on_stock, fixes_applied, issues_for, replay_and_judge
 from harness.mutants import get_mutant
 from harness.oracles import judge
@@ -136,9 +144,19 @@ def test_sweep_and_target_judge_alike_with_fixes_on_and_off():
 def test_a_generator_input_without_swarm_is_the_sweeps_scenario():
     budget = release_budget()
     for seed in (0, 7, 123456789):
-        data = b"GEN\x00" + seed.to_bytes(8, "little") + b"\x00"
-        got = decode(data, budget)
+        data = generator_input(random.Random(), seed=seed, mask=0)
+        want = budget_scenario(seed, budget, checkpoints=budget.checkpoints)  # what `sweep` replays
+        for got in (decode(data, budget), decode(data + b"trailing", budget)):
+            assert got.requests == want.requests and got.geometry == want.geometry and got.events == want.events
+
+
+def test_a_generator_input_kept_before_a_draw_existed_still_decodes_as_it_did():
+    """Crash files and corpus entries of nine bytes after the magic predate the retention draw: no draw byte."""
+    budget = release_budget()
+    for seed in (0, 7, 123456789):
+        old = b"GEN\x00" + seed.to_bytes(8, "little") + b"\x00"
         want = random_scenario(seed, checkpoints=budget.checkpoints)
+        got = decode(old, budget)
         assert got.requests == want.requests and got.geometry == want.geometry and got.events == want.events
 
 
@@ -147,7 +165,7 @@ def test_swarm_masks_switch_whole_features_off():
     budget = Budget(checkpoints=True)
     for _ in range(300):
         data = bytearray(generator_input(rng))
-        data[-1] = 0b0011_1110  # connector, spec decode, prefix sharing, events off (async load too)
+        data[GENERATOR_INPUT - 1] = 0b0011_1110  # connector, spec decode, prefix sharing, events off (async load too)
         sc = decode(bytes(data), budget)
         assert sc.geometry.num_speculative_tokens == 0 and not sc.events
         assert all(r.external is None and r.prompt.share is None and not r.acceptance for r in sc.requests)
