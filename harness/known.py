@@ -513,6 +513,33 @@ def _sparse_retention_checkpoints() -> bool:
     return _has_checkpoints() and supports_retention()
 
 
+# -- fix: 0.26.0's async discard counts frames: one frame in flight per step without pipeline parallelism, so the
+# first stale frame drains the counter (async_scheduler.py:53-59 drops one frame per call; scheduler.py:2353 set it
+# to num_output_placeholders, 1 + K tokens per step) -------------------------------------------------------------
+def _discard_one_frame(original):
+    def _update_request_with_output(self, request, new_token_ids):
+        if getattr(request, "async_tokens_to_discard", 0) > 0:
+            request.async_tokens_to_discard = 0
+            return [], False
+        return original(self, request, new_token_ids)
+    return _update_request_with_output
+
+
+def _async_scheduler():
+    from harness.vllm_adapter import async_scheduler_class
+
+    return async_scheduler_class()
+
+
+def _discards_by_count() -> bool:
+    """0.26.0: a force-preempted request's stale async output is dropped by a counter on the Request (later
+    releases drop it by step, `drop_stale_output`)."""
+    from harness.vllm_adapter import parameters
+
+    return ("drop_stale_output" not in parameters(_scheduler()._preempt_request)
+            and "async_tokens_to_discard" in _async_scheduler()._update_request_with_output.__code__.co_names)
+
+
 KNOWN_ISSUES = (
     KnownIssue(
         id="sync-external-admission-undercount",
@@ -561,6 +588,23 @@ KNOWN_ISSUES = (
                  "under sparse retention 0 MambaManager reserves a prefill checkpoint on every chunk, where the "
                  "worker writes one"),
         applies=_sparse_retention_checkpoints,
+    ),
+    KnownIssue(
+        id="v026-discard-counts-tokens-as-frames",
+        summary="reset_prefix_cache(reset_running_requests=True) sets a preempted request's async_tokens_to_discard "
+                "to num_output_placeholders, which counts tokens (1 + K per step in flight, "
+                "async_scheduler.py:36-41), but AsyncScheduler._update_request_with_output drops one output frame "
+                "per call (:53-59): with K >= 1 it drops the stale frame and then the resumed request's own outputs, "
+                "whose tokens never arrive, so the request is never scheduled again (vLLM hangs)",
+        releases="seen on 0.26.0 (0.27.0 on drop stale output by step: `drop_stale_output`)",
+        repro="scenarios/v026-discard-counts-tokens-as-frames.json",
+        reached_by="async scheduling with speculative decoding (K >= 1; V1 with EAGLE drafts, where vLLM runs async) "
+                   "and reset_prefix_cache(reset_running_requests=True) while a request has a step in flight (the "
+                   "harness's forced-preemption event)",
+        fix=_fix("fix-discard-one-frame", _async_scheduler, "_update_request_with_output", _discard_one_frame,
+                 "the first stale frame drains the discard counter (one frame in flight per step)"),
+        applies=_discards_by_count,
+        runners=("v1", "v2"),  # scheduler code reached only under async scheduling (the engine tier's workers)
     ),
     KnownIssue(
         id="v1-readd-resets-num-accepted",

@@ -505,6 +505,13 @@ def block_pool_class():
     return BlockPool
 
 
+def async_scheduler_class():
+    """vLLM's AsyncScheduler class (its output handling under async scheduling), for known issues' fixes."""
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+    return AsyncScheduler
+
+
 def scheduler_class():
     """vLLM's Scheduler class, for patches of its chunk rule (`_mamba_block_aligned_split`)."""
     return _vllm().Scheduler
