@@ -7,9 +7,9 @@
                  state of the prefix that key names;
 4. pool          at the end every block is back in the free queue once, no ref count is left;
 5. exception     vLLM raised at some step;
-6. retention     (sparse prefix-cache retention) a prefill chunk that ends on one of its prompt's replay
-                 boundaries leaves that state in the prefix cache: vLLM keeps it so that a resend of the prompt
-                 hits (a silent hit-rate loss otherwise);
+6. retention     (sparse prefix-cache retention) a prefill chunk that ends where vLLM keeps a state (a
+                 replay boundary, a shared-prefix junction, a multiple of the interval) leaves that state in the
+                 prefix cache: a silent hit-rate loss otherwise;
 7. liveness      the run stops with arrived requests unfinished (nothing scheduled and nothing left to change
                  it, or the step limit reached after more idle steps than the longest load could explain)
                  while the pool could hold each of them on its own: vLLM would hang there;
@@ -142,13 +142,29 @@ def replay_boundaries(prompt_tokens: int, block: int, eagle_block_drop: bool) ->
     return tuple(sorted({b - block for b in (resend, prompt_tokens // block * block) if b > block}))
 
 
+def retained_positions(trace: Trace, request: str, step: int) -> set[int]:
+    """Where sparse retention keeps a request's prompt states (vLLM 0.33.0's contract, `reachable_block_mask`,
+    single_type_kv_cache_manager.py:1549-1604, and `cache_blocks`' reachable boundaries, :511-520): its replay
+    boundaries; every shared-prefix junction its lookup found by `step`, floored to the block (a block lower too
+    with EAGLE's block drop); with an interval N wider than the block, every multiple of N in the prompt."""
+    ret = trace.retention
+    block, prompt = ret.mamba_block, trace.prompt_tokens.get(request, 0)
+    out = set(replay_boundaries(prompt, block, ret.eagle_block_drop))
+    for seen, junction in trace.junctions.get(request, ()):
+        if seen <= step:
+            floored = junction // block * block
+            out |= {floored, floored - block} if ret.eagle_block_drop else {floored}
+    if ret.interval > block:
+        out |= set(range(ret.interval, prompt + 1, ret.interval))
+    return {p for p in out if 0 < p <= prompt}
+
+
 def retention(trace: Trace) -> list[Finding]:
-    """Under sparse retention vLLM caches a Mamba state only at semantic checkpoints, and always at a prompt's
-    replay boundaries (reachable_block_mask, single_type_kv_cache_manager.py:1561-1571 in 0.33.0). Judged where
-    the state certainly exists: a prefill chunk of that request ended exactly on the boundary (align mode writes
-    a state at every chunk end), so a key for that prefix must have been cached by the end of that step, by this
-    request or an earlier one with the same prefix. The request holds the block through the step, so eviction
-    cannot explain a missing key."""
+    """Under sparse retention vLLM caches a Mamba state only at semantic checkpoints (`retained_positions`).
+    Judged where the state certainly exists: a prefill chunk of that request ended exactly on the position (align
+    mode writes a state at every chunk end), so a key for that prefix must have been cached by the end of that
+    step, by this request or an earlier one with the same prefix. The request holds the block through the step,
+    so eviction cannot explain a missing key."""
     ret = trace.retention
     if ret is None:
         return []
@@ -159,22 +175,22 @@ def retention(trace: Trace) -> list[Finding]:
     for rv in trace.rows:
         fps = trace.prefixes.get(rv.request)
         end = rv.num_computed + rv.num_scheduled
-        if not fps or (rv.request, end) in seen:
-            continue
-        prompt = trace.prompt_tokens.get(rv.request, 0)
-        if end not in replay_boundaries(prompt, ret.mamba_block, ret.eagle_block_drop):
+        if not fps or (rv.request, end) in seen or end not in retained_positions(trace, rv.request, rv.step):
             continue
         seen.add((rv.request, end))
         if cached.get((end, fps[end]), rv.step + 1) <= rv.step:
             continue
+        kind = "replay-boundary" if end in replay_boundaries(trace.prompt_tokens[rv.request], ret.mamba_block,
+                                                              ret.eagle_block_drop) else "checkpoint"
         out.append(Finding(
             "retention", rv.step, rv.request, rv.group, [],
-            expected=f"the state of {rv.request}[:{end}] cached: a replay boundary of its {prompt}-token prompt, "
-                     f"kept under sparse retention (interval {ret.interval})",
+            expected=f"the state of {rv.request}[:{end}] cached: a {kind.replace('-', ' ')} of its "
+                     f"{trace.prompt_tokens[rv.request]}-token prompt, kept under sparse retention (interval "
+                     f"{ret.interval})",
             actual=f"no prefix-cache key names {rv.request}[:{end}] by the end of step {rv.step}",
-            detail=f"prefill chunk {rv.num_computed}..{end} ended on the boundary; a resend of the prompt misses "
-                   "the Mamba cache there",
-            signature="retention:replay-boundary", excerpt=trace.excerpt(rv.step, rv.request)))
+            detail=f"prefill chunk {rv.num_computed}..{end} ended on it; a request resuming there misses the Mamba "
+                   "cache",
+            signature=f"retention:{kind}", excerpt=trace.excerpt(rv.step, rv.request)))
     return out
 
 

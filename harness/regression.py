@@ -181,16 +181,15 @@ def _record_states(d: driver_mod.Driver, rec: _Recorder) -> None:
 
 
 def _retained_this_step(trace, step: int) -> list[tuple[str, int]]:
-    """The replay-boundary states the retention oracle requires cached after `step` (sparse retention only)."""
-    from harness.oracles import replay_boundaries
+    """The states the retention oracle requires cached after `step` (sparse retention only)."""
+    from harness.oracles import retained_positions
 
-    ret, out = trace.retention, []
-    if ret is None:
+    out = []
+    if trace.retention is None:
         return out
     for rv in trace.rows:
         end = rv.num_computed + rv.num_scheduled
-        if rv.step == step and (rv.request, end) not in out and end in replay_boundaries(
-                trace.prompt_tokens.get(rv.request, 0), ret.mamba_block, ret.eagle_block_drop):
+        if rv.step == step and (rv.request, end) not in out and end in retained_positions(trace, rv.request, step):
             out.append((rv.request, end))
     return out
 

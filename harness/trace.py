@@ -134,6 +134,8 @@ class Trace:
     steps_run: int = 0
     prefixes: dict[str, list[int]] = field(default_factory=dict)  # request -> prefix fingerprints (fps[n])
     prompt_tokens: dict[str, int] = field(default_factory=dict)  # request -> its prompt's length
+    # request -> (step, shared-prefix junction) as vLLM's prefix lookup set it (Request.shared_prefix_boundary, 0.30+)
+    junctions: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     outputs: list | None = None  # model tier: one harness.model_tier.OutputRecord per generating request
     end: RunEnd | None = None  # how the step loop ended (None: vLLM raised)
     # the retention oracle's facts of the geometry: sparse prefix-cache retention (None: dense), the Mamba block,
@@ -261,6 +263,7 @@ class Tier(Protocol):
     last_scheduled: int  # requests the last step scheduled
     attn_groups: tuple[int, ...]  # the KV cache groups by kind (each holds its own blocks: the liveness bounds)
     mamba_groups: tuple[int, ...]
+    reqs: dict  # request id -> its record, whose `vreq` is vLLM's Request
 
     def _all_done(self) -> bool: ...
     def _stuck(self, step: int) -> bool: ...  # nothing in flight, no arrival or event to come
@@ -268,6 +271,15 @@ class Tier(Protocol):
     def _progress(self) -> tuple: ...  # changes whenever a request's state or the pool does
     def _unfinished(self) -> dict[str, str]: ...
     def _shutdown(self) -> None: ...
+
+
+def _record_junctions(trace: Trace, step: int, reqs: dict) -> None:
+    """The shared-prefix junctions vLLM's prefix lookup found this step (the retention oracle's input)."""
+    for rid, r in reqs.items():
+        junction = getattr(r.vreq, "shared_prefix_boundary", 0)
+        seen = trace.junctions.get(rid)
+        if junction and (not seen or seen[-1][1] != junction):
+            trace.junctions.setdefault(rid, []).append((step, junction))
 
 
 def run_steps(tier: Tier) -> Trace:
@@ -287,6 +299,7 @@ def run_steps(tier: Tier) -> Trace:
                 break
             tier._step(step)
             trace.steps_run = step + 1
+            _record_junctions(trace, step, tier.reqs)
             idle = 0 if tier.last_scheduled else idle + 1
             after = tier._progress()
             changed, before = after != before, after

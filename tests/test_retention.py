@@ -10,7 +10,7 @@ import pytest
 
 from harness.errors import BadInput
 from harness.generate import random_scenario
-from harness.oracles import judge, replay_boundaries, retention
+from harness.oracles import judge, replay_boundaries, retained_positions, retention
 from harness.replay import replay
 from harness.run_config import RunConfig
 from harness.scenario import parse_scenario, scenario_to_json
@@ -114,6 +114,17 @@ def _trace(cached_at: int | None) -> Trace:
         state = (20, trace.prefixes["a"][20])
         trace.cache.append(CacheCheck(cached_at, 5, 20, "a", state, state, state))
     return trace
+
+
+def test_junctions_and_interval_multiples_are_retained_positions_too():
+    trace = _trace(None)
+    trace.junctions["a"] = [(2, 13)]
+    assert retained_positions(trace, "a", 1) == {20}  # the junction was found only at step 2
+    assert retained_positions(trace, "a", 2) == {12, 20}  # floored to the block
+    trace.retention = Retention(8, 4, True)
+    assert retained_positions(trace, "a", 2) == {8, 12, 16}  # EAGLE: a block lower; multiples of 8
+    trace.rows[0] = RowView(3, "a", 1, "RUNNING", 8, 4, 2, 3, [2, 3], [0, 1, 2, 3], [0, 1, 2, 3])
+    assert [f.signature for f in retention(trace)] == ["retention:checkpoint"]
 
 
 def test_the_retention_oracle_is_a_pure_function_of_the_trace():
