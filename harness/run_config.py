@@ -70,9 +70,9 @@ class RunConfig:
 
     @property
     def tier_runs_checkpoints(self) -> bool:
-        """Whether this tier's worker simulates Mamba prefill checkpoint blocks: all but the engine tier's V1
-        runner (a checkpoint geometry there is bad input, so its campaigns' mutator must not make one)."""
-        return self.tier != "engine" or self.engine.runner != "v1"
+        """Whether this tier's worker simulates Mamba prefill checkpoint blocks: every one (the engine tier's V1
+        runner too, since its checkpoints come from vLLM's Mamba2 builder as V2's do)."""
+        return True
 
     @classmethod
     def of(cls, config: RunConfig | None = None, **changes) -> RunConfig:

@@ -114,11 +114,24 @@ def test_no_state_leaks_across_scenarios():
     assert [(seed, fresh[str(seed)]) for seed, _ in pooled] == pooled
 
 
-def test_unsupported_geometry_is_bad_input():
+def test_prefill_checkpoints_come_from_vllms_builder_where_the_release_has_them():
+    """The checkpoint export is the Mamba2 builder's (its offsets and state indices), as on the V2 worker: the repro
+    of sparse-retention-checkpoint-unreserved shows the same four findings on V1, and none with its fix. A release
+    without checkpoint blocks refuses the geometry."""
     doc = load_scenario(SEED)
     sc = doc.model_copy(update={"geometry": doc.geometry.model_copy(update={"prefill_checkpoint": True})})
-    with pytest.raises(BadInput):
-        _replay(sc)
+    from harness.vllm_adapter import supports_prefill_checkpoints
+
+    if not supports_prefill_checkpoints():
+        with pytest.raises(BadInput):
+            _replay(sc)
+        return
+    issue = known_issue_by_id("sparse-retention-checkpoint-unreserved")
+    repro = load_scenario(ROOT / issue.repro)
+    found = {f.signature for f in judge(_replay(repro, scheduling="off"))}
+    assert found == {"live-column:RUNNING", "provenance:precopy", "provenance:initial", "cache-integrity"}
+    with fixes_applied([issue]):
+        assert judge(_replay(repro, scheduling="off")) == []
 
 
 @pytest.mark.parametrize("name", ["v1-accepted-count-lost", "v1-stale-mamba-state-idx", "v1-reorder-threshold-off-by-one"])

@@ -75,8 +75,7 @@ def test_engine_target_replays_on_vllms_scheduler_and_records_the_worker(tmp_pat
 
 
 def test_campaign_without_checkpoints_passes_over_checkpoint_inputs(tmp_path):
-    """`fuzz --checkpoints off` (the default `auto` for `--tier engine --runner v1`, whose worker does not
-    simulate prefill checkpoint blocks): an input that has the checkpoint bit, e.g. from the seed corpus, is
+    """`fuzz --checkpoints off`: an input that has the checkpoint bit, e.g. from the seed corpus, is
     passed over unrun, not turned into bad input (a harness error) nor decoded otherwise; without the bit it
     runs."""
     from harness.cli import _checkpoints
@@ -95,5 +94,5 @@ def test_campaign_without_checkpoints_passes_over_checkpoint_inputs(tmp_path):
         assert seed_bug_release
     assert target.execs == 1
     v1 = RunConfig(tier="engine").but(runner="v1")
-    assert not _checkpoints("auto", v1) and _checkpoints("auto", v1.but(tier="symbolic")) and _checkpoints("on", v1)
+    assert _checkpoints("auto", v1) and _checkpoints("auto", v1.but(tier="symbolic")) and not _checkpoints("off", v1)
     assert _checkpoints("auto", v1.but(runner="v2"))

@@ -44,6 +44,13 @@ class Mamba2Rows:
                      else [])
         self.has_init = m.has_initial_states_p.tolist() if m.has_initial_states_p is not None else []
         self.accepted = m.num_accepted_tokens.tolist() if m.num_accepted_tokens is not None else []
+        # the internal prefill checkpoint (0.33.0, model_executor/layers/mamba/checkpoint.py): the state after
+        # `offset` query tokens of prefill row p goes to block `state_indices[p]`, the row's column `block_cols[p]`
+        # (the builder ends a scan chunk there, mamba_attn.py:242-310)
+        ckpt = getattr(m, "checkpoint_meta", None)
+        self.checkpoints = {} if ckpt is None else {
+            p: (int(b), off, int(c)) for p, (off, b, c) in enumerate(zip(
+                ckpt.offsets, ckpt.state_indices.tolist(), ckpt.block_cols.tolist())) if off > 0}
         last = getattr(m, "block_idx_last_scheduled_token", None)
         self.all_mode = last is not None  # mode all: block indices into whole block-table rows
         if self.all_mode:
@@ -64,6 +71,10 @@ class Mamba2Rows:
         b = self.si_p[p]
         b = int(b[0] if isinstance(b, list) else b)
         return KernelRow(False, (b, 0, b) if self.has_init and self.has_init[p] else None, [b], p)
+
+    def checkpoint(self, prefill: int) -> tuple[int, int, int] | None:
+        """Prefill row `prefill`'s checkpoint export: (block, query tokens before it, block-table column)."""
+        return self.checkpoints.get(prefill)
 
     def _all_mode_row(self, i: int) -> KernelRow:
         read, last = int(self.last_computed[i]), int(self.last[i])

@@ -95,6 +95,18 @@ class _scenario_drafter:
             object.__setattr__(self.spec, "model", self.saved[1])
 
 
+def _checkpoint_builders_as_configured(runner) -> None:
+    """The Mamba2 builders' prefill checkpoint part, built again once the drafter's stand-in is gone: it reads
+    EAGLE's block drop from the speculative config when built (checkpoint.py:104-110 in 0.33.0), and the runner
+    was built with the config relabelled `custom_class` (`_scenario_drafter`)."""
+    for groups in runner.attn_groups:
+        for group in groups:
+            for builder in group.metadata_builders:
+                ckpt = getattr(builder, "checkpoint_builder", None)
+                if ckpt is not None:
+                    builder.checkpoint_builder = type(ckpt)(ckpt.vllm_config, ckpt.kv_cache_spec)
+
+
 class _SimModel:
     """The model object the runner asks for its Mamba state copy functions (vLLM's own, for Mamba2)."""
 
@@ -127,9 +139,6 @@ class V1Worker:
                 import triton  # noqa: F401
             except ImportError:
                 raise BadInput("--kernels triton: Triton is not installed (use --kernels torch)") from None
-        if driver.geometry.prefill_checkpoint:
-            raise BadInput("--runner v1 does not simulate Mamba prefill checkpoint blocks yet "
-                           "(geometry.prefill_checkpoint / sweep --checkpoints off)")
         import torch
         from vllm.config import set_current_vllm_config
         from vllm.model_executor.layers.mamba.mamba_utils import (
@@ -182,7 +191,8 @@ class V1Worker:
                             dtypes=(torch.int64, torch.int64), **_unpadded(groups[g].kv_cache_spec))
             groups[g] = _replace(groups[g], kv_cache_spec=spec)
         kvc = _replace(sched_kvc, kv_cache_groups=groups)  # tensors: registered below, not allocated by vLLM
-        key = _runner_key(vc, driver.group_kinds)
+        # prefill checkpoint blocks: the Mamba builders are built with the specs that declare them
+        key = (*_runner_key(vc, driver.group_kinds), driver.geometry.prefill_checkpoint)
         pooled = _POOL.pop(key, None)
         if pooled is not None and not pooled.reset(kvc):
             pooled = None  # it could not be put back to its built state: build another
@@ -192,6 +202,12 @@ class V1Worker:
         while len(_POOL) > _POOL_SIZE:
             _POOL.pop(next(iter(_POOL)))
         runner = pooled.runner
+        if driver.geometry.prefill_checkpoint:  # the prefix-cache granularity the engine core resolves and the
+            # worker adopts (v1/engine/core.py:356-370, gpu_worker.py:877-880): the Mamba builder's checkpoint
+            # reads it every step (checkpoint.py:121-127); this scenario's, on a pooled runner
+            cc = runner.vllm_config.cache_config
+            cc.hash_block_size = driver.eg.hash_block_size
+            cc.cache_hit_alignment_tokens = driver.alloc.mamba_manager.cache_hit_alignment_tokens
         # this scenario's part of initialize_kv_cache (gpu_model_runner.py:6990-7060): its KV cache config and
         # state tensors, registered where the runner's own forward context holds them (postprocess reads it,
         # :1582); the Mamba buffers, None as built (and as reset), are made from them on first use (:1018)
@@ -248,6 +264,7 @@ class V1Worker:
             runner.initialize_attn_backend(kvc)
             runner.initialize_metadata_builders(kvc, prepare_kernel_block_sizes(kvc, runner.attn_groups))
             _reinitialize_input_batch(runner, kvc)
+        _checkpoint_builders_as_configured(runner)
         return runner
 
     # -- observers: a state consumed by a copy vLLM is about to make ------------------------------------------
@@ -443,17 +460,24 @@ class V1Worker:
                 for block, col in kr.boundaries:  # mode all: the states at the block boundaries the chunk crossed
                     st.write_final(block, ((col + 1) * self.bs, fed[(col + 1) * self.bs - nc]))
                     live.append(col)
+                checkpoint = None  # a prefill checkpoint export: (block, tokens)
                 if kr.decode:
                     st.write_tokens(kr.blocks[0], kr.blocks, [(nc + k + 1, fed[k + 1]) for k in range(ns)])
                     live.extend(range(curr, curr + ns))
                 else:
                     st.write_final(kr.blocks[0], (nc + ns, fed[ns]))
                     live.append(curr)
+                    export = rows[g].checkpoint(kr.prefill)  # the internal prefill checkpoint (mamba_meta.py)
+                    if export is not None:
+                        block, off, col = export
+                        st.write_final(block, (nc + off, fed[off]))
+                        live.append(col)
+                        checkpoint = (block, nc + off)
                 tr.rows.append(RowView(self._step, rid, g, kinds.get(rid, "RUNNING"), nc, ns, prev, curr,
                                        sorted(set(live)), self._row(i, g), list(core_tables[rid][g])))
                 if self.backend is not None:  # the model's forward from and to the same indices (models/pool.py)
                     self.backend.forward(Forward(self._step, rid, nc, ns, kr.init, kr.decode, kr.blocks[0],
-                                                 kr.blocks if kr.decode else [], None,
+                                                 kr.blocks if kr.decode else [], checkpoint,
                                                  self._row(i, self.attn_groups[0])))
             # what the async sampler reads: the prefixes as fed, the tokens fed, the computed count
             self._fed[rid] = (fed, fed_all[starts[i]:starts[i + 1]], nc)

@@ -177,19 +177,16 @@ class V2Worker:
         init, blocks = kr.init, kr.blocks
         read = None if init is None else (init[0], *st.read(*init))
         checkpoint, ckpt_col = None, None
-        ckpt = getattr(m, "checkpoint_meta", None)
         if kr.decode:  # decode kernels (ops/mamba_ssm.py selective_state_update, causal_conv1d_update)
             st.write_tokens(blocks[0], blocks, [(nc + j + 1, fps[j + 1]) for j in range(ns)])
         else:  # prefill kernels (mamba_mixer2.py: chunked scan from the initial state, final state out)
             p, b = kr.prefill, blocks[0]
             st.write_final(b, (nc + ns, fps[ns]))
-            if ckpt is not None and ckpt.offsets[p] > 0:  # the internal prefill checkpoint export
-                # (model_executor/layers/mamba/checkpoint.py: the state after `offset` query tokens goes to
-                # the checkpoint block; the builder ends a chunk there, mamba_attn.py:242-310)
-                off = ckpt.offsets[p]
-                st.write_final(int(ckpt.state_indices[p]), (nc + off, fps[off]))
-                ckpt_col = int(ckpt.block_cols[p])
-                checkpoint = (int(ckpt.state_indices[p]), nc + off)
+            export = rows.checkpoint(p)  # the internal prefill checkpoint (harness/engine/mamba_meta.py)
+            if export is not None:
+                block, off, ckpt_col = export
+                st.write_final(block, (nc + off, fps[off]))
+                checkpoint = (block, nc + off)
         live = list(range(curr, curr + len(blocks)))
         if prev >= 0 and prev != curr:
             live.append(prev)
