@@ -276,9 +276,9 @@ class WorkerShadow:
                 ckpt = self._checkpoint_column(nc, ns, row)
                 if ckpt is not None:
                     col, pos = ckpt
-                    st.write_final(row[col], (pos, fps[pos]))
+                    st.write_final(column_block(row, col), (pos, fps[pos]))
                     live.append(col)
-                    ckpt = (row[col], pos)
+                    ckpt = (column_block(row, col), pos)
             tr.rows.append(RowView(so.step, r, g, kinds.get(r, "RUNNING"), nc, ns, prev, curr,
                                    sorted(set(live)), list(row), list(core_tables[r][g])))
             if self.kernels is not None:
@@ -298,10 +298,10 @@ class WorkerShadow:
         seq_len = nc + ns
         pos = position(seq_len)
         col = cdiv(seq_len, self.bs) - 2
-        if col < 0 or col <= (nc - 1) // self.bs or not valid(nc, seq_len, pos):
+        if col < 0 or not valid(nc, seq_len, pos):
             return None
-        if col >= len(row) or row[col] == NULL_BLOCK:
-            return None
+        # the builder gathers the row's block there, whatever it is (`_gather_checkpoint_state_indices`,
+        # checkpoint.py:65-69): a column the core holds null is written through the null block, as on vLLM's runners
         return col, pos
 
     # -- postprocess after sampling (spec decode + hybrid; mamba_utils.py:369-500, 1552-1605) -------
