@@ -126,7 +126,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from harness.vllm_adapter import check_supported, installed_version
 
     config = _config(args, known_fixes=args.known_fixes == "on")
-    config = config.but(checkpoints=_checkpoints(args.checkpoints, config))
+    config = config.but(checkpoints=_checkpoints(args.checkpoints))
     version = installed_version()
     check_supported(version)
     with mutant_applied(args.mutant):
@@ -202,7 +202,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     if args.mutant:
         get_mutant(args.mutant)  # bad name: exit 2 before any worker starts
     config = _config(args, tier=args.target, known_fixes=args.known_fixes == "on")
-    config = config.but(checkpoints=_checkpoints(args.checkpoints, config))  # the workers get it (to_env)
+    config = config.but(checkpoints=_checkpoints(args.checkpoints))  # the workers get it (to_env)
     if args.jobs < 1:
         raise BadInput("--jobs must be at least 1")
     seconds = args.minutes * 60 if args.minutes is not None else (None if args.runs else 120.0)
@@ -374,7 +374,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         return EXIT_OK if report.same else EXIT_FINDING
     if args.count is None or args.count < 1:
         raise BadInput("give a SCENARIO or --count N")
-    checkpoints = supports_prefill_checkpoints() and _checkpoints(args.checkpoints, config)
+    checkpoints = supports_prefill_checkpoints() and _checkpoints(args.checkpoints)
     differing, skipped = {}, 0
     for seed in range(args.seed, args.seed + args.count):
         try:
@@ -395,14 +395,11 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     return EXIT_FINDING if differing else EXIT_OK
 
 
-def _checkpoints(mode: str, config) -> bool:
-    """--checkpoints (sweep, fuzz, diff): `auto` generates prefill checkpoint geometries (where the release has
-    them) except on the engine tier with `--runner v1`, whose worker does not simulate them (each would be bad
-    input: skipped by a sweep, a harness error in a campaign, whose decoder must only produce what its tier
-    runs)."""
-    if mode != "auto":
-        return mode == "on"
-    return config.tier_runs_checkpoints
+def _checkpoints(mode: str) -> bool:
+    """--checkpoints (sweep, fuzz, diff): `auto` (and `on`) generates prefill checkpoint geometries where the
+    release has them, on every tier (the engine tier's V1 and V2 workers export them as vLLM's Mamba2 builder
+    says); `off` never."""
+    return mode != "off"
 
 
 def _cmd_known(args: argparse.Namespace) -> int:

@@ -150,16 +150,15 @@ def _changes_behaviour(corpus: Path, config: RunConfig, limit: int = 300) -> tup
 
 def mutant_config(name: str, tier: str | None = None) -> RunConfig:
     """The run configuration a mutant's campaigns use: worker code on the engine tier with its runner (and its
-    copy timing, where a copy-ordering bug needs late copies), allocator code on `tier` (default symbolic); `make fuzz`'s --checkpoints auto (on, except where the tier
-    cannot run them: the V1 runner's mutator clears the bit instead of every checkpoint input being a harness
-    error)."""
+    copy timing, where a copy-ordering bug needs late copies), allocator code on `tier` (default symbolic); `make
+    fuzz`'s --checkpoints auto (on: every tier's worker runs prefill checkpoint geometries)."""
     mutant = get_mutant(name)
     config = RunConfig(tier=mutant.tier if mutant.runner or mutant.engine_only else (tier or mutant.tier), mutant=name)
     if mutant.runner:
         config = config.but(runner=mutant.runner)
     if mutant.copy_timing:
         config = config.but(copy_timing=mutant.copy_timing)
-    return config.but(checkpoints=config.tier_runs_checkpoints)
+    return config
 
 
 def check(names: list[str], *, budget_s: float, jobs: int, trials: int, work: Path | None = None,

@@ -68,12 +68,6 @@ class RunConfig:
         model tier's smaller scenarios (sweeps, fuzz budgets) and record the model."""
         return self.tier == "model" or (self.tier == "engine" and self.engine.forward == "model")
 
-    @property
-    def tier_runs_checkpoints(self) -> bool:
-        """Whether this tier's worker simulates Mamba prefill checkpoint blocks: every one (the engine tier's V1
-        runner too, since its checkpoints come from vLLM's Mamba2 builder as V2's do)."""
-        return True
-
     @classmethod
     def of(cls, config: RunConfig | None = None, **changes) -> RunConfig:
         """`config` (default: the defaults) with the changes given that are not None: how a function taking

@@ -88,12 +88,12 @@ def test_no_module_below_the_entry_points_reads_hh_variables():
 
 
 def test_mutant_campaigns_run_what_their_tier_can():
-    """A V1-runner mutant's campaign never makes checkpoint geometries (each would be bad input there);
-    allocator mutants keep make fuzz's checkpoints on."""
+    """Worker mutants' campaigns run on their runner's engine tier, allocator mutants on the mirrored tier; all keep
+    make fuzz's checkpoints on (both of vLLM's runners' workers export them)."""
     from harness.mutation import mutant_config
 
     v1 = mutant_config("v1-accepted-count-lost")
-    assert (v1.tier, v1.engine.runner, v1.checkpoints) == ("engine", "v1", False)
+    assert (v1.tier, v1.engine.runner, v1.checkpoints) == ("engine", "v1", True)
     v2 = mutant_config("v2-postcopy-skipped")
     assert (v2.tier, v2.engine.runner, v2.checkpoints) == ("engine", "v2", True)
     core = mutant_config("cow-copies-dropped")
