@@ -145,15 +145,17 @@ def replay_boundaries(prompt_tokens: int, block: int, eagle_block_drop: bool) ->
 def retained_positions(trace: Trace, request: str, step: int) -> set[int]:
     """Where sparse retention keeps a request's prompt states (vLLM 0.33.0's contract, `reachable_block_mask`,
     single_type_kv_cache_manager.py:1549-1604, and `cache_blocks`' reachable boundaries, :511-520): its replay
-    boundaries; every shared-prefix junction its lookup found by `step`, floored to the block (a block lower too
-    with EAGLE's block drop); with an interval N wider than the block, every multiple of N in the prompt."""
+    boundaries; the shared-prefix junction its latest lookup by `step` found, floored to the block (a block lower
+    too with EAGLE's block drop); with an interval N wider than the block, every multiple of N in the prompt."""
     ret = trace.retention
     block, prompt = ret.mamba_block, trace.prompt_tokens.get(request, 0)
     out = set(replay_boundaries(prompt, block, ret.eagle_block_drop))
-    for seen, junction in trace.junctions.get(request, ()):
-        if seen <= step:
-            floored = junction // block * block
-            out |= {floored, floored - block} if ret.eagle_block_drop else {floored}
+    # the junction the request holds at `step`: a later lookup (a request deferred, then admitted; a resumed one)
+    # replaces the one before, and `cache_blocks` reads the request's current value
+    current = [junction for seen, junction in trace.junctions.get(request, ()) if seen <= step]
+    if current:
+        floored = current[-1] // block * block
+        out |= {floored, floored - block} if ret.eagle_block_drop else {floored}
     if ret.interval > block:
         out |= set(range(ret.interval, prompt + 1, ret.interval))
     return {p for p in out if 0 < p <= prompt}

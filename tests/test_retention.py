@@ -118,9 +118,10 @@ def _trace(cached_at: int | None) -> Trace:
 
 def test_junctions_and_interval_multiples_are_retained_positions_too():
     trace = _trace(None)
-    trace.junctions["a"] = [(2, 13)]
+    trace.junctions["a"] = [(2, 13), (4, 17)]
     assert retained_positions(trace, "a", 1) == {20}  # the junction was found only at step 2
     assert retained_positions(trace, "a", 2) == {12, 20}  # floored to the block
+    assert retained_positions(trace, "a", 4) == {16, 20}  # a later lookup replaced it
     trace.retention = Retention(8, 4, True)
     assert retained_positions(trace, "a", 2) == {8, 12, 16}  # EAGLE: a block lower; multiples of 8
     trace.rows[0] = RowView(3, "a", 1, "RUNNING", 8, 4, 2, 3, [2, 3], [0, 1, 2, 3], [0, 1, 2, 3])
