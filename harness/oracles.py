@@ -157,8 +157,10 @@ def retained_positions(trace: Trace, request: str, step: int) -> set[int]:
         floored = current[-1] // block * block
         out |= {floored, floored - block} if ret.eagle_block_drop else {floored}
     if ret.interval > block:
-        out |= set(range(ret.interval, prompt + 1, ret.interval))
-    return {p for p in out if 0 < p <= prompt}
+        out |= set(range(ret.interval, prompt, ret.interval))
+    # inside the prompt: the state at its end is the running state, which a prompt's chunk does not publish (a
+    # junction can lie at the prompt's end, where the whole prompt is shared)
+    return {p for p in out if 0 < p < prompt}
 
 
 def retention(trace: Trace) -> list[Finding]:
