@@ -163,6 +163,20 @@ def retained_positions(trace: Trace, request: str, step: int) -> set[int]:
     return {p for p in out if 0 < p < prompt}
 
 
+def retention_checks(trace: Trace):
+    """(row, chunk end) for every prefill chunk that ends on a position sparse retention keeps, the first time per
+    request and position: what the retention oracle judges (and an emitted regression asserts, harness.regression)."""
+    if trace.retention is None:
+        return
+    seen = set()
+    for rv in trace.rows:
+        end = rv.num_computed + rv.num_scheduled
+        if (rv.request in trace.prefixes and (rv.request, end) not in seen
+                and end in retained_positions(trace, rv.request, rv.step)):
+            seen.add((rv.request, end))
+            yield rv, end
+
+
 def retention(trace: Trace) -> list[Finding]:
     """Under sparse retention vLLM caches a Mamba state only at semantic checkpoints (`retained_positions`).
     Judged where the state certainly exists: a prefill chunk of that request ended exactly on the position (align
@@ -175,14 +189,9 @@ def retention(trace: Trace) -> list[Finding]:
     cached = {}  # state -> first step a key named it
     for cc in trace.cache:
         cached.setdefault(cc.want, cc.step)
-    out, seen = [], set()
-    for rv in trace.rows:
-        fps = trace.prefixes.get(rv.request)
-        end = rv.num_computed + rv.num_scheduled
-        if not fps or (rv.request, end) in seen or end not in retained_positions(trace, rv.request, rv.step):
-            continue
-        seen.add((rv.request, end))
-        if cached.get((end, fps[end]), rv.step + 1) <= rv.step:
+    out = []
+    for rv, end in retention_checks(trace):
+        if cached.get((end, trace.prefixes[rv.request][end]), rv.step + 1) <= rv.step:
             continue
         kind = "replay-boundary" if end in replay_boundaries(trace.prompt_tokens[rv.request], ret.mamba_block,
                                                               ret.eagle_block_drop) else "checkpoint"

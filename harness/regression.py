@@ -182,16 +182,9 @@ def _record_states(d: driver_mod.Driver, rec: _Recorder) -> None:
 
 def _retained_this_step(trace, step: int) -> list[tuple[str, int]]:
     """The states the retention oracle requires cached after `step` (sparse retention only)."""
-    from harness.oracles import retained_positions
+    from harness.oracles import retention_checks
 
-    out = []
-    if trace.retention is None:
-        return out
-    for rv in trace.rows:
-        end = rv.num_computed + rv.num_scheduled
-        if rv.step == step and (rv.request, end) not in out and end in retained_positions(trace, rv.request, step):
-            out.append((rv.request, end))
-    return out
+    return [(rv.request, end) for rv, end in retention_checks(trace) if rv.step == step]
 
 
 TEMPLATE = '''# SPDX-License-Identifier: Apache-2.0

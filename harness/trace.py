@@ -299,7 +299,8 @@ def run_steps(tier: Tier) -> Trace:
                 break
             tier._step(step)
             trace.steps_run = step + 1
-            _record_junctions(trace, step, tier.reqs)
+            if trace.retention is not None:  # only the retention oracle reads them
+                _record_junctions(trace, step, tier.reqs)
             idle = 0 if tier.last_scheduled else idle + 1
             after = tier._progress()
             changed, before = after != before, after

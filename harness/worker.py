@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.states import NULL_BLOCK, State, SymbolicStates, column_block, copy_source
+from harness.states import State, SymbolicStates, column_block, copy_source
 from harness.trace import Read, RowView, Trace
 
 
@@ -276,9 +276,9 @@ class WorkerShadow:
                 ckpt = self._checkpoint_column(nc, ns, row)
                 if ckpt is not None:
                     col, pos = ckpt
-                    st.write_final(column_block(row, col), (pos, fps[pos]))
-                    live.append(col)
                     ckpt = (column_block(row, col), pos)
+                    st.write_final(ckpt[0], (pos, fps[pos]))
+                    live.append(col)
             tr.rows.append(RowView(so.step, r, g, kinds.get(r, "RUNNING"), nc, ns, prev, curr,
                                    sorted(set(live)), list(row), list(core_tables[r][g])))
             if self.kernels is not None:
