@@ -6,17 +6,22 @@
 Environment (this entry point is the only reader): the run configuration's variables (HH_MUTANT, HH_MODEL,
 HH_KNOWN_FIXES, HH_NO_CHECKPOINTS, HH_ENGINE_*: harness/run_config.py RunConfig.from_env, what a campaign
 writes for its workers), HH_ARTIFACTS (kept findings, default artifacts/fuzz), HH_KEEP_GOING (campaign
-workers), and for the search only HH_GENERATOR_SHARE and HH_STATE_COVERAGE. The tier is the target's own:
+workers), and for the search only HH_OPENING_SWEEP, HH_GENERATOR_SHARE, HH_SWEEP_FIRST and HH_STATE_COVERAGE. The tier is the target's own:
 fuzz/model_target.py and fuzz/engine_target.py fix it.
 
-Coverage: the harness is instrumented as it is imported; vLLM's allocator package (vllm.v1.core) is
-instrumented function by function after import. (atheris.instrument_imports widens "vllm.v1.core" to the
-whole top-level "vllm" package, hundreds of modules and ~25 s of start-up for code the target never runs.)
+Coverage: the harness and vLLM's allocator package (vllm.v1.core; the engine tier also vLLM's worker code) are
+instrumented function by function after import (harness/state_coverage.py instrument_modules), and only after
+a campaign worker's opening sweep (HH_OPENING_SWEEP, set by the campaign for a worker's first start): up to N of
+the sweep's own scenarios replayed uninstrumented, at the sweep's speed (harness/fuzzing.py opening_sweep).
+(atheris.instrument_imports would instrument at import, and widens "vllm.v1.core" to the whole top-level
+"vllm" package: hundreds of modules and ~25 s of start-up for code the target never runs.)
 """
 
 import os
 import random
+import re
 import sys
+import time
 
 import atheris
 
@@ -25,29 +30,56 @@ import atheris
 # fuzz/engine_target.py import this module after setting TARGET_TIER.
 TIER = "symbolic" if __name__ == "__main__" else getattr(sys.modules["__main__"], "TARGET_TIER", "symbolic")
 
-with atheris.instrument_imports(include=["harness", "models"]):
-    from harness import fuzzing, genome
-    from harness.run_config import RunConfig
-    from harness.state_coverage import StateCoverage
-    from harness.vllm_adapter import instrument_allocator
+from harness import fuzzing, genome  # noqa: E402
+from harness.run_config import RunConfig  # noqa: E402
+from harness.state_coverage import StateCoverage, instrument_modules  # noqa: E402
+from harness.vllm_adapter import instrument_allocator  # noqa: E402
 
-    if TIER == "model":
-        import harness.model_tier  # noqa: F401 - instrumented with the rest of the harness
-    if TIER == "engine":
-        import harness.engine.scheduler  # noqa: F401 - instrumented with the rest of the harness
+if TIER == "model":
+    import harness.model_tier  # noqa: F401 - instrumented with the rest of the harness
+if TIER == "engine":
+    import harness.engine.scheduler  # noqa: F401 - instrumented with the rest of the harness
 
-# vllm.v1.core.* (allocator and Scheduler); the engine tier also runs vLLM's worker code
-instrument_allocator(atheris.instrument_func, worker=TIER == "engine")
 TARGET = fuzzing.Target(RunConfig.from_env(tier=TIER), artifacts=os.environ.get("HH_ARTIFACTS") or "artifacts/fuzz",
                         keep_going=bool(os.environ.get("HH_KEEP_GOING")))
+
+
+def _flag(name: str) -> int | None:
+    """A libFuzzer flag's integer value in this process's command line (-name=N), or None."""
+    for arg in sys.argv[1:]:
+        m = re.fullmatch(rf"-{name}=(\d+)", arg)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def _opening_sweep(spec: str) -> None:
+    """HH_OPENING_SWEEP="COUNT,SECONDS": run the opening sweep, then take its time off libFuzzer's
+    -max_total_time so the worker still ends when the campaign's budget does."""
+    count, seconds = spec.split(",")
+    start = time.monotonic()
+    ran = fuzzing.opening_sweep(TARGET, _flag("seed") or 0, int(count), float(seconds))
+    spent = time.monotonic() - start
+    total = _flag("max_total_time")
+    if total is not None:
+        sys.argv = [a for a in sys.argv if not a.startswith("-max_total_time=")]
+        sys.argv.append(f"-max_total_time={max(1, round(total - spent))}")
+    print(f"HH opening sweep: {ran} scenarios in {spent:.1f} s", file=sys.stderr, flush=True)
+
+
+if os.environ.get("HH_OPENING_SWEEP") and TARGET.keep_going:
+    _opening_sweep(os.environ["HH_OPENING_SWEEP"])
+instrument_modules(atheris.instrument_func, ("harness", "models"))
+# vllm.v1.core.* (allocator and Scheduler); the engine tier also runs vLLM's worker code
+instrument_allocator(atheris.instrument_func, worker=TIER == "engine")
 # abstract allocator/runner transitions as extra edges (HH_STATE_COVERAGE=off: Python edges only)
 if os.environ.get("HH_STATE_COVERAGE", "on") != "off":
     TARGET.on_trace = StateCoverage(atheris.instrument_func).feed
 # a share of the mutator's outputs are fresh generator scenarios (the sweep's, with a swarm mask): the campaign
 # samples at least as broadly as the sweep (HH_GENERATOR_SHARE=0: genome inputs only)
 GENERATOR_SHARE = float(os.environ.get("HH_GENERATOR_SHARE", "0.25"))
-# the campaign starts as the sweep: a worker's first SWEEP_FIRST mutations are the sweep's own scenarios (fresh
-# seeds, every feature on), where sampling is strongest (most bank bugs show in the first seeds); then the mix
+# after the opening sweep, a worker's first SWEEP_FIRST mutations are the sweep's own scenarios too (fresh
+# seeds, every feature on), now instrumented: they seed the corpus with the sweep's coverage; then the mix
 # above, with coverage guidance for the long tail (HH_SWEEP_FIRST=0: mix from the start)
 SWEEP_FIRST = int(os.environ.get("HH_SWEEP_FIRST", "512"))
 _MUTATIONS = [0]

@@ -36,6 +36,11 @@ DICTIONARIES = {t: ROOT / "fuzz" / f"{t}.dict" for t in TARGETS}
 # the custom mutator builds (7 geometry bytes + 12 per request) are not cut short early in a campaign
 # (time-to-detect of the shallow seed bug is the same either way: bench/results/time_to_detect.md).
 LIBFUZZER_FLAGS = ["-max_len=128", "-len_control=0"]
+# a worker's opening sweep (fuzz/symbolic_target.py): the sweep's own scenarios, uninstrumented, before libFuzzer
+# starts; at most this many per tier, and at most OPENING_SHARE of the campaign's time
+OPENING_SWEEP = {"symbolic": 512, "engine": 64, "model": 64}
+OPENING_SHARE = 0.05
+OPENING_LINE = re.compile(r"HH opening sweep: (\d+) scenarios")
 STAT_LINE = re.compile(r"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/\S+.*?exec/s: (\d+)")
 
 
@@ -45,6 +50,7 @@ class WorkerState:
     proc: subprocess.Popen | None = None
     execs_done: int = 0  # from finished runs of this worker slot
     execs: int = 0  # current run
+    swept: int = 0  # the opening sweep's scenarios (first run only)
     cov: int = 0
     corpus: int = 0
     exec_rate: int = 0
@@ -63,7 +69,8 @@ class Campaign:
     seed: int
     seed_corpus: bool
     progress: bool = True
-    extra_env: dict = field(default_factory=dict)  # search settings only (HH_GENERATOR_SHARE, HH_STATE_COVERAGE)
+    # search settings only (HH_GENERATOR_SHARE, HH_STATE_COVERAGE, HH_SWEEP_FIRST; HH_OPENING_SWEEP="0,0": none)
+    extra_env: dict = field(default_factory=dict)
     # end the campaign once it keeps a new finding (what `hybrid-harness fuzz` exits 1 on): `mutants check`
     # measures time to the first kill, and the rest of a killed trial's budget would measure nothing
     stop_on_new: bool = False
@@ -134,6 +141,9 @@ class Campaign:
         # the worker's entry point reads its run configuration back from these (RunConfig.from_env)
         env = dict(os.environ, HH_ARTIFACTS=str(self.findings_dir), PYTHONPATH=str(ROOT), HH_KEEP_GOING="1")
         env.update(self.config.to_env())
+        if w.restarts == 0:  # a restarted worker goes straight back to libFuzzer
+            seconds = OPENING_SHARE * self.seconds if self.seconds is not None else 30.0
+            env["HH_OPENING_SWEEP"] = f"{OPENING_SWEEP[self.target]},{seconds:.1f}"
         env.update(self.extra_env)
         w.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
                                   cwd=ROOT, start_new_session=True)
@@ -144,6 +154,8 @@ class Campaign:
             m = STAT_LINE.search(line)
             if m:
                 w.execs, w.cov, _, w.corpus, w.exec_rate = map(int, m.groups())
+            elif OPENING_LINE.search(line):
+                w.swept = int(OPENING_LINE.search(line).group(1))
             w.log.append(line.rstrip())
             del w.log[:-200]
 
@@ -151,7 +163,7 @@ class Campaign:
         return float("inf") if self.seconds is None else self.seconds - (time.monotonic() - self.started)
 
     def execs(self) -> int:
-        return sum(w.execs_done + w.execs for w in self.workers)
+        return sum(w.execs_done + w.execs + w.swept for w in self.workers)
 
     def _budget_left(self, w: WorkerState) -> bool:
         if self.stop or self.remaining() <= 1:

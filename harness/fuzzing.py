@@ -23,6 +23,7 @@ import contextlib
 import hashlib
 import json
 import os
+import random
 import time
 import traceback
 from pathlib import Path
@@ -32,14 +33,15 @@ import psutil
 import harness.engine  # noqa: F401 - vLLM's environment for its runners, set before vLLM loads (engine confirmation)
 from harness.artifacts import finding_artifact, write_json_atomic
 from harness.errors import BadInput, HarnessError
-from harness.genome import decode, release_budget, without_checkpoints
+from harness.genome import decode, generator_input, release_budget, without_checkpoints
 from harness.known import Verdict, replay_and_judge
 from harness.oracles import merge_output_summaries, output_summary
 from harness.run_config import RunConfig
 from harness.scenario import scenario_to_json
 
 
-# fixed-system campaigns replay their first 64 and then every 16th clean input on stock to count known issues
+# fixed-system campaigns replay libFuzzer's first 64 inputs (the seed corpus, a replayed crash file) and every
+# 16th clean input on stock to count known issues
 KNOWN_FIRST, KNOWN_SAMPLE = 64, 16
 
 
@@ -78,6 +80,7 @@ class Target:
         self.outputs: dict | None = None
         self.first_exec: float | None = None  # time.monotonic() of the first input (end of start-up)
         self.startup_s: float | None = None
+        self.swept = 0  # inputs of the opening sweep (`opening_sweep`), before libFuzzer's first
         self._warm_up()
 
     def _warm_up(self) -> None:
@@ -92,7 +95,8 @@ class Target:
             with contextlib.suppress(HarnessError, BadInput):
                 replay_and_judge(scenario, config=config)
 
-    def __call__(self, data: bytes) -> None:
+    def __call__(self, data: bytes, swept: bool = False) -> None:
+        """Judge one input; `swept`: an input of the opening sweep (`opening_sweep`), not libFuzzer's."""
         if self.no_checkpoints and without_checkpoints(data) != data:
             return  # a checkpoint geometry this campaign's tier cannot run (the V1 worker): not its input
         self.execs += 1
@@ -102,8 +106,9 @@ class Target:
         scenario = decode(data, self.budget)
         try:
             trace, findings, verdict = replay_and_judge(scenario, config=self.config)
-            if verdict is None and self.config.known_fixes and (self.execs <= KNOWN_FIRST or self.execs % KNOWN_SAMPLE == 0):
-                # the fixed system is clean: the first inputs (the seed corpus, a replayed crash file) and every
+            first = not swept and self.execs - self.swept <= KNOWN_FIRST
+            if verdict is None and self.config.known_fixes and (first or self.execs % KNOWN_SAMPLE == 0):
+                # the fixed system is clean: libFuzzer's first inputs (the seed corpus, a replayed crash file) and every
                 # KNOWN_SAMPLE-th one are replayed on stock too, so a campaign still reports the known issues it reached
                 trace, findings, verdict = replay_and_judge(scenario, config=self.config.but(known_fixes=False))
         except (HarnessError, BadInput) as exc:
@@ -167,6 +172,21 @@ class Target:
         write_json_atomic(folder / f"{digest}.json", {
             "kind": "hybrid-harness-error", "error": repr(exc),
             "traceback": "".join(traceback.format_exception(exc)), "scenario": scenario_to_json(scenario)})
+
+
+def opening_sweep(target: Target, seed: int, count: int, seconds: float) -> int:
+    """A campaign worker's opening: up to `count` of the sweep's own scenarios (generator inputs with every feature
+    on, from a stream fixed by the worker's libFuzzer seed) for at most `seconds`, judged and kept like any input.
+    The fuzz target runs it before it instruments anything for coverage, at the sweep's speed (~2x that of an
+    instrumented replay): most bank bugs show within the sweep's first seeds, so the campaign reaches them as
+    soon as the sweep would. Returns how many ran. Harness errors are kept on disk by the target and passed."""
+    rng, start = random.Random(f"opening-sweep:{seed}"), time.monotonic()
+    while target.swept < count and time.monotonic() - start < seconds:
+        target.swept += 1
+        data = generator_input(rng, mask=0)
+        with contextlib.suppress(HarnessFailure):
+            target(without_checkpoints(data) if target.no_checkpoints else data, swept=True)
+    return target.swept
 
 
 def read_finding(path: str | os.PathLike) -> dict:

@@ -12,6 +12,8 @@ the same as IJON's annotations, driven by the trace instead of by hand).
 
 from __future__ import annotations
 
+import sys
+import types
 import zlib
 
 SLOTS = 2048
@@ -68,3 +70,24 @@ class StateCoverage:
         for i in hit:
             self.funcs[i]()
         return len(hit)
+
+
+def instrument_modules(instrument_func, prefixes: tuple[str, ...]) -> int:
+    """Apply a coverage instrumenter (atheris.instrument_func) to every function and method defined in the
+    imported modules under `prefixes` (packages), after import: a fuzz target runs uninstrumented first (its
+    opening sweep) and instruments afterwards. Returns how many functions were instrumented."""
+    count = 0
+    for name, module in list(sys.modules.items()):
+        if module is None or not any(name == p or name.startswith(p + ".") for p in prefixes):
+            continue
+        for obj in list(vars(module).values()):
+            members = vars(obj).values() if isinstance(obj, type) and obj.__module__ == name else [obj]
+            for fn in members:
+                fn = getattr(fn, "__func__", fn)  # classmethod / staticmethod
+                if isinstance(fn, property):
+                    fn = fn.fget
+                if isinstance(fn, types.FunctionType) and fn.__module__ == name and not getattr(fn, "_hh_cov", False):
+                    instrument_func(fn)
+                    fn._hh_cov = True
+                    count += 1
+    return count

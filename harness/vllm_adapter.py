@@ -457,7 +457,8 @@ def instrument_allocator(instrument_func, worker: bool = False) -> int:
     vLLM's allocator and scheduler package, vllm.v1.core.* (with `worker`, also vllm.v1.worker.*, after
     importing WORKER_MODULES); returns how many were instrumented."""
     import importlib
-    import types
+
+    from harness.state_coverage import instrument_modules
 
     _vllm()
     prefixes = ("vllm.v1.core",)
@@ -468,21 +469,7 @@ def instrument_allocator(instrument_func, worker: bool = False) -> int:
                 importlib.import_module(mod)
             except Exception:  # noqa: BLE001 - absent or not importable on this release / machine
                 pass
-    count = 0
-    for name, module in list(sys.modules.items()):
-        if module is None or not any(name == p or name.startswith(p + ".") for p in prefixes):
-            continue
-        for obj in list(vars(module).values()):
-            members = vars(obj).values() if isinstance(obj, type) and obj.__module__ == name else [obj]
-            for fn in members:
-                fn = getattr(fn, "__func__", fn)  # classmethod / staticmethod
-                if isinstance(fn, property):
-                    fn = fn.fget
-                if isinstance(fn, types.FunctionType) and fn.__module__ == name and not getattr(fn, "_hh_cov", False):
-                    instrument_func(fn)
-                    fn._hh_cov = True
-                    count += 1
-    return count
+    return instrument_modules(instrument_func, prefixes)
 
 
 def torch_module():

@@ -94,3 +94,26 @@ def test_campaign_without_checkpoints_passes_over_checkpoint_inputs(tmp_path):
         assert seed_bug_release
     assert target.execs == 1
     assert _checkpoints("auto") and _checkpoints("on") and not _checkpoints("off")
+
+
+def test_opening_sweep_replays_the_sweeps_scenarios_and_keeps_findings(tmp_path):
+    """A campaign worker's opening sweep: the sweep's own scenarios (generator inputs, every feature on), judged
+    and kept like libFuzzer's inputs; only every 16th clean one is replayed on stock as well."""
+    from harness import fuzzing, genome
+    from harness.run_config import RunConfig
+
+    target = fuzzing.Target(RunConfig(mutant="mamba-free-leaks-block"), artifacts=tmp_path / "bad", keep_going=True)
+    try:
+        assert fuzzing.opening_sweep(target, seed=7, count=12, seconds=120) == 12 == target.execs
+    finally:
+        target.close()
+    kept = list((tmp_path / "bad").glob("finding-*"))
+    assert kept, "the mutant frees no block and shows in almost every sweep scenario"
+    data = (kept[0] / "input.bin").read_bytes()
+    assert genome.is_generator_input(data) and genome.generator_fields(data)[1] == 0 and genome.generator_draws(data)
+    assert json.loads((kept[0] / "finding.json").read_text())["verdict"]["new"]
+    stock = fuzzing.Target(RunConfig(), artifacts=tmp_path / "stock", keep_going=True)
+    assert fuzzing.opening_sweep(stock, seed=7, count=5, seconds=0.0) == 0  # the time cap holds
+    fuzzing.opening_sweep(stock, seed=7, count=12, seconds=120)
+    assert not [p for p in (tmp_path / "stock").glob("finding-*")
+                if json.loads((p / "finding.json").read_text())["verdict"]["new"]]
