@@ -37,9 +37,9 @@ DICTIONARIES = {t: ROOT / "fuzz" / f"{t}.dict" for t in TARGETS}
 # (time-to-detect of the shallow seed bug is the same either way: bench/results/time_to_detect.md).
 LIBFUZZER_FLAGS = ["-max_len=128", "-len_control=0"]
 # a worker's opening sweep (fuzz/symbolic_target.py): the sweep's own scenarios, uninstrumented, before libFuzzer
-# starts; at most this many per tier, and at most OPENING_SHARE of the campaign's time
-OPENING_SWEEP = {"symbolic": 512, "engine": 64, "model": 64}
+# starts, for OPENING_SHARE of a timed campaign's budget; a campaign of N runs (deterministic) sweeps this many
 OPENING_SHARE = 0.05
+OPENING_RUNS = {"symbolic": 512, "engine": 64, "model": 64}
 OPENING_LINE = re.compile(r"HH opening sweep: (\d+) scenarios")
 STAT_LINE = re.compile(r"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/\S+.*?exec/s: (\d+)")
 
@@ -142,8 +142,9 @@ class Campaign:
         env = dict(os.environ, HH_ARTIFACTS=str(self.findings_dir), PYTHONPATH=str(ROOT), HH_KEEP_GOING="1")
         env.update(self.config.to_env())
         if w.restarts == 0:  # a restarted worker goes straight back to libFuzzer
-            seconds = OPENING_SHARE * self.seconds if self.seconds is not None else 30.0
-            env["HH_OPENING_SWEEP"] = f"{OPENING_SWEEP[self.target]},{seconds:.1f}"
+            count, seconds = ((10**9, OPENING_SHARE * self.seconds) if self.seconds is not None
+                              else (OPENING_RUNS[self.target], 10**9))
+            env["HH_OPENING_SWEEP"] = f"{count},{seconds:.1f}"
         env.update(self.extra_env)
         w.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
                                   cwd=ROOT, start_new_session=True)
