@@ -11,8 +11,9 @@ fuzz/model_target.py and fuzz/engine_target.py fix it.
 
 Coverage: the harness and vLLM's allocator package (vllm.v1.core; the engine tier also vLLM's worker code) are
 instrumented function by function after import (harness/state_coverage.py instrument_modules), and only after
-a campaign worker's opening sweep (HH_OPENING_SWEEP, set by the campaign for a worker's first start): up to N of
-the sweep's own scenarios replayed uninstrumented, at the sweep's speed (harness/fuzzing.py opening_sweep).
+a campaign worker's opening sweep (HH_OPENING_SWEEP, set by the campaign for a worker's first start): the seed
+corpus, then up to N of the sweep's own scenarios, replayed uninstrumented at the sweep's speed
+(harness/fuzzing.py opening_sweep).
 (atheris.instrument_imports would instrument at import, and widens "vllm.v1.core" to the whole top-level
 "vllm" package: hundreds of modules and ~25 s of start-up for code the target never runs.)
 """
@@ -22,6 +23,7 @@ import random
 import re
 import sys
 import time
+from pathlib import Path
 
 import atheris
 
@@ -54,11 +56,13 @@ def _flag(name: str) -> int | None:
 
 
 def _opening_sweep(spec: str) -> None:
-    """HH_OPENING_SWEEP="COUNT,SECONDS": run the opening sweep, then take its time off libFuzzer's
-    -max_total_time so the worker still ends when the campaign's budget does."""
-    count, seconds = spec.split(",")
+    """HH_OPENING_SWEEP="COUNT,SECONDS[,SEED_CORPUS_DIR]": run the opening sweep (the seed corpus's files
+    first), then take its time off libFuzzer's -max_total_time so the worker still ends when the campaign's
+    budget does."""
+    count, seconds, *corpus = spec.split(",", 2)
+    first = sorted(p for p in Path(corpus[0]).iterdir() if p.is_file()) if corpus and corpus[0] else []
     start = time.monotonic()
-    ran = fuzzing.opening_sweep(TARGET, _flag("seed") or 0, int(count), float(seconds))
+    ran = fuzzing.opening_sweep(TARGET, _flag("seed") or 0, int(count), float(seconds), first)
     spent = time.monotonic() - start
     total = _flag("max_total_time")
     if total is not None:

@@ -144,7 +144,8 @@ class Campaign:
         if w.restarts == 0:  # a restarted worker goes straight back to libFuzzer
             count, seconds = ((10**9, OPENING_SHARE * self.seconds) if self.seconds is not None
                               else (OPENING_RUNS[self.target], 10**9))
-            env["HH_OPENING_SWEEP"] = f"{count},{seconds:.1f}"
+            first = SEED_CORPORA[self.target] if self.seed_corpus else ""  # hand-made inputs run first
+            env["HH_OPENING_SWEEP"] = f"{count},{seconds:.1f},{first}"
         env.update(self.extra_env)
         w.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
                                   cwd=ROOT, start_new_session=True)

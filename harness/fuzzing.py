@@ -174,18 +174,23 @@ class Target:
             "traceback": "".join(traceback.format_exception(exc)), "scenario": scenario_to_json(scenario)})
 
 
-def opening_sweep(target: Target, seed: int, count: int, seconds: float) -> int:
-    """A campaign worker's opening: up to `count` of the sweep's own scenarios (generator inputs with every feature
-    on, from a stream fixed by the worker's libFuzzer seed) for at most `seconds`, judged and kept like any input.
-    The fuzz target runs it before it instruments anything for coverage, at the sweep's speed (~2x that of an
-    instrumented replay): most bank bugs show within the sweep's first seeds, so the campaign reaches them as
-    soon as the sweep would. Returns how many ran. Harness errors are kept on disk by the target and passed."""
+def opening_sweep(target: Target, seed: int, count: int, seconds: float, first: list[Path] = ()) -> int:
+    """A campaign worker's opening: the inputs `first` (the seed corpus: hand-made, each aimed at a bug class),
+    then up to `count` of the sweep's own scenarios (generator inputs with every feature on, from a stream fixed by
+    the worker's libFuzzer seed), for at most `seconds` in all; judged and kept like any input. The fuzz target
+    runs it before it instruments anything for coverage, at the sweep's speed (~2x that of an instrumented
+    replay): most bank bugs show within the sweep's first seeds, so the campaign reaches them as soon as the sweep
+    would. Returns how many sweep scenarios ran. Harness errors are kept on disk by the target and passed."""
     rng, start = random.Random(f"opening-sweep:{seed}"), time.monotonic()
-    while target.swept < count and time.monotonic() - start < seconds:
-        target.swept += 1
-        data = generator_input(rng, mask=0)
+    inputs = [path.read_bytes() for path in first]
+    while time.monotonic() - start < seconds and (inputs or target.swept < count):
+        if inputs:
+            data, swept = inputs.pop(0), False
+        else:
+            target.swept += 1
+            data, swept = generator_input(rng, mask=0), True
         with contextlib.suppress(HarnessFailure):
-            target(without_checkpoints(data) if target.no_checkpoints else data, swept=True)
+            target(without_checkpoints(data) if target.no_checkpoints and swept else data, swept=swept)
     return target.swept
 
 

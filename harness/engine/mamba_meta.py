@@ -86,3 +86,22 @@ class Mamba2Rows:
         init = (row[read], 0, row[read]) if self.has_init and self.has_init[p] else None
         first = int(self.first_p[p])
         return KernelRow(False, init, [row[last]], p, read, tuple((row[c], c) for c in range(first, last)), last)
+
+
+def write_row(states, rows: Mamba2Rows, kr: KernelRow, nc: int, ns: int, fed) -> tuple[tuple[int, int] | None, int | None]:
+    """The states vLLM's Mamba2 kernels write for kernel row `kr` (a request with `nc` computed and `ns` scheduled
+    tokens; `fed[j]`: the fingerprint of the prefix of nc + j tokens as fed), into the worker's tagged `states`.
+    Decode (ops/mamba_ssm.py selective_state_update, causal_conv1d_update): one state per token, to the row's
+    columns. Prefill (mamba_mixer2.py: the chunked scan): the final state, and the internal prefill checkpoint
+    where the builder exports one (`rows.checkpoint`). Returns the checkpoint written (block, tokens) and its
+    block-table column, or (None, None): shared by the V1 and V2 workers."""
+    if kr.decode:
+        states.write_tokens(kr.blocks[0], kr.blocks, [(nc + k + 1, fed[k + 1]) for k in range(ns)])
+        return None, None
+    states.write_final(kr.blocks[0], (nc + ns, fed[ns]))
+    export = rows.checkpoint(kr.prefill)
+    if export is None:
+        return None, None
+    block, off, col = export
+    states.write_final(block, (nc + off, fed[off]))
+    return (block, nc + off), col

@@ -46,7 +46,7 @@ from harness.trace import Read, RowView
 from harness.vllm_adapter import installed_version, parameters, supported_kwargs
 from harness.worker import Forward
 from harness.engine.copy_timing import CopyTiming
-from harness.engine.mamba_meta import Mamba2Rows
+from harness.engine.mamba_meta import Mamba2Rows, write_row
 from harness.engine.v1_eagle import EagleStep
 from harness.engine.v1_pool import _POOL, _POOL_SIZE, _Pooled, _reinitialize_input_batch, _replace, _runner_key
 from harness.engine.v1_process import (
@@ -460,19 +460,10 @@ class V1Worker:
                 for block, col in kr.boundaries:  # mode all: the states at the block boundaries the chunk crossed
                     st.write_final(block, ((col + 1) * self.bs, fed[(col + 1) * self.bs - nc]))
                     live.append(col)
-                checkpoint = None  # a prefill checkpoint export: (block, tokens)
-                if kr.decode:
-                    st.write_tokens(kr.blocks[0], kr.blocks, [(nc + k + 1, fed[k + 1]) for k in range(ns)])
-                    live.extend(range(curr, curr + ns))
-                else:
-                    st.write_final(kr.blocks[0], (nc + ns, fed[ns]))
-                    live.append(curr)
-                    export = rows[g].checkpoint(kr.prefill)  # the internal prefill checkpoint (mamba_meta.py)
-                    if export is not None:
-                        block, off, col = export
-                        st.write_final(block, (nc + off, fed[off]))
-                        live.append(col)
-                        checkpoint = (block, nc + off)
+                checkpoint, ckpt_col = write_row(st, rows[g], kr, nc, ns, fed)  # with any prefill checkpoint
+                live.extend(range(curr, curr + ns) if kr.decode else [curr])
+                if ckpt_col is not None:
+                    live.append(ckpt_col)
                 tr.rows.append(RowView(self._step, rid, g, kinds.get(rid, "RUNNING"), nc, ns, prev, curr,
                                        sorted(set(live)), self._row(i, g), list(core_tables[rid][g])))
                 if self.backend is not None:  # the model's forward from and to the same indices (models/pool.py)

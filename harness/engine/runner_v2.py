@@ -34,7 +34,7 @@ from __future__ import annotations
 from harness.states import chain, column_block, copy_source
 from harness.tokens import true_token
 from harness.trace import Read, RowView
-from harness.engine.mamba_meta import Mamba2Rows
+from harness.engine.mamba_meta import Mamba2Rows, write_row
 from harness.engine.v2_setup import runner_for
 
 
@@ -176,17 +176,7 @@ class V2Worker:
         kr = rows.row(i, ns)
         init, blocks = kr.init, kr.blocks
         read = None if init is None else (init[0], *st.read(*init))
-        checkpoint, ckpt_col = None, None
-        if kr.decode:  # decode kernels (ops/mamba_ssm.py selective_state_update, causal_conv1d_update)
-            st.write_tokens(blocks[0], blocks, [(nc + j + 1, fps[j + 1]) for j in range(ns)])
-        else:  # prefill kernels (mamba_mixer2.py: chunked scan from the initial state, final state out)
-            p, b = kr.prefill, blocks[0]
-            st.write_final(b, (nc + ns, fps[ns]))
-            export = rows.checkpoint(p)  # the internal prefill checkpoint (harness/engine/mamba_meta.py)
-            if export is not None:
-                block, off, ckpt_col = export
-                st.write_final(block, (nc + off, fps[off]))
-                checkpoint = (block, nc + off)
+        checkpoint, ckpt_col = write_row(st, rows, kr, nc, ns, fps)  # with any prefill checkpoint (mamba_meta.py)
         live = list(range(curr, curr + len(blocks)))
         if prev >= 0 and prev != curr:
             live.append(prev)
