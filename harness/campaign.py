@@ -296,7 +296,7 @@ class _Progress:
         total = campaign.seconds if campaign.seconds is not None else float(campaign.runs or 1)
         self.p = Progress(TextColumn("[bold]fuzz[/]"), BarColumn(), TimeElapsedColumn(), TextColumn("/"),
                           TimeRemainingColumn(), TextColumn("{task.fields[line]}"), transient=False,
-                          disable=not sys.stderr.isatty() and not os.environ.get("HH_FORCE_PROGRESS"))
+                          disable=not sys.stderr.isatty())
         self.task = self.p.add_task("fuzz", total=total, line="")
         self.p.start()
         self.last_print = 0.0
