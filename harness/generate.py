@@ -61,14 +61,12 @@ ALL_MODE_BLOCK = 256  # mode all: the Mamba block is a multiple of the Mamba2 ch
 
 def with_all_mode(doc: dict) -> dict:
     """The scenario document in Mamba cache mode "all" (0.26-0.32), as vLLM configures it: the block a multiple of
-    the Mamba2 chunk (the scenario moved by `rescaled`), one hash unit per block, no speculative decoding (not
-    followed in mode all), no prefill checkpoints (align mode's), the Mamba group holding a block per block of
-    tokens (the pool doubled)."""
+    the Mamba2 chunk (the scenario moved by `rescaled`), one hash unit per block, speculative decoding as drawn
+    (EAGLE's block drop is align mode's), no prefill checkpoints (align mode's), the Mamba group holding a block
+    per block of tokens (the pool doubled)."""
     g = doc["geometry"]
-    g.update(hash_block_size=g["mamba_block_size"], num_speculative_tokens=0, eagle_block_drop=False,
-             prefill_checkpoint=False, mamba_cache_mode="all")
-    for req in doc["requests"]:
-        req.pop("acceptance", None)
+    g.update(hash_block_size=g["mamba_block_size"], eagle_block_drop=False, prefill_checkpoint=False,
+             mamba_cache_mode="all")
     rescaled(doc, ALL_MODE_BLOCK)
     g["num_blocks"] *= 2
     return doc

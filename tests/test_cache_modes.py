@@ -3,6 +3,8 @@ runs it with vLLM's own V1 and V2 runners; the mirrored tiers, align-only, refus
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from harness.errors import BadInput
@@ -130,7 +132,33 @@ def test_generated_mode_all_scenarios_are_ones_vllm_configures():
         doc = with_all_mode(scenario_to_json(random_scenario(seed, checkpoints=False)))
         g = parse_scenario(doc).geometry
         assert g.mamba_block_size % 256 == 0 and g.hash_block_size == g.mamba_block_size
-        assert g.num_speculative_tokens == 0 and g.mamba_cache_mode == "all"
+        assert not g.eagle_block_drop and not g.prefill_checkpoint and g.mamba_cache_mode == "all"
+    # speculative decoding as the generator drew it (vLLM runs drafts in mode all: mamba_mixer2.py, 0.26-0.31)
+    assert {with_all_mode(scenario_to_json(random_scenario(s, checkpoints=False)))["geometry"]["num_speculative_tokens"]
+            for s in range(30)} >= {0, 1}
+
+
+def test_mode_all_with_drafts_misplaces_the_block_boundary_state():
+    """vLLM 0.26.0-0.31.x, mode all with drafts (K = 2): a decode step whose drafts cross a block boundary writes
+    the state after each query token to the columns from its last scheduled token's block on (mamba_mixer2.py:
+    output_indices), so the block it completed is cached holding the state before the step; and after the drafts
+    past the boundary are rejected, the next step reads its conv window from the last computed token's block,
+    where the previous step did not write it (scenarios/releases/g15-mode-all-drafts-boundary-state.json)."""
+    if not _has_all():
+        pytest.skip("this vLLM release has no Mamba cache mode 'all' (0.26-0.31)")
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).resolve().parents[1] / "scenarios" / "releases" /
+                      "g15-mode-all-drafts-boundary-state.json").read_text())
+    findings = judge(replay(parse_scenario(doc), config=_engine("v1")))
+    wrong_block = [f for f in findings if f.oracle == "cache-integrity"]
+    stale_conv = [f for f in findings if f.signature == "provenance:initial"]
+    assert wrong_block and "a[:256]" in wrong_block[0].expected and "ssm a[:255]" in wrong_block[0].actual
+    assert stale_conv and "conv a[:255], ssm a[:256]" in stale_conv[0].actual
+    # all drafts accepted: the same block is still cached with the state before the step, and nothing is read stale
+    doc["requests"][0]["acceptance"] = [2]
+    findings = judge(replay(parse_scenario(doc), config=_engine("v1")))
+    assert {f.oracle for f in findings} == {"cache-integrity"}
 
 
 def test_a_replay_does_not_depend_on_the_one_before_it_in_the_process():

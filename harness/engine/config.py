@@ -130,17 +130,14 @@ def _check_all_mode(g) -> None:
     """Mode "all" (0.26-0.32: every block's state cached, intermediate states written at block boundaries) as
     vLLM configures it: the Mamba block a multiple of the Mamba2 chunk (and of FlashAttention's 16), the
     attention block the same (platforms/interface.py:909-919 in 0.30.0, `_align_hybrid_block_size`), one hash
-    unit per block. Speculative decoding in mode all (the decode kernels' per-draft offsets from the previous
-    step's last block, mamba_mixer2.py:1015-1030) is not followed: exit 2."""
+    unit per block. Speculative decoding runs (the decode kernels' per-draft offsets from the previous step's
+    last block: harness/engine/mamba_meta.py)."""
     if g.mamba_block_size % MAMBA_CHUNK_SIZE:
         raise BadInput(f"geometry.mamba_cache_mode 'all': vLLM sets the Mamba block to a multiple of the Mamba2 chunk "
                        f"size ({MAMBA_CHUNK_SIZE}), not {g.mamba_block_size} (platforms/interface.py, "
                        "_align_hybrid_block_size)")
     if g.hash_block_size != g.mamba_block_size:
         raise BadInput("geometry.mamba_cache_mode 'all': one hash unit per block (hash_block_size = mamba_block_size)")
-    if g.num_speculative_tokens:
-        raise BadInput("geometry.mamba_cache_mode 'all' with speculative decoding: the decode kernels' draft offsets "
-                       "in mode all are not followed yet (K = 0 only)")
     if g.model is not None:
         raise BadInput("geometry.mamba_cache_mode 'all' with geometry.model: not followed yet")
 

@@ -55,6 +55,10 @@ class Mamba2Rows:
         self.all_mode = last is not None  # mode all: block indices into whole block-table rows
         if self.all_mode:
             self.last = last.tolist()
+            # with drafts (K > 0): the column each decode row's previous step ended in (the runner's
+            # `mamba_prev_last_scheduled_idx`, else (num_computed - 1) // block; mamba_attn.py:502-510 in 0.27.1)
+            prev = getattr(m, "block_idx_last_scheduled_token_prev_step", None)
+            self.prev_step = prev.tolist() if prev is not None and self.num_decodes else None
             self.last_computed = m.block_idx_last_computed_token.tolist()
             first = m.block_idx_first_scheduled_token_p
             self.first_p = first.tolist() if first is not None and m.num_prefills else []
@@ -62,7 +66,7 @@ class Mamba2Rows:
     def row(self, i: int, num_tokens: int) -> KernelRow:
         """Row i of the batch (in the runner's order) with `num_tokens` scheduled tokens."""
         if self.all_mode:
-            return self._all_mode_row(i)
+            return self._all_mode_row(i, num_tokens)
         if i < self.num_decodes:
             idx = [int(b) for b in self.si_d[i]]
             na = int(self.accepted[i]) if self.accepted else 1
@@ -76,16 +80,30 @@ class Mamba2Rows:
         """Prefill row `prefill`'s checkpoint export: (block, query tokens before it, block-table column)."""
         return self.checkpoints.get(prefill)
 
-    def _all_mode_row(self, i: int) -> KernelRow:
+    def _all_mode_row(self, i: int, num_tokens: int) -> KernelRow:
         read, last = int(self.last_computed[i]), int(self.last[i])
         if i < self.num_decodes:
             row = [int(b) for b in self.si_d[i]]
+            if self.prev_step is not None and self.accepted:
+                # drafts (mamba_mixer2.py:983-1000, ops/causal_conv1d.py:821-947 in 0.27.1): the SSM state is read
+                # at column prev_step + accepted - 1 and written per token to columns last .. last + n - 1; the
+                # conv window is read at column `read` (the last computed token's block) from offset accepted - 1
+                # and written whole to column `last`
+                na = int(self.accepted[i])
+                src = int(self.prev_step[i]) + na - 1
+                blocks = [_at(row, last + j) for j in range(num_tokens)]
+                return KernelRow(True, (_at(row, read), na - 1, _at(row, src)), blocks, -1, src, (), last)
             return KernelRow(True, (row[read], 0, row[read]), [row[last]], -1, read, (), last)
         p = i - self.num_decodes
         row = [int(b) for b in self.si_p[p]]
         init = (row[read], 0, row[read]) if self.has_init and self.has_init[p] else None
         first = int(self.first_p[p])
         return KernelRow(False, init, [row[last]], p, read, tuple((row[c], c) for c in range(first, last)), last)
+
+
+def _at(row: list[int], column: int) -> int:
+    """A column of a block-table row as the kernels gather it; past the row, the null block (the padding)."""
+    return row[column] if 0 <= column < len(row) else 0
 
 
 def write_row(states, rows: Mamba2Rows, kr: KernelRow, nc: int, ns: int, fed) -> tuple[tuple[int, int] | None, int | None]:
