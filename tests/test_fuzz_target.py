@@ -114,7 +114,10 @@ def test_opening_sweep_replays_the_sweeps_scenarios_and_keeps_findings(tmp_path)
     assert json.loads((kept[0] / "finding.json").read_text())["verdict"]["new"]
     stock = fuzzing.Target(RunConfig(), artifacts=tmp_path / "stock", keep_going=True)
     assert fuzzing.opening_sweep(stock, seed=7, count=5, seconds=0.0) == 0  # the time cap holds
-    assert fuzzing.opening_sweep(stock, seed=7, count=0, seconds=120, first=[SEED_INPUT]) == 0 == stock.execs - 1
     fuzzing.opening_sweep(stock, seed=7, count=12, seconds=120)
     assert not [p for p in (tmp_path / "stock").glob("finding-*")
                 if json.loads((p / "finding.json").read_text())["verdict"]["new"]]
+    # the seed corpus's inputs run first, before any sweep scenario: the seed bug's input is kept where it fires
+    seeded = fuzzing.Target(RunConfig(), artifacts=tmp_path / "seeded", keep_going=True)
+    assert fuzzing.opening_sweep(seeded, seed=7, count=0, seconds=120, first=[SEED_INPUT]) == 0 == seeded.execs - 1
+    assert bool(list((tmp_path / "seeded").glob("finding-*"))) == seed_bug_release
