@@ -37,7 +37,8 @@ DICTIONARIES = {t: ROOT / "fuzz" / f"{t}.dict" for t in TARGETS}
 # (time-to-detect of the shallow seed bug is the same either way: bench/results/time_to_detect.md).
 LIBFUZZER_FLAGS = ["-max_len=128", "-len_control=0"]
 # a worker's opening sweep (fuzz/symbolic_target.py): the sweep's own scenarios, uninstrumented, before libFuzzer
-# starts, for OPENING_SHARE of a timed campaign's budget; a campaign of N runs (deterministic) sweeps this many
+# starts, for OPENING_SHARE of a timed campaign's budget; a campaign of N runs (deterministic) sweeps a quarter of
+# its runs, at most this many
 OPENING_SHARE = 0.05
 OPENING_RUNS = {"symbolic": 512, "engine": 64, "model": 64}
 OPENING_LINE = re.compile(r"HH opening sweep: (\d+) scenarios")
@@ -143,7 +144,7 @@ class Campaign:
         env.update(self.config.to_env())
         if w.restarts == 0:  # a restarted worker goes straight back to libFuzzer
             count, seconds = ((10**9, OPENING_SHARE * self.seconds) if self.seconds is not None
-                              else (OPENING_RUNS[self.target], 10**9))
+                              else (min(OPENING_RUNS[self.target], (self.runs or 0) // self.jobs // 4), 10**9))
             first = SEED_CORPORA[self.target] if self.seed_corpus else ""  # hand-made inputs run first
             env["HH_OPENING_SWEEP"] = f"{count},{seconds:.1f},{first}"
         env.update(self.extra_env)
