@@ -157,8 +157,8 @@ class Campaign:
             m = STAT_LINE.search(line)
             if m:
                 w.execs, w.cov, _, w.corpus, w.exec_rate = map(int, m.groups())
-            elif OPENING_LINE.search(line):
-                w.swept = int(OPENING_LINE.search(line).group(1))
+            elif opening := OPENING_LINE.search(line):
+                w.swept = int(opening.group(1))
             w.log.append(line.rstrip())
             del w.log[:-200]
 

@@ -100,6 +100,7 @@ class Target:
         if self.no_checkpoints and without_checkpoints(data) != data:
             return  # a checkpoint geometry this campaign's tier cannot run (the V1 worker): not its input
         self.execs += 1
+        self.swept += swept
         if self.first_exec is None:
             self.first_exec = time.monotonic()
             self.startup_s = round(time.time() - psutil.Process().create_time(), 2)
@@ -187,7 +188,6 @@ def opening_sweep(target: Target, seed: int, count: int, seconds: float, first: 
         if inputs:
             data, swept = inputs.pop(0), False
         else:
-            target.swept += 1
             data, swept = generator_input(rng, mask=0), True
         with contextlib.suppress(HarnessFailure):
             target(without_checkpoints(data) if target.no_checkpoints and swept else data, swept=swept)

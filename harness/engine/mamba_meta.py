@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.states import column_block
+
 
 @dataclass(frozen=True, slots=True)
 class KernelRow:
@@ -91,8 +93,9 @@ class Mamba2Rows:
                 # and written whole to column `last`
                 na = int(self.accepted[i])
                 src = int(self.prev_step[i]) + na - 1
-                blocks = [_at(row, last + j) for j in range(num_tokens)]
-                return KernelRow(True, (_at(row, read), na - 1, _at(row, src)), blocks, -1, src, (), last)
+                blocks = [column_block(row, last + j) for j in range(num_tokens)]
+                init = (column_block(row, read), na - 1, column_block(row, src))
+                return KernelRow(True, init, blocks, -1, src, (), last)
             return KernelRow(True, (row[read], 0, row[read]), [row[last]], -1, read, (), last)
         p = i - self.num_decodes
         row = [int(b) for b in self.si_p[p]]
@@ -101,12 +104,8 @@ class Mamba2Rows:
         return KernelRow(False, init, [row[last]], p, read, tuple((row[c], c) for c in range(first, last)), last)
 
 
-def _at(row: list[int], column: int) -> int:
-    """A column of a block-table row as the kernels gather it; past the row, the null block (the padding)."""
-    return row[column] if 0 <= column < len(row) else 0
-
-
-def write_row(states, rows: Mamba2Rows, kr: KernelRow, nc: int, ns: int, fed) -> tuple[tuple[int, int] | None, int | None]:
+def write_row(states, rows: Mamba2Rows, kr: KernelRow, nc: int, ns: int,
+              fed) -> tuple[tuple[int, int] | None, int | None]:
     """The states vLLM's Mamba2 kernels write for kernel row `kr` (a request with `nc` computed and `ns` scheduled
     tokens; `fed[j]`: the fingerprint of the prefix of nc + j tokens as fed), into the worker's tagged `states`.
     Decode (ops/mamba_ssm.py selective_state_update, causal_conv1d_update): one state per token, to the row's
