@@ -278,7 +278,9 @@ def _record_junctions(trace: Trace, step: int, reqs: dict) -> None:
     for rid, r in reqs.items():
         junction = getattr(r.vreq, "shared_prefix_boundary", 0)
         seen = trace.junctions.get(rid)
-        if junction and (not seen or seen[-1][1] != junction):
+        # a later lookup that finds no junction resets it to 0 (scheduler.py:1120-1125 assigns every lookup's
+        # value), and cache_blocks then keeps none: record the reset too, not only non-zero junctions
+        if (seen[-1][1] if seen else 0) != junction:
             trace.junctions.setdefault(rid, []).append((step, junction))
 
 

@@ -5,6 +5,7 @@ be cached where a chunk ends on it)."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,10 +14,10 @@ from harness.generate import random_scenario
 from harness.oracles import judge, replay_boundaries, retained_positions, retention
 from harness.replay import replay
 from harness.run_config import RunConfig
-from harness.scenario import parse_scenario, scenario_to_json
-from harness.trace import CacheCheck, Retention, RowView, Trace
+from harness.scenario import load_scenario, parse_scenario, scenario_to_json
+from harness.trace import CacheCheck, Retention, RowView, Trace, _record_junctions
 from harness.vllm_adapter import supports_retention
-from testlib import mutant
+from testlib import ROOT, mutant
 
 needs_retention = pytest.mark.skipif(not supports_retention(), reason="vLLM before 0.33.0: no sparse retention")
 
@@ -122,6 +123,9 @@ def test_junctions_and_interval_multiples_are_retained_positions_too():
     assert retained_positions(trace, "a", 1) == {20}  # the junction was found only at step 2
     assert retained_positions(trace, "a", 2) == {12, 20}  # floored to the block
     assert retained_positions(trace, "a", 4) == {16, 20}  # a later lookup replaced it
+    trace.junctions["a"].append((6, 0))
+    assert retained_positions(trace, "a", 6) == {20}  # a lookup that found none resets it
+    del trace.junctions["a"][-1]
     trace.retention = Retention(8, 4, True)
     assert retained_positions(trace, "a", 2) == {8, 12, 16}  # EAGLE: a block lower; multiples of 8
     trace.rows[0] = RowView(3, "a", 1, "RUNNING", 8, 4, 2, 3, [2, 3], [0, 1, 2, 3], [0, 1, 2, 3])
@@ -147,3 +151,27 @@ def test_the_sweep_draws_vllms_retention_values_from_a_stream_of_its_own():
         assert scenario_to_json(p)["requests"] == scenario_to_json(d)["requests"]
         v = d.geometry.prefix_cache_retention_interval
         assert v is None or v % d.geometry.scheduler_block_size == 0
+
+
+def test_a_lookup_that_finds_no_junction_is_recorded_as_a_reset():
+    """vLLM assigns every lookup's junction (0 when none), and cache_blocks reads the current one: a request
+    deferred after a lookup that found a junction, then looked up again after the sharer's blocks were evicted,
+    keeps no junction state (the seed-7 harness error of a stock make fuzz, where a stale junction was judged)."""
+    trace = _trace(None)
+    steps = [(7, 5), (8, 5), (12, 0), (13, 0), (15, 9)]
+    for step, junction in steps:
+        _record_junctions(trace, step, {"b": SimpleNamespace(vreq=SimpleNamespace(shared_prefix_boundary=junction))})
+    assert trace.junctions["b"] == [(7, 5), (12, 0), (15, 9)]
+
+
+@pytest.mark.skipif(not supports_retention(), reason="sparse retention arrives in vLLM 0.33.0")
+def test_a_reset_junction_is_not_judged_on_the_fixed_system():
+    """Stock make fuzz (seed 7) once exited 3 on this input: with the known fixes applied request b's first chunk
+    ends on its stale junction's block, which vLLM no longer holds (a later lookup found none)."""
+    from harness.known import replay_and_judge
+
+    sc = load_scenario(ROOT / "scenarios/findings/retention-junction-reset-by-a-later-lookup.json")
+    trace, findings, verdict = replay_and_judge(sc, config=RunConfig(tier="symbolic", known_fixes=True))
+    assert trace.junctions["b"][-1][1] == 0
+    assert not [f for f in findings if f.oracle == "retention"]
+    assert verdict is None or not verdict.revealed
