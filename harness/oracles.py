@@ -210,30 +210,54 @@ def retention(trace: Trace) -> list[Finding]:
 IDLE_SLACK = 2  # idle steps a run may end with, beyond its longest load, and still be making progress
 
 
+def livelock_bound(end) -> int:
+    """The most trailing steps a run may spend without any request computing past its high-water mark and still
+    be making progress: every request recomputing all it could ever hold, one token a step (a chunk computes at
+    least one), after the longest load and IDLE_SLACK. Generous on purpose: a preemption thrash that never ends
+    outlasts any bound at the step limit, a slow recovery must never be judged one."""
+    return sum(end.tokens.values()) + end.longest_load + IDLE_SLACK
+
+
+def _how_it_ended(end) -> tuple[str, str] | None:
+    """(kind, how) when a run that ended with requests unfinished is a liveness finding, None when it is not:
+    stuck, idle at the step limit, or a livelock (steps kept scheduling, only recomputation, past
+    `livelock_bound`)."""
+    if end.reason == "stuck":
+        return "stuck", "nothing was scheduled and nothing left can change that"
+    if end.idle_steps > end.longest_load + IDLE_SLACK:
+        return "step-limit", f"the step limit was reached after {end.idle_steps} steps that scheduled nothing"
+    if end.stalled_steps > livelock_bound(end):
+        return "livelock", (f"the step limit was reached after {end.stalled_steps} steps in which no request computed past "
+                f"what it had computed before (preempted and recomputed over and over; at most "
+                f"{livelock_bound(end)} such steps recover)")
+    return None
+
+
 def liveness(trace: Trace) -> list[Finding]:
     """A request vLLM never finishes although the pool could hold it. `stuck`: the step loop saw nothing
     scheduled, no load in flight and no arrival or event to come, so vLLM would spin there forever. At the step
     limit, idle steps count only beyond the longest external load (a load in flight keeps a request waiting)
-    plus IDLE_SLACK (the step the connector reports the load and the one async scheduling lags by). A request
-    larger than the pool is one vLLM can never admit: the scenario is refused (harness.scenario), never judged."""
+    plus IDLE_SLACK (the step the connector reports the load and the one async scheduling lags by); a run that
+    kept scheduling but only recomputed (a preemption thrash) counts beyond `livelock_bound`. A request larger
+    than the pool is one vLLM can never admit: the scenario is refused (harness.scenario), never judged."""
     end = trace.end
     if end is None or end.reason == "done" or not end.unfinished:
         return []
-    if end.reason == "step-limit" and end.idle_steps <= end.longest_load + IDLE_SLACK:
+    ended = _how_it_ended(end)
+    if ended is None:
         return []
+    kind, how = ended
     usable = end.num_blocks - 1  # all but the null block
     needs = {rid: end.blocks_to_hold(rid) for rid in end.unfinished}
     if max(needs.values()) > usable:
         return []
     first = min(end.unfinished)
-    how = ("nothing was scheduled and nothing left can change that" if end.reason == "stuck" else
-           f"the step limit was reached after {end.idle_steps} steps that scheduled nothing")
     return [Finding("liveness", end.step, first, None, [],
                     expected=f"request(s) {', '.join(sorted(end.unfinished))} admitted and finished: each needs at most "
                              f"{max(needs.values())} of the pool's {usable} usable blocks",
                     actual=f"the run stops at step {end.step} with them unfinished "
                            f"({', '.join(f'{r}: {p}' for r, p in sorted(end.unfinished.items()))})",
-                    detail=how, signature=f"liveness:{end.reason}", excerpt=trace.excerpt(end.step - 1, first))]
+                    detail=how, signature=f"liveness:{kind}", excerpt=trace.excerpt(end.step - 1, first))]
 
 
 # float64 CPU: chunked/recurrent cached runs differ from the one-chunk reference by at most 1.02e-14

@@ -96,6 +96,9 @@ class RunEnd:
     lookahead: int  # speculative tokens (K)
     groups: tuple[int, int] = (1, 1)  # KV cache groups: (attention, Mamba); a real model's are several
     mamba_cache_mode: str = "align"
+    # the trailing steps in which no request computed past its own earlier high-water mark: steps that schedule
+    # only recomputation (preempted requests catching up) count, so a preemption thrash that never finishes shows
+    stalled_steps: int = 0
 
     def blocks_to_hold(self, request: str) -> int:
         return blocks_to_hold(self.tokens[request], self.block_sizes, self.lookahead, self.groups,
@@ -235,12 +238,13 @@ def largest_request(num_blocks: int, block_size: int, lookahead: int) -> int:
 
 
 def run_end(sc, reason: str, step: int, idle: int, unfinished: dict[str, str],
-            groups: tuple[int, int] = (1, 1)) -> RunEnd:
+            groups: tuple[int, int] = (1, 1), stalled: int = 0) -> RunEnd:
     g = sc.geometry
     tokens = {r.id: r.prompt.num_tokens + r.max_tokens for r in sc.requests}
     loads = [r.external.load_steps for r in sc.requests if r.external is not None]
     return RunEnd(reason, step, idle, unfinished, tokens, max(loads, default=0), g.num_blocks,
-                  (g.attn_block_size, g.mamba_block_size), g.num_speculative_tokens, groups, g.mamba_cache_mode)
+                  (g.attn_block_size, g.mamba_block_size), g.num_speculative_tokens, groups, g.mamba_cache_mode,
+                  stalled)
 
 
 class VllmRaised(Exception):
@@ -284,6 +288,17 @@ def _record_junctions(trace: Trace, step: int, reqs: dict) -> None:
             trace.junctions.setdefault(rid, []).append((step, junction))
 
 
+def _computed_past(high: dict[str, int], reqs: dict) -> bool:
+    """Whether some request computed past its own high-water mark this step (updating the marks): forward
+    progress, as opposed to a preempted request recomputing what it had already computed."""
+    advanced = False
+    for rid, r in reqs.items():
+        computed = getattr(r.vreq, "num_computed_tokens", 0)
+        if computed > high.get(rid, 0):
+            high[rid], advanced = computed, True
+    return advanced
+
+
 def run_steps(tier: Tier) -> Trace:
     """The step loop every tier (`Tier`) shares. How the loop ended is recorded (`Trace.end`, the liveness
     oracle's input). After the last step, or after vLLM raised, every request still holding blocks is freed and
@@ -292,6 +307,7 @@ def run_steps(tier: Tier) -> Trace:
     trace = tier.trace
     try:
         idle, reason, changed, before = 0, "step-limit", True, tier._progress()
+        high, stalled = {}, 0
         for step in range(tier.sc.max_steps):
             tier.step_idx = step
             # stuck: the last step scheduled nothing and changed nothing (a step that only preempted, or only
@@ -304,10 +320,11 @@ def run_steps(tier: Tier) -> Trace:
             if trace.retention is not None:  # only the retention oracle reads them
                 _record_junctions(trace, step, tier.reqs)
             idle = 0 if tier.last_scheduled else idle + 1
+            stalled = 0 if _computed_past(high, tier.reqs) else stalled + 1
             after = tier._progress()
             changed, before = after != before, after
         groups = (len(tier.attn_groups), len(tier.mamba_groups))
-        trace.end = run_end(tier.sc, reason, trace.steps_run, idle, tier._unfinished(), groups)
+        trace.end = run_end(tier.sc, reason, trace.steps_run, idle, tier._unfinished(), groups, stalled)
         tier._shutdown()
     except VllmRaised as raised:
         trace.exception = raised.record

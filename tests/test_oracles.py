@@ -9,7 +9,7 @@ from harness.trace import CacheCheck, Read, RowView, Trace, VllmException
 
 from harness.scenario import load_scenario
 
-from testlib import SCENARIOS, by_oracle, needs_checkpoints, run, version_tuple
+from testlib import SCENARIOS, by_oracle, needs_checkpoints, release_in, run, version_tuple
 
 
 def _trace() -> Trace:
@@ -105,11 +105,12 @@ def test_provenance_names_the_v1_accepted_reset():
 
 
 # -- liveness -------------------------------------------------------------------------------------------
-def _ended(reason, unfinished, *, tokens=40, idle=1, load=0, blocks=32):
+def _ended(reason, unfinished, *, tokens=40, idle=1, load=0, blocks=32, stalled=0):
     from harness.trace import RunEnd
 
     t = _trace()
-    t.end = RunEnd(reason, 9, idle, {r: "waiting" for r in unfinished}, {"a": tokens, "b": 4}, load, blocks, (8, 8), 0)
+    t.end = RunEnd(reason, 9, idle, {r: "waiting" for r in unfinished}, {"a": tokens, "b": 4}, load, blocks, (8, 8), 0,
+                   stalled_steps=stalled)
     return t
 
 
@@ -128,6 +129,17 @@ def test_liveness_leaves_a_request_larger_than_the_pool_and_a_load_in_flight():
     # at the step limit, idle steps a load in flight explains (plus the report step and the async lag) are fine
     assert liveness(_ended("step-limit", ["a"], idle=5, load=3)) == []
     assert liveness(_ended("step-limit", ["a"], idle=6, load=3))[0].signature == "liveness:step-limit"
+
+
+def test_liveness_trips_on_a_thrash_that_only_recomputes_past_the_bound():
+    from harness.oracles import livelock_bound
+
+    bound = livelock_bound(_ended("step-limit", ["a"], load=3).end)
+    assert bound == 40 + 4 + 3 + 2  # every request recomputing all it holds, a token a step, after the load
+    assert liveness(_ended("step-limit", ["a"], load=3, stalled=bound)) == []
+    (f,) = liveness(_ended("step-limit", ["a"], load=3, stalled=bound + 1))
+    assert f.signature == "liveness:livelock" and "computed past" in f.detail
+    assert liveness(_ended("done", [], stalled=bound + 1)) == []  # a run that finished is never one
 
 
 def test_a_request_larger_than_the_pool_is_bad_input():
@@ -174,3 +186,33 @@ def test_a_step_that_only_preempts_is_not_a_stall(tier):
 
     trace = replay(load_scenario(ROOT / "tests" / "data" / "no-stall-after-self-preemption.json"), tier=tier)
     assert trace.end.reason == "done" and not [f for f in judge(trace) if f.oracle == "liveness"]
+
+
+def test_only_computing_past_a_high_water_mark_is_progress():
+    from types import SimpleNamespace
+
+    from harness.trace import _computed_past
+
+    def reqs(**computed):
+        return {r: SimpleNamespace(vreq=SimpleNamespace(num_computed_tokens=n)) for r, n in computed.items()}
+
+    high = {}
+    assert _computed_past(high, reqs(a=8, b=4)) and high == {"a": 8, "b": 4}
+    assert not _computed_past(high, reqs(a=0, b=4))  # a preempted
+    assert not _computed_past(high, reqs(a=8, b=0))  # a recomputed, b preempted: a thrash
+    assert _computed_past(high, reqs(a=9, b=0)) and high["a"] == 9
+
+
+@pytest.mark.skipif(not release_in("0.27.0-0.28.x"), reason="the livelock is 0.27.x-0.28.x's (0.26.0 and 0.31.0 "
+                    "schedule this input otherwise)")
+def test_a_preemption_thrash_is_a_livelock_the_known_admission_fix_removes():
+    """vLLM 0.27.1's V1 engine: the admission undercount lets two requests preempt each other for ever (366 steps
+    without progress); the run used to end at the step limit as "all oracles hold", so with the known fixes
+    applied the draft state the fixed run reads (release group g01) was reported as a harness error."""
+    from harness.known import replay_and_judge
+    from harness.run_config import RunConfig
+
+    sc = load_scenario(SCENARIOS / "findings/admission-livelock-hides-draft-state.json")
+    _, _, verdict = replay_and_judge(sc, config=RunConfig(tier="engine", known_fixes=True).but(runner="v1"))
+    assert verdict.known == {"liveness:livelock": "sync-external-admission-undercount"}
+    assert verdict.revealed == ["provenance:initial"] and verdict.is_new
