@@ -70,13 +70,15 @@ def live_columns(trace: Trace) -> list[Finding]:
 
 
 def provenance(trace: Trace) -> list[Finding]:
+    """A state the worker read (a pre-copy source, a kernel's initial state, a post-copy source) must be the
+    state of the prefix it runs on: the first n tokens it fed that request (`Read.fed`)."""
     out = []
     for rd in trace.reads:
-        if rd.conv == rd.want and rd.ssm == rd.want:
+        if rd.conv == rd.fed and rd.ssm == rd.fed:
             continue
         out.append(Finding(
             "provenance", rd.step, rd.request, rd.group, [rd.column],
-            expected=f"state of {trace.name(rd.want)}",
+            expected=f"state of {trace.name(rd.fed)}",
             actual=f"conv {trace.name(rd.conv)}, ssm {trace.name(rd.ssm)} (block {rd.block})",
             detail=f"{rd.what} read at column {rd.column}",
             signature=f"provenance:{rd.what}",
@@ -84,10 +86,16 @@ def provenance(trace: Trace) -> list[Finding]:
     return out
 
 
+def key_state(trace: Trace, cc) -> tuple[int, int]:
+    """The state a prefix-cache key promises: that of the prefix it names (its owner's first tokens)."""
+    return cc.prefix_tokens, trace.prefixes[cc.prefix_owner][cc.prefix_tokens]
+
+
 def cache_integrity(trace: Trace) -> list[Finding]:
     out, seen = [], set()
     for cc in trace.cache:
-        if cc.conv == cc.want and cc.ssm == cc.want:
+        want = key_state(trace, cc)
+        if cc.conv == want and cc.ssm == want:
             continue
         key = (cc.block, cc.prefix_tokens, cc.prefix_owner)
         if key in seen:
@@ -188,7 +196,7 @@ def retention(trace: Trace) -> list[Finding]:
         return []
     cached = {}  # state -> first step a key named it
     for cc in trace.cache:
-        cached.setdefault(cc.want, cc.step)
+        cached.setdefault(key_state(trace, cc), cc.step)
     out = []
     for rv, end in retention_checks(trace):
         if cached.get((end, trace.prefixes[rv.request][end]), rv.step + 1) <= rv.step:

@@ -161,8 +161,8 @@ def _record_states(d: driver_mod.Driver, rec: _Recorder) -> None:
         def append(self, rd) -> None:
             conv, ssm = pending[0], pending[-1]
             pending.clear()
-            rec.lines.append(f"expect_read(pages.read({conv[0]}, {conv[1]}, {ssm[2]}), {rd.want!r}, "
-                             f"{f'{rd.what} of {rd.request} at step {rd.step}'!r})  # {d.trace.name(rd.want)}")
+            rec.lines.append(f"expect_read(pages.read({conv[0]}, {conv[1]}, {ssm[2]}), {rd.fed!r}, "
+                             f"{f'{rd.what} of {rd.request} at step {rd.step}'!r})  # {d.trace.name(rd.fed)}")
             super().append(rd)
     d.trace.reads = Reads(d.trace.reads)
     wrap("write_final", lambda b, st: f"pages.write_final({where(b)}, {st!r})")

@@ -26,7 +26,10 @@ class Call:
 
 @dataclass(slots=True)
 class Read:
-    """A state the worker consumed: a pre-copy source or a kernel's initial state."""
+    """A state the worker consumed: a pre-copy source or a kernel's initial state. Observations only: what the
+    worker read (its column, block and the states there) and `fed`, the prefix it ran that state on: the first
+    n tokens of the sequence it fed this request (n: the computed count the kernel was given, or the accepted
+    end a post-copy moves), fingerprinted. What the read should have held is the provenance oracle's call."""
 
     step: int
     request: str
@@ -36,7 +39,7 @@ class Read:
     block: int
     conv: State | None
     ssm: State | None
-    want: State
+    fed: State
 
 
 @dataclass(slots=True)
@@ -58,13 +61,14 @@ class RowView:
 
 @dataclass(slots=True)
 class CacheCheck:
-    """After a step: one prefix-cache key of the Mamba group, the prefix it names and what its block holds."""
+    """After a step: one prefix-cache key of the Mamba group, the prefix it names (its first `prefix_tokens`
+    tokens of request `prefix_owner`'s) and what its block holds; the state it should hold is the oracles' call
+    (`oracles.key_state`)."""
 
     step: int
     block: int
     prefix_tokens: int
     prefix_owner: str
-    want: State
     conv: State | None
     ssm: State | None
 
@@ -206,7 +210,7 @@ class CacheRecorder:
                 raise HarnessError(f"step {step}: a Mamba cache key names no prefix the replay hashed")
             rid, n = owner
             conv, ssm = self.states.page(block)
-            self.trace.cache.append(CacheCheck(step, block, n, rid, (n, requests[rid][1][n]), conv[0], ssm))
+            self.trace.cache.append(CacheCheck(step, block, n, rid, conv[0], ssm))
 
 
 def blocks_to_hold(tokens: int, block_sizes: tuple[int, int], lookahead: int, groups: tuple[int, int] = (1, 1),

@@ -246,7 +246,7 @@ class WorkerShadow:
         st, tr = self.states, self.trace
         s = self.requests[r]
         fps = seq_fps[r]
-        want: State = (nc, fps[nc])
+        fed: State = (nc, fps[nc])  # the prefix this step runs on
         for g in self.mamba_groups:
             row = s.block_ids[g]
             live = [prev] if precopy else []
@@ -260,7 +260,7 @@ class WorkerShadow:
                 _, ssm = st.read(ssm_block, 0, ssm_block)
                 # name the V1 re-add reset of num_accepted (§6.6) when it decides what is read
                 what = "initial-after-accepted-reset" if r in self.accepted_reset and not precopy else "initial"
-                tr.reads.append(Read(so.step, r, what, g, curr, cur_block, conv, ssm, want))
+                tr.reads.append(Read(so.step, r, what, g, curr, cur_block, conv, ssm, fed))
                 blocks = [column_block(row, curr + i) for i in range(ns)]
                 st.write_tokens(cur_block, blocks, [(nc + i + 1, fps[nc + i + 1]) for i in range(ns)])
                 live.extend(range(curr, curr + ns))
@@ -270,7 +270,7 @@ class WorkerShadow:
                 init = (cur_block, 0, cur_block) if nc > 0 else None
                 if nc > 0:
                     conv, ssm = st.read(cur_block, 0, cur_block)
-                    tr.reads.append(Read(so.step, r, "initial", g, curr, cur_block, conv, ssm, want))
+                    tr.reads.append(Read(so.step, r, "initial", g, curr, cur_block, conv, ssm, fed))
                 st.write_final(cur_block, (nc + ns, fps[nc + ns]))
                 live.append(curr)
                 ckpt = self._checkpoint_column(nc, ns, row)

@@ -116,10 +116,10 @@ def test_mode_all_caches_every_block_boundary_state_on_the_v1_runner():
     trace = replay(parse_scenario(ALL), config=_engine("v1"))
     assert judge(trace) == [] and trace.end.reason == "done"
     # every full block's state is cached (its key resolves to a block holding the state at that boundary)
-    assert {c.want[0] for c in trace.cache} >= {256, 512, 768, 1024}
+    assert {c.prefix_tokens for c in trace.cache} >= {256, 512, 768, 1024}
     # b's 768-token hit: its first read is the state at the last cached boundary before its shared 800 tokens
     first_b = next(r for r in trace.reads if r.request == "b")
-    assert first_b.want[0] == 768 and first_b.conv == first_b.want
+    assert first_b.fed[0] == 768 and first_b.conv == first_b.fed
     with pytest.raises(BadInput, match="mirrored tiers follow align mode only"):
         replay(parse_scenario(ALL))
 

@@ -86,7 +86,7 @@ def _digest(trace) -> str:
 
     rows = [(r.step, r.request, r.group, r.kind, r.num_computed, r.num_scheduled, r.prev, r.curr, r.live_columns,
              r.worker_row, r.core_row) for r in trace.rows]
-    reads = [(d.step, d.request, d.what, d.column, d.block, d.conv, d.ssm, d.want) for d in trace.reads]
+    reads = [(d.step, d.request, d.what, d.column, d.block, d.conv, d.ssm, d.fed) for d in trace.reads]
     exc = trace.exception and (trace.exception.site, trace.exception.error)
     return hashlib.sha1(repr((rows, reads, list(trace.copies), _signatures(trace), exc)).encode()).hexdigest()
 

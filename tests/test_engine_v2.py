@@ -65,7 +65,7 @@ def test_v2_keeps_accepted_count_across_a_skipped_step():
     assert {f.oracle for f in judge(mirror)} == {"provenance"}
     assert judge(v2) == []
     decode_reads = [r for r in v2.reads if r.what == "initial"]
-    assert decode_reads and all(r.conv == r.want and r.ssm == r.want for r in decode_reads)
+    assert decode_reads and all(r.conv == r.fed and r.ssm == r.fed for r in decode_reads)
 
 
 def test_auto_is_the_runner_vllm_picks_and_the_default():

@@ -113,7 +113,7 @@ def _trace(cached_at: int | None) -> Trace:
     trace.rows.append(RowView(3, "a", 1, "RUNNING", 16, 4, 3, 4, [3, 4], [0, 1, 2, 3, 4], [0, 1, 2, 3, 4]))
     if cached_at is not None:
         state = (20, trace.prefixes["a"][20])
-        trace.cache.append(CacheCheck(cached_at, 5, 20, "a", state, state, state))
+        trace.cache.append(CacheCheck(cached_at, 5, 20, "a", state, state))
     return trace
 
 

@@ -4,7 +4,7 @@ Both tiers run the scenario with the attention block set to the Mamba block (vLL
 the engine tier applies anyway), so pool pressure is the same on both sides. Compared, step by step:
 Mamba rows (request kind, computed / scheduled tokens, the worker row, the core row, live columns), CoW
 copies per step, and every state the worker read, with block ids renamed per request in order of first
-use on each side (what, column, block, conv and SSM state, the state wanted); with `--forward model` (the
+use on each side (what, column, block, conv and SSM state, the prefix fed); with `--forward model` (the
 model tier against the engine tier with the same backend) each request's generated tokens; then
 the oracle verdicts (signatures) and any vLLM exception. Where they differ, one side is wrong about vLLM:
 the engine tier runs vLLM's own scheduler, the mirrored tier our model of it.
@@ -87,7 +87,7 @@ def _reads(trace, lab: _Labels) -> dict:
     for rd in trace.reads:
         out.setdefault((rd.step, rd.request), []).append(
             (rd.what, rd.group, rd.column, lab(rd.request, [rd.block])[0], trace.name(rd.conv), trace.name(rd.ssm),
-             trace.name(rd.want)))
+             trace.name(rd.fed)))
     return out
 
 

@@ -274,14 +274,14 @@ class V1Worker:
         rid = r.input_batch.req_ids[row_idx]
         if kind == "precopy":
             nc = r.requests[rid].num_computed_tokens
-            want = (nc, self._fingerprint(rid, nc))
+            at = (nc, self._fingerprint(rid, nc))
             self._precopied[rid] = src_col
         else:
             A = (dst_col + 1) * self.bs
-            want = (A, self._fingerprint(rid, A))
+            at = (A, self._fingerprint(rid, A))
         for g in self.mamba_groups:  # vLLM copies the columns of every Mamba group (mamba_utils.py:1364)
             conv_src, ssm_src, conv, ssm = copy_source(self.states, self._row(row_idx, g), src_col, bias)
-            self.trace.reads.append(Read(self._step, rid, kind, g, src_col, conv_src, conv, ssm, want))
+            self.trace.reads.append(Read(self._step, rid, kind, g, src_col, conv_src, conv, ssm, at))
         if self.backend is not None:  # the model's pages make the copy vLLM's kernel is about to make
             row = self._row(row_idx)
             self.backend.shift_copy(column_block(row, dst_col), column_block(row, src_col),
@@ -439,8 +439,8 @@ class V1Worker:
         fed_all = r.input_ids.gpu[: starts[-1]].tolist()
         for i, rid in enumerate(req_ids):
             nc, ns = int(nc_np[i]), int(ns_np[i])
-            want = (nc, self.truths[rid].fingerprint(nc))
-            fed = chain([want[1]], fed_all[starts[i]:starts[i + 1]])  # fed[j]: the prefix of nc + j tokens as fed
+            at = (nc, self.truths[rid].fingerprint(nc))
+            fed = chain([at[1]], fed_all[starts[i]:starts[i + 1]])  # fed[j]: the prefix of nc + j tokens as fed
             for g in self.mamba_groups:
                 kr = rows[g].row(i, ns)
                 if self.align:
@@ -456,7 +456,7 @@ class V1Worker:
                 if kr.init is not None:
                     conv, ssm = st.read(*kr.init)
                     tr.reads.append(Read(self._step, rid, "initial", g, kr.init_column if rows[g].all_mode else curr,
-                                         kr.init[0], conv, ssm, want))
+                                         kr.init[0], conv, ssm, at))
                 for block, col in kr.boundaries:  # mode all: the states at the block boundaries the chunk crossed
                     st.write_final(block, ((col + 1) * self.bs, fed[(col + 1) * self.bs - nc]))
                     live.append(col)

@@ -273,11 +273,11 @@ class V2Worker:
         # the prefix of A tokens as this step fed them (drafts included: V2's scheduler holds placeholders)
         fed = self.rows.get(rid)
         nc = self._fed_from.get(rid, 0)
-        want = (A, fed[0][A - nc]) if fed is not None and 0 <= A - nc < len(fed[0]) else (A, self.fingerprint(rid, A))
+        at = (A, fed[0][A - nc]) if fed is not None and 0 <= A - nc < len(fed[0]) else (A, self.fingerprint(rid, A))
         for g in self.mamba_groups:  # the kernel copies every Mamba group's columns
             row = self._row(slot, g)
             conv_b, ssm_b, conv, ssm = copy_source(self.states, row, src_col, bias)
-            self.trace.reads.append(Read(self.step, rid, "postcopy", g, src_col, conv_b, conv, ssm, want))
+            self.trace.reads.append(Read(self.step, rid, "postcopy", g, src_col, conv_b, conv, ssm, at))
             if self.backend is not None:  # the model's pages make the copy vLLM's kernel is about to make
                 self.backend.shift_copy(column_block(row, dst_col), conv_b, ssm_b, bias)
 
