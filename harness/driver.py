@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from harness.errors import BadInput, HarnessError
 from harness.scenario import RequestSpec, Scenario
 from harness.states import SymbolicStates, chain
-from harness.tokens import RequestTruth
+from harness.tokens import RequestTruth, drafts_wanted, propose, verify
 from harness.trace import CacheRecorder, Call, Retention, Trace, VllmException, VllmRaised, run_steps
 from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, Allocator, exception_site, installed_version
 from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow
@@ -439,7 +439,7 @@ class Driver:
                 accepted[rid] = 1
                 r.drafts = []
                 continue
-            new_tokens = self._verify(r, drafts)
+            new_tokens = verify(self.backend, r, self.step_idx, drafts)
             good = len(new_tokens) - 1
             v.num_computed_tokens -= nd - good  # reject (scheduler.py:2346-2364)
             r.truth.extend(new_tokens)
@@ -454,25 +454,11 @@ class Driver:
                 self._plan_drafts(r)
         return accepted
 
-    def _verify(self, r: _Req, drafts: list[int]) -> list[int]:
-        """Rejection sampling against the deterministic 'model' (or the backend's): the accepted drafts
-        plus one token."""
-        if self.backend is not None:
-            return self.backend.verify(r.id, self.step_idx, r.vreq.num_tokens, drafts)
-        return r.truth.verify(drafts)
-
     def _plan_drafts(self, r: _Req) -> None:
-        nd = min(self.K, r.spec.max_tokens - r.vreq.num_output_tokens - 1)
-        r.drafts = self._propose(r, nd) if nd > 0 else []
+        nd = drafts_wanted(self.K, r.spec.max_tokens, r.vreq.num_output_tokens)
+        r.drafts = propose(self.backend, r, nd) if nd > 0 else []
         if hasattr(r.vreq, "spec_token_ids"):
             r.vreq.spec_token_ids = list(r.drafts)
-
-    def _propose(self, r: _Req, nd: int) -> list[int]:
-        """Propose nd drafts: the backend's drafter, or right and wrong as the scenario's acceptance
-        pattern says."""
-        if self.backend is not None:
-            return self.backend.propose(r.id, list(r.vreq.all_token_ids), nd)
-        return r.truth.propose(nd)
 
     # -- lifetimes -----------------------------------------------------------------------------------------
     def _finish(self, r: _Req) -> None:

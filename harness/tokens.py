@@ -91,4 +91,25 @@ class RequestTruth:
         return [true_next(last, k) for k in range(good + 1)]
 
 
-__all__ = ["RequestTruth", "planned_drafts", "true_next", "true_token", "wrong_token"]
+def drafts_wanted(num_speculative: int, max_tokens: int, num_output: int) -> int:
+    """How many drafts a request gets after a step: K, fewer when its remaining outputs are fewer (a draft past
+    max_tokens could never be kept: the sampled token comes on top)."""
+    return min(num_speculative, max_tokens - num_output - 1)
+
+
+def propose(backend, r, nd: int) -> list[int]:
+    """A request's next nd drafts: the forward backend's drafter (the model tier's), or the scenario's acceptance
+    pattern (`RequestTruth.propose`). `r`: a driver's request record (id, vLLM's Request, its RequestTruth)."""
+    if backend is not None:
+        return backend.propose(r.id, list(r.vreq.all_token_ids), nd)
+    return r.truth.propose(nd)
+
+
+def verify(backend, r, step: int, drafts: list[int]) -> list[int]:
+    """The accepted drafts plus one token: the backend model's greedy verification, or the token rule's."""
+    if backend is not None:
+        return backend.verify(r.id, step, r.vreq.num_tokens, drafts)
+    return r.truth.verify(drafts)
+
+
+__all__ = ["RequestTruth", "drafts_wanted", "propose", "verify", "planned_drafts", "true_next", "true_token", "wrong_token"]

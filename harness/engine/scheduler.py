@@ -33,7 +33,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from harness.tokens import RequestTruth  # the scenario's model of a request's tokens
+from harness.tokens import RequestTruth, drafts_wanted, propose, verify  # the scenario's model of tokens
 from harness.errors import BadInput, HarnessError
 from harness.scenario import RequestSpec, Scenario
 from harness.states import chain
@@ -350,11 +350,7 @@ class EngineDriver:
             if v.num_computed_tokens - len(drafts) < v.num_tokens:
                 sampled[rid], accepted[rid] = [], 1
                 continue
-            if self.backend is not None:  # the model's greedy verification of the drafts, plus one token
-                sampled[rid] = self.backend.verify(rid, self.step_idx, v.num_tokens, drafts)
-                accepted[rid] = len(sampled[rid])
-                continue
-            sampled[rid] = r.truth.verify(drafts)
+            sampled[rid] = verify(self.backend, r, self.step_idx, drafts)
             accepted[rid] = len(sampled[rid])
         return sampled, accepted
 
@@ -369,9 +365,9 @@ class EngineDriver:
                 r.finished = True
                 continue
             if self.K and not v.is_prefill_chunk and not self.worker_drafts:
-                nd = min(self.K, r.spec.max_tokens - v.num_output_tokens - 1)
+                nd = drafts_wanted(self.K, r.spec.max_tokens, v.num_output_tokens)
                 draft_ids.append(rid)
-                drafts.append(self._propose(r, nd) if nd > 0 else [])
+                drafts.append(propose(self.backend, r, nd) if nd > 0 else [])
         if self.asynchronous:  # the worker keeps its drafts; the scheduler holds placeholders (core.py:699-706)
             return
         if self.worker_drafts and self.K:  # V2: the runner's drafter proposed; the scheduler gets V2's answer
@@ -381,12 +377,6 @@ class EngineDriver:
         elif draft_ids:
             self._call("", "update_draft_token_ids", self.sched.update_draft_token_ids,
                        self.DraftTokenIds(draft_ids, drafts))
-
-    def _propose(self, r: _Req, nd: int) -> list[int]:
-        """nd drafts: the forward backend's drafter, or the scenario's acceptance pattern (harness.tokens)."""
-        if self.backend is not None:
-            return self.backend.propose(r.id, list(r.vreq.all_token_ids), nd)
-        return r.truth.propose(nd)
 
     # -- events and shutdown ------------------------------------------------------------------------------
     def _apply_event(self, ev) -> None:
