@@ -436,6 +436,38 @@ def _v2_gather_exists() -> bool:
         return False
 
 
+# -- fix: full-sequence admission counts a partial hit's shared tail block once (single_type_kv_cache_manager.py:
+# 253-265 in 0.33.0: the touched tail block, if evictable, and the copy-on-write block that replaces it are both
+# counted; the request holds only the copy, so admission asks one block more than the request ever holds) ---------
+def _cow_tail_counted_once(original):
+    def get_num_blocks_to_allocate(self, *args, **kwargs):
+        n = original(self, *args, **kwargs)
+        b = bound_arguments(original, self, *args, **kwargs).arguments
+        hit = b["new_computed_blocks"]
+        # only the admission forecast (kv_cache_manager.py:531-545, apply_admission_cap): a chunk's own allocation
+        # needs the source and its copy at once, as vLLM counts them
+        if (b.get("apply_admission_cap") and self._has_partial_local_hit(hit, b["num_local_computed_tokens"])
+                and hit[-1].ref_cnt == 0 and not hit[-1].is_null and n <= self.block_pool.num_gpu_blocks):
+            return n - 1
+        return n
+    return get_num_blocks_to_allocate
+
+
+def _full_attention_manager():
+    from harness.vllm_adapter import full_attention_manager_class
+
+    return full_attention_manager_class()
+
+
+def _admission_cap_exists() -> bool:
+    """The full-sequence admission forecast (`apply_admission_cap`, with `_has_partial_local_hit`)."""
+    import inspect
+
+    cls = _full_attention_manager()
+    return (hasattr(cls, "_has_partial_local_hit")
+            and "apply_admission_cap" in inspect.signature(cls.get_num_blocks_to_allocate).parameters)
+
+
 def _mamba_manager():
     from harness.vllm_adapter import mamba_manager_class
 
@@ -554,6 +586,26 @@ KNOWN_ISSUES = (
                    "prompt, a 64-token hit, 1 new token, 6 free blocks; the mirrored and the engine tier agree)",
         fix=_fix("fix-count-external-block", _mamba_manager, "get_num_blocks_to_allocate", _count_external_block,
                  "admission counts the block an external hit takes"),
+    ),
+    KnownIssue(
+        id="admission-partial-hit-cow-counted-twice",
+        summary="full-sequence admission (scheduler_reserve_full_isl, on by default) counts a partial local prefix "
+                "hit's shared attention tail block, when evictable, and the copy-on-write block that replaces it "
+                "(single_type_kv_cache_manager.py:253-265): one block more than the request ever holds. On a pool "
+                "vLLM's own startup check accepts for max_model_len, a request that fits is never admitted and the "
+                "engine hangs (liveness:stuck)",
+        releases="seen on 0.33.0 (the count is in 0.26.0-0.33.0; with a prefill checkpoint block the request "
+                 "reaches the pool's edge)",
+        repro="scenarios/admission-partial-hit-cow-counted-twice.json",
+        reached_by="prefix caching in align mode with partial-tail hashes (hash block below the attention block), a "
+                   "pool sized to max_model_len (vLLM's check_enough_kv_cache_memory accepts 32 blocks of 8 for "
+                   "max_model_len 224: the repro; an auto-fitted max_model_len does the same) and a long prompt "
+                   "sharing a partial block with a finished request (the repro: 209 tokens sharing 12, max_tokens 8; "
+                   "the mirrored and the engine tier agree; without the admission forecast it runs in 31 blocks)",
+        fix=_fix("fix-cow-tail-counted-once", _full_attention_manager, "get_num_blocks_to_allocate",
+                 _cow_tail_counted_once, "the admission forecast counts a partial hit's tail block and its copy once"),
+        applies=_admission_cap_exists,
+        repro_from=(0, 33, 0),
     ),
     KnownIssue(
         id="checkpoint-midblock-start",

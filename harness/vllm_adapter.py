@@ -393,6 +393,13 @@ def exception_site(exc: BaseException) -> tuple[bool, str]:
     return inside or frozen, f"{short}:{last.tb_lineno} in {frame.f_code.co_name}"
 
 
+def full_attention_manager_class():
+    """vLLM's FullAttentionManager class (the attention group's block counts), for known issues' fixes."""
+    from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager
+
+    return FullAttentionManager
+
+
 def mamba_manager_class():
     """vLLM's MambaManager class, for mutants that patch it at run time."""
     return _vllm().MambaManager
