@@ -157,3 +157,49 @@ def test_shipped_geometries_are_built_once_then_read_from_the_disk_cache(tmp_pat
     assert not cache.exists()  # nothing kept: the next process builds it again
     monkeypatch.setattr(model_catalog, "_build_entry", lambda model: (model, (16, 16, 16), 7))
     assert model_catalog.model_entry("nemotron-h-4b") == ("nemotron-h-4b", (16, 16, 16), 7)
+
+
+def test_a_mamba1_model_runs_on_vllms_mamba1_builder_without_drafts_or_checkpoints(monkeypatch):
+    """Jamba's Mamba layers are vLLM's `MambaMixer` (Mamba1): its groups are Mamba1 groups, both runners build them
+    vLLM's Mamba1 metadata builder, the group declares no prefill checkpoint (vLLM's Mamba1 layer has none, whatever
+    the scenario's flag), and drafts are refused (its decode kernels take no accepted counts)."""
+    from vllm.v1.attention.backends import mamba1_attn, mamba2_attn
+
+    from harness.engine.config import vllm_config
+    from harness.engine.model_catalog import model_entry
+    from harness.engine.model_geometry import group_mixers, model_groups
+
+    name, blocks, num_groups = model_entry("jamba-v0.1")
+    assert len(blocks) == 1 and num_groups > 2  # K = 0 only; several Mamba groups
+    vc = vllm_config(8, 2048, 65536, blocks[0], blocks[0], 0, False, "v1")
+    assert set(group_mixers(model_groups(name, vc, blocks[0], "align", 0).groups)) == {"attention", "mamba1"}
+    with pytest.raises(BadInput, match="Mamba1 model with speculative decoding"):
+        model_groups(name, vllm_config(8, 2048, 65536, blocks[0], blocks[0], 1, False, "v1"), blocks[0], "align", 1)
+    built = Counter()
+    for cls, key in ((mamba1_attn.Mamba1AttentionMetadataBuilder, 1), (mamba2_attn.Mamba2AttentionMetadataBuilder, 2)):
+        def counted(self, *args, _original=cls.build, _key=key, **kwargs):
+            built[_key] += 1
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(cls, "build", counted)
+    doc = scenario_to_json(random_scenario(1))
+    from harness.vllm_adapter import supports_prefill_checkpoints
+
+    doc["geometry"].update(num_speculative_tokens=0, eagle_block_drop=False,
+                           prefill_checkpoint=supports_prefill_checkpoints())
+    for req in doc["requests"]:
+        req["acceptance"] = []
+    scenario = parse_scenario(with_model(doc, model_entry("jamba-v0.1")))
+    assert scenario.geometry.model == "jamba-v0.1"
+    for runner in ("v1", "v2"):
+        try:
+            trace = replay(scenario, config=_engine(runner))
+        except BadInput as exc:  # vLLM's V2 runner where the release has none the harness follows (< 0.32)
+            assert runner == "v2", exc
+            continue
+        assert judge(trace) == [] and trace.end.reason == "done" and trace.end.groups == (1, num_groups - 1)
+    assert built[1] > 0 and built[2] == 0
+    from harness.engine.config import build_scheduler, derive_geometry
+
+    _, sched = build_scheduler(scenario, derive_geometry(scenario), "v1")
+    specs = [g.kv_cache_spec for g in sched.kv_cache_config.kv_cache_groups]
+    assert all(getattr(s, "num_prefill_checkpoint_blocks", 0) == 0 for s in specs)

@@ -225,12 +225,14 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirro
                                                                        dtype=torch.float32)),
                   kci.KVCacheGroupSpec(["mamba"], kci.MambaSpec(**mamba_kwargs))]
     else:  # the model's groups as vLLM builds them (harness/engine/model_geometry.py)
-        from harness.engine.model_geometry import model_groups
+        from harness.engine.model_geometry import group_mixers, model_groups
 
         mg = model_groups(g.model, vc, B, eg.mamba_cache_mode, K)
         extra = {k: v for k, v in mamba_kwargs.items() if k.startswith("num_prefill") or k.startswith("prefill")}
-        groups = [gr if kind == "attention" or not extra else _replace_spec(gr, **extra)
-                  for gr, kind in zip(mg.groups, mg.kinds)]
+        # prefill checkpoint blocks where the model's layers declare them: vLLM's Mamba2 layer does
+        # (mamba_mixer2.py:1108-1118 in 0.33.0), its Mamba1 layer does not (layers/mamba/abstract.py:72-91)
+        groups = [gr if mixer != "mamba2" or not extra else _replace_spec(gr, **extra)
+                  for gr, mixer in zip(mg.groups, group_mixers(mg.groups))]
     kvc = kci.KVCacheConfig(num_blocks=g.num_blocks, kv_cache_tensors=[], kv_cache_groups=groups,
                             **retention)
     if eg.mamba_cache_mode != "align":  # groups of unequal blocks: the engine core's own rule (core.py:176-178)

@@ -81,7 +81,12 @@ def _build_entry(model) -> tuple:
     blocks = []
     for K in SPEC_WIDTHS:
         vck = vllm_config(8, 2048, 65536, 16, 16, K, False, "v1") if K else vc
-        blocks.append(model_config_for(name, doc, vck, 16, "align")[0].cache_config.block_size)
+        block = model_config_for(name, doc, vck, 16, "align")[0].cache_config.block_size
+        try:
+            model_groups(model, vck, block, "align", K)
+        except BadInput:  # K the engine tier does not follow on this model (a Mamba1 model's drafts): K < this
+            break
+        blocks.append(block)
     return model, tuple(blocks), len(model_groups(model, vc, blocks[0], "align", 0).groups)
 
 

@@ -18,7 +18,8 @@ What stands in for the GPU: no layer is instantiated (the layer list comes from 
 field, as `ModelConfig.get_num_layers_by_block_type` reads it, config/model.py:1727); tensor parallelism is 1.
 The scheduler gets the groups as vLLM builds them; the worker keeps one layer per group (the layers of a group
 share its block table and state indices, so one stands for all) with the harness's tagged state shapes.
-Only Mamba2-family models run: the simulated forward reads vLLM's Mamba2 metadata builder."""
+Mamba2 and Mamba1 models run: the simulated forward reads the metadata vLLM's own Mamba2 or Mamba1 builder built
+for the group (a Mamba1 model at K = 0 only: its decode kernels take no accepted counts, mamba_mixer.py:355-391)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,29 @@ def group_kinds(groups) -> tuple[str, ...]:
     from vllm.v1.kv_cache_interface import MambaSpec
 
     return tuple("mamba" if isinstance(g.kv_cache_spec, MambaSpec) else "attention" for g in groups)
+
+
+def group_mixers(groups) -> tuple[str, ...]:
+    """Each KV cache group's layer family: "attention", or the Mamba type its layers declare (`MambaSpec.
+    mamba_type`: "mamba2", or "mamba1" for Jamba's `MambaMixer`), which picks the group's metadata builder in the
+    worker (`MambaBase.get_attn_backend`, layers/mamba/abstract.py:93-95 in 0.33.0)."""
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    def mixer(spec) -> str:
+        kind = getattr(spec.mamba_type, "name", spec.mamba_type)
+        return str(kind).lower()
+
+    return tuple(mixer(g.kv_cache_spec) if isinstance(g.kv_cache_spec, MambaSpec) else "attention" for g in groups)
+
+
+def mamba_type_value(mixer: str):
+    """`MambaSpec.mamba_type` / `MambaBase.mamba_type` for a mixer name: vLLM's enum (0.30+ register the Mamba
+    backends by it), the name itself where releases name Mamba types by string."""
+    try:
+        from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
+    except ImportError:
+        return mixer
+    return MambaAttentionBackendEnum[mixer.upper()]
 
 
 def kind_indices(kinds: tuple[str, ...], kind: str) -> tuple[int, ...]:
@@ -156,6 +180,12 @@ def _model_groups(key: str, vc, block_size: int, mode: str, K: int) -> ModelGrou
     if hasattr(FlashAttentionBackend, "supports_block_size") and not FlashAttentionBackend.supports_block_size(block_size):
         raise BadInput(f"geometry.model {name!r}: FlashAttention does not take block size {block_size}")
     mamba_block = cc.mamba_block_size or vc.model_config.max_model_len
+    mixer = model_mixer(model_cls)
+    if mixer == "mamba1" and K:
+        # mamba_mixer.py:355-391 in 0.33.0: the Mamba1 decode kernels get no accepted counts and no query starts,
+        # so where they read with drafts is not vLLM's documented rule; not simulated
+        raise BadInput(f"geometry.model {name!r}: a Mamba1 model with speculative decoding (K={K}); the engine tier "
+                       "follows vLLM's Mamba1 kernels at K = 0 only (they take no accepted counts)")
     kinds = layer_kinds(mc.hf_config)
     shapes = model_cls.get_mamba_state_shape_from_config(vc)
     dtypes = model_cls.get_mamba_state_dtype_from_config(vc)
@@ -168,9 +198,27 @@ def _model_groups(key: str, vc, block_size: int, mode: str, K: int) -> ModelGrou
         elif kind == "mamba":
             specs[f"model.layers.{i}.mixer"] = MambaSpec(**supported_kwargs(
                 MambaSpec, shapes=tuple(tuple(s) for s in shapes), dtypes=tuple(dtypes), block_size=mamba_block,
-                page_size_padded=cc.mamba_page_size_padded, mamba_type="mamba2", mamba_cache_mode=mode,
+                page_size_padded=cc.mamba_page_size_padded, mamba_type=mamba_type_value(mixer), mamba_cache_mode=mode,
                 num_speculative_blocks=K))
     return ModelGroups(tuple(_group(vc, specs)))
+
+
+def model_mixer(model_cls) -> str | None:
+    """The Mamba type of a vLLM model class's Mamba layers: "mamba2" (`MambaMixer2`: Nemotron-H, granite-4.0-h),
+    "mamba1" (`MambaMixer`: Jamba), None for the other families (GatedDeltaNet, ShortConv, ...), read from the
+    mixer class its module builds its layers with and the state copy functions the class declares (a Mamba1 and
+    a Mamba2 model declare the same: mamba_utils.py:403-408)."""
+    import sys
+
+    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateCopyFuncCalculator
+
+    copy_funcs = getattr(model_cls, "get_mamba_state_copy_func", None)
+    if copy_funcs is None or copy_funcs() != MambaStateCopyFuncCalculator.mamba2_state_copy_func():
+        return None
+    module = sys.modules.get(model_cls.__module__)
+    if hasattr(module, "MambaMixer2"):
+        return "mamba2"
+    return "mamba1" if hasattr(module, "MambaMixer") else None
 
 
 def model_config_for(name: str, doc: dict, vc, block_size: int, mode: str):
@@ -178,7 +226,6 @@ def model_config_for(name: str, doc: dict, vc, block_size: int, mode: str):
     block-size rule ran for a user block of `block_size`: `cache_config.block_size` is what vLLM set."""
     import torch
     from vllm.config import VllmConfig
-    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateCopyFuncCalculator
     from vllm.platforms.interface import Platform
     from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
 
@@ -194,10 +241,9 @@ def model_config_for(name: str, doc: dict, vc, block_size: int, mode: str):
     except Exception as exc:  # noqa: BLE001 - vLLM's refusal, reported as bad input
         raise BadInput(f"model config {name!r}: vLLM {installed_version()} has no model class for {arch}: {exc}") \
             from None
-    copy_funcs = getattr(model_cls, "get_mamba_state_copy_func", None)
-    if copy_funcs is None or copy_funcs() != MambaStateCopyFuncCalculator.mamba2_state_copy_func():
-        raise BadInput(f"model config {name!r} ({arch}): not a Mamba2-family model; the engine tier simulates the "
-                       "Mamba2 kernels' state reads only (GatedDeltaNet, ShortConv and Mamba1 layers are not followed)")
+    if model_mixer(model_cls) is None:
+        raise BadInput(f"model config {name!r} ({arch}): neither a Mamba2 nor a Mamba1 model; the engine tier "
+                       "simulates those kernels' state reads only (GatedDeltaNet and ShortConv layers are not followed)")
     # the hybrid KV cache manager as a GPU deployment has it: vLLM turns it off only off-GPU or for a connector
     # without SupportsHMA (config/vllm.py:1571-1637 in 0.26.0; HarnessConnector supports it)
     vc.scheduler_config.disable_hybrid_kv_cache_manager = False

@@ -182,6 +182,7 @@ class V1Worker:
         self.attn = torch.zeros((num_blocks, 1), dtype=torch.float32)
         # the KV cache groups by kind (one each, or a real model's several: harness/engine/model_geometry.py)
         self.attn_groups, self.mamba_groups = driver.attn_groups, driver.mamba_groups
+        self.mixers = driver.group_mixers  # each group's Mamba type: vLLM's Mamba1 or Mamba2 backend
         # the worker's copy of the scheduler's groups: one layer per group (a group's layers share its block
         # table and state indices), the Mamba groups with the tagged state shapes and dtypes (the scheduler's
         # config keeps its own specs: page sizes play no part in its block counts, num_blocks is given)
@@ -192,7 +193,7 @@ class V1Worker:
             groups[g] = _replace(groups[g], kv_cache_spec=spec)
         kvc = _replace(sched_kvc, kv_cache_groups=groups)  # tensors: registered below, not allocated by vLLM
         # prefill checkpoint blocks: the Mamba builders are built with the specs that declare them
-        key = (*_runner_key(vc, driver.group_kinds), driver.geometry.prefill_checkpoint)
+        key = (*_runner_key(vc, driver.group_mixers), driver.geometry.prefill_checkpoint)
         pooled = _POOL.pop(key, None)
         if pooled is not None and not pooled.reset(kvc):
             pooled = None  # it could not be put back to its built state: build another
@@ -260,7 +261,7 @@ class V1Worker:
             for g in self.attn_groups:
                 ctx[groups[g].layer_names[0]] = attn_layer(self.bs)
             for g in self.mamba_groups:
-                ctx[groups[g].layer_names[0]] = mamba_layer(self.K + 1)
+                ctx[groups[g].layer_names[0]] = mamba_layer(self.K + 1, mixer=self.mixers[g])
             runner.initialize_attn_backend(kvc)
             runner.initialize_metadata_builders(kvc, prepare_kernel_block_sizes(kvc, runner.attn_groups))
             _reinitialize_input_batch(runner, kvc)

@@ -46,7 +46,7 @@ from harness.vllm_adapter import (
     vllm_namespace,
 )
 from harness.engine.config import build_scheduler, derive_geometry
-from harness.engine.model_geometry import group_kinds, kind_indices
+from harness.engine.model_geometry import group_kinds, group_mixers, kind_indices
 from harness.engine.options import EngineOptions
 from harness.engine.workers import make_worker
 
@@ -136,6 +136,7 @@ class EngineDriver:
         can never hold, counting every group (the scenario's own check counts one of each), is one vLLM never
         admits: bad input, not a finding."""
         self.group_kinds = kinds = group_kinds(self.sched.kv_cache_config.kv_cache_groups)
+        self.group_mixers = group_mixers(self.sched.kv_cache_config.kv_cache_groups)
         self.attn_groups, self.mamba_groups = kind_indices(kinds, "attention"), kind_indices(kinds, "mamba")
         self.alloc = adopt_manager(self.geometry, self.sched.kv_cache_manager, self.mamba_groups)
         groups = (len(self.attn_groups), len(self.mamba_groups))

@@ -20,17 +20,18 @@ _POOL: dict[tuple, "_Pooled"] = {}  # one runner per runner config (_runner_key)
 _POOL_SIZE = 256  # runners kept (a few MB each at the harness's sizes); the oldest goes first
 
 
-def _runner_key(vc, group_kinds: tuple = ()) -> tuple:
+def _runner_key(vc, group_mixers: tuple = ()) -> tuple:
     """What a V1 runner is built from, of the engine config: batch and token limits, model length, block sizes,
     cache mode, scheduling mode and the drafter (method, K). The rest of the engine config (the prefix-match
     unit, the connector and its load-failure policy, the scheduler's block count) is read by the scheduler
     only: the runner's step code reads none of it (v1/worker/gpu_model_runner.py, gpu_input_batch.py,
     block_table.py, mamba_utils.py in 0.33.0), so scenarios that differ only there share a runner.
-    `group_kinds`: the KV cache groups' spec kinds in order (a real model's groups: one block table each)."""
+    `group_mixers`: the KV cache groups' layer families in order (a real model's groups: one block table each;
+    a Mamba group's type picks its backend)."""
     sc, cc, spec = vc.scheduler_config, vc.cache_config, vc.speculative_config
     return (installed_version(), sc.max_num_seqs, sc.max_num_batched_tokens, vc.model_config.max_model_len,
             cc.block_size, cc.mamba_block_size, cc.mamba_cache_mode, sc.async_scheduling,
-            None if spec is None else (spec.method, spec.num_speculative_tokens), group_kinds)
+            None if spec is None else (spec.method, spec.num_speculative_tokens), group_mixers)
 
 
 def _reinitialize_input_batch(runner, kvc) -> None:

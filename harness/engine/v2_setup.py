@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 import tempfile
 
+from harness.engine.model_geometry import mamba_type_value
 from harness.vllm_adapter import installed_version
 
-TWO_GROUPS = ("attention", "mamba")  # the harness's own geometry; a real model's: harness/engine/model_geometry.py
+# each group's mixer (model_geometry.group_mixers): the harness's own geometry; a real model's: model_geometry.py
+TWO_GROUPS = ("attention", "mamba2")
 
 
 def layer_name(group: int, kind: str) -> str:
@@ -88,12 +90,12 @@ def _classes():
             return FullAttentionSpec(block_size=self.block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
 
     class MambaLayer(nn.Module, MambaBase):
-        """A Mamba2 layer to vLLM (its backend and metadata builder are vLLM's real Mamba2 ones) whose
+        """A Mamba2 (or Mamba1: `mixer`) layer to vLLM (its backend and metadata builder are vLLM's real ones) whose
         states are tags: conv (K+1 window offsets, [n, fp]) and SSM ([n, fp]), int64."""
 
-        def __init__(self, width: int, checkpoint: bool = False):
+        def __init__(self, width: int, checkpoint: bool = False, mixer: str = "mamba2"):
             super().__init__()
-            self.width, self.checkpoint = width, checkpoint
+            self.width, self.checkpoint, self.mixer = width, checkpoint, mixer
 
         def get_state_shape(self):
             return ((self.width, 2), (2,))
@@ -115,8 +117,8 @@ def _classes():
             return (torch.int64, torch.int64)
 
         @property
-        def mamba_type(self):
-            return _MAMBA2
+        def mamba_type(self):  # picks vLLM's backend and builder for the group (Mamba1 or Mamba2)
+            return mamba_type_value(self.mixer)
 
     class TagModel(nn.Module):
         def __init__(self, worker):
@@ -132,12 +134,6 @@ def _classes():
         def compute_logits(self, hidden_states):
             return self.worker.logits(hidden_states)
 
-    try:
-        from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
-
-        _MAMBA2 = MambaAttentionBackendEnum.MAMBA2
-    except ImportError:  # releases that name Mamba types by string
-        _MAMBA2 = "mamba2"
     return AttnLayer, MambaLayer, TagModel
 
 
@@ -235,7 +231,7 @@ class _Runner:
     """vLLM's CPUModelRunner with the harness's model and real KV tensors for `num_blocks` blocks."""
 
     def __init__(self, vc, num_blocks: int, num_spec: int, checkpoint: tuple[int, int] | None = None,
-                 kinds: tuple[str, ...] = TWO_GROUPS) -> None:
+                 mixers: tuple[str, ...] = TWO_GROUPS) -> None:
         import torch
         import vllm.v1.worker.cpu.shm  # noqa: F401  (CUDA stand-ins; cpu_worker.py imports it first)
         from vllm.config import set_current_vllm_config
@@ -253,9 +249,12 @@ class _Runner:
             _init_distributed()
             ctx = vc.compilation_config.static_forward_context
             ctx.clear()
-            self.layers = [layer_name(g, kind) for g, kind in enumerate(kinds)]
-            for name, kind in zip(self.layers, kinds):
-                ctx[name] = AttnLayer(B) if kind == "attention" else MambaLayer(num_spec + 1, checkpoint is not None)
+            self.layers = [layer_name(g, mixer) for g, mixer in enumerate(mixers)]
+            for name, mixer in zip(self.layers, mixers):
+                # vLLM's Mamba2 layer declares a prefill checkpoint block (mamba_mixer2.py:1108-1118), its Mamba1
+                # layer none (layers/mamba/abstract.py:72-91)
+                ctx[name] = AttnLayer(B) if mixer == "attention" else MambaLayer(
+                    num_spec + 1, checkpoint is not None and mixer == "mamba2", mixer)
             if checkpoint is not None:
                 # the prefix-cache granularity the engine core resolves and the worker adopts
                 # (v1/engine/core.py:356-370, v1/worker/gpu_worker.py:877-880): the scheduler's own values
@@ -272,8 +271,8 @@ class _Runner:
             self.model = TagModel(None)
             r.load_model(model=self.model)
             specs = r.get_kv_cache_spec()
-            attn = [n for n, kind in zip(self.layers, kinds) if kind == "attention"]
-            self.mamba_layers = [n for n, kind in zip(self.layers, kinds) if kind == "mamba"]
+            attn = [n for n, mixer in zip(self.layers, mixers) if mixer == "attention"]
+            self.mamba_layers = [n for n, mixer in zip(self.layers, mixers) if mixer != "attention"]
             # the groups' layers overlay one region per kind (vLLM's layout: a block id is one group's at a time)
             tensors = _kv_tensors(KVCacheTensor, [(attn, specs[attn[0]].page_size_bytes),
                                                   (self.mamba_layers, specs[self.mamba_layers[0]].page_size_bytes)],
@@ -386,7 +385,7 @@ def _runner_vc(driver):
     # checkpoint export (the hash block only through it: the builder reads cache_config.hash_block_size), async
     # scheduling (the runner's async output path and its own fill of the scheduler's placeholders)
     shape = (eg.block_size, eg.num_speculative_tokens, g.eagle_block_drop, g.kv_load_failure_policy, checkpoint,
-             bool(vc.scheduler_config.async_scheduling), eg.mamba_cache_mode, eg.mamba_block_size, driver.group_kinds)
+             bool(vc.scheduler_config.async_scheduling), eg.mamba_cache_mode, eg.mamba_block_size, driver.group_mixers)
     return shape, sizes, vc
 
 

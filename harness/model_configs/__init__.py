@@ -15,9 +15,15 @@ from harness.errors import BadInput
 HERE = Path(__file__).resolve().parent
 
 
+# the order the generators draw them in (a fuzz input's model bits index it: harness.genome): append-only, so a
+# stored input decodes to the model it was found on; a file not listed comes after, by name
+DRAW_ORDER = ("granite-4.0-h-small", "granitemoehybrid-tiny", "nemotron-h-4b", "jamba-v0.1")
+
+
 @functools.cache  # the folder is part of the package: read once per process (scenario validation calls `load`)
 def shipped() -> list[str]:
-    return sorted(p.stem for p in HERE.glob("*.json"))
+    names = {p.stem for p in HERE.glob("*.json")}
+    return [n for n in DRAW_ORDER if n in names] + sorted(names - set(DRAW_ORDER))
 
 
 @functools.cache
