@@ -150,7 +150,7 @@ def _sweep(args: argparse.Namespace, version: str, config) -> int:
     started = time.perf_counter()
     small = config.runs_model  # the model's smaller scenarios (model tier, engine tier --forward model)
     # mode none: vLLM's runners; real models' geometries: the engine tier (--model-config: every scenario)
-    budget = release_budget(small=small, tier=config.tier, runner=config.engine.runner, model_config=config.model_config)
+    budget = run_budget(config)
     for seed in range(args.seed, args.seed + args.count):
         scenario = budget_scenario(seed, budget, checkpoints)
         try:

@@ -33,7 +33,7 @@ import psutil
 import harness.engine  # noqa: F401 - vLLM's environment for its runners, set before vLLM loads (engine confirmation)
 from harness.artifacts import finding_artifact, write_json_atomic
 from harness.errors import BadInput, HarnessError
-from harness.genome import decode, generator_input, release_budget, without_checkpoints
+from harness.genome import decode, generator_input, run_budget, without_checkpoints
 from harness.known import Verdict, replay_and_judge
 from harness.oracles import merge_output_summaries, output_summary
 from harness.run_config import RunConfig
@@ -66,8 +66,7 @@ class Target:
         self.mutant, self.tier = self.config.mutant, self.config.tier
         self._undo_mutant = apply_mutant(self.mutant) if self.mutant else None
         # engine --forward model too; mode none only with vLLM's own runners
-        self.budget = release_budget(small=self.config.runs_model, tier=self.tier, runner=self.config.engine.runner,
-                                     model_config=self.config.model_config)
+        self.budget = run_budget(self.config)
         # the mutator clears the checkpoint bit; inputs that have it are passed over, never decoded otherwise
         self.no_checkpoints = not self.config.checkpoints
         self.dir = Path(artifacts)
@@ -172,7 +171,8 @@ class Target:
         (folder / f"{digest}.bin").write_bytes(data)
         write_json_atomic(folder / f"{digest}.json", {
             "kind": "hybrid-harness-error", "error": repr(exc),
-            "traceback": "".join(traceback.format_exception(exc)), "scenario": scenario_to_json(scenario)})
+            "traceback": "".join(traceback.format_exception(exc)), "scenario": scenario_to_json(scenario),
+            "vllm_version": self.version, "config": self.config.as_json()})  # `run FILE` replays it as it ran
 
 
 def opening_sweep(target: Target, seed: int, count: int, seconds: float, first: list[Path] = ()) -> int:

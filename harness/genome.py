@@ -71,6 +71,9 @@ class Budget:
     # sparse prefix-cache retention (0.33.0+): generator inputs draw CacheConfig.prefix_cache_retention_interval
     # (harness.generate.with_retention); byte-genome inputs stay dense, so their decoding is unchanged
     retention: bool = False
+    # async scheduling asked of vLLM's V1 runner (EngineOptions.eagle_drafts_only): drafts are EAGLE's (align mode,
+    # its block drop), none in the other modes, where the harness drafts n-gram only (`_drafts_for`)
+    eagle_drafts: bool = False
 
 
 def geometry_from(r: _Reader, budget: Budget) -> dict:
@@ -150,9 +153,10 @@ def budget_scenario(seed: int, budget: Budget, checkpoints: bool) -> Scenario:
     generator input decodes to before its swarm mask."""
     from harness.generate import random_scenario  # the sweep's generator, unchanged
 
-    return random_scenario(seed, checkpoints=checkpoints, small=budget.small, modes=budget.cache_modes,
-                           models=budget.models, model_share=1.0 if budget.model_always else 0.2,
-                           retention=budget.retention)
+    scenario = random_scenario(seed, checkpoints=checkpoints, small=budget.small, modes=budget.cache_modes,
+                               models=budget.models, model_share=1.0 if budget.model_always else 0.2,
+                               retention=budget.retention)
+    return parse_scenario(_drafts_for(scenario_to_json(scenario), budget)) if budget.eagle_drafts else scenario
 
 
 def _decode_generated(data: bytes, budget: Budget) -> Scenario:
@@ -195,6 +199,21 @@ def _decode_generated(data: bytes, budget: Budget) -> Scenario:
             share["tokens"] = max(1, min(share["tokens"], other["prompt"]["length"], req["prompt"]["length"]))
     doc["name"] = f"generator-{seed}-swarm-{mask}"
     return parse_scenario(doc)
+
+
+def _drafts_for(doc: dict, budget: Budget) -> dict:
+    """The scenario document with drafts vLLM schedules under the budget: with `eagle_drafts`, n-gram drafts
+    become EAGLE drafts in align mode and go in the other modes (the same bytes consumed)."""
+    g = doc["geometry"]
+    if not budget.eagle_drafts or not g.get("num_speculative_tokens") or g.get("eagle_block_drop"):
+        return doc
+    if g.get("mamba_cache_mode", "align") == "align":
+        g["eagle_block_drop"] = True
+        return doc
+    g["num_speculative_tokens"] = 0
+    for req in doc["requests"]:
+        req.pop("acceptance", None)
+    return doc
 
 
 def decode(data: bytes, budget: Budget = Budget()) -> Scenario:
@@ -243,11 +262,12 @@ def decode(data: bytes, budget: Budget = Budget()) -> Scenario:
     doc = {"version": 1, "name": "fuzz", "geometry": geo, "requests": requests, "events": events,
            "max_steps": MAX_STEPS}
     if geo["mamba_cache_mode"] == "all":  # (a model's geometry is not followed in mode all)
-        return parse_scenario(with_all_mode(doc))
+        return parse_scenario(_drafts_for(with_all_mode(doc), budget))
     if model is not None:
         with_model(doc, model)
     # the same bytes, mode none's features dropped (the bytes that chose them are still consumed)
-    return parse_scenario(without_prefix_caching(doc) if geo["mamba_cache_mode"] == "none" else doc)
+    return parse_scenario(_drafts_for(without_prefix_caching(doc) if geo["mamba_cache_mode"] == "none" else doc,
+                                      budget))
 
 
 # -- structure-aware mutation ------------------------------------------------------------------------------
@@ -331,8 +351,14 @@ def without_checkpoints(data: bytes) -> bytes:
     return bytes(buf)
 
 
+def run_budget(config) -> Budget:
+    """The budget a run configuration (harness.run_config.RunConfig) decodes inputs with."""
+    return release_budget(small=config.runs_model, tier=config.tier, runner=config.engine.runner,
+                          model_config=config.model_config, eagle_drafts=config.engine.eagle_drafts_only)
+
+
 def release_budget(small: bool = False, tier: str = "symbolic", runner: str = "mirror",
-                   model_config: str | None = None) -> Budget:
+                   model_config: str | None = None, eagle_drafts: bool = False) -> Budget:
     """What the installed release can run for a tier and engine runner (with the bytes, all that decoding
     depends on): Mamba cache mode "none" on the engine tier with vLLM's own runners; real models' geometries on
     the engine tier (the shipped ones now and then, or `model_config` always)."""
@@ -355,5 +381,5 @@ def release_budget(small: bool = False, tier: str = "symbolic", runner: str = "m
         return Budget(checkpoints=supports_prefill_checkpoints(), small=small, align=True,
                       sub_block_hash=supports_prefix_match_unit(), load_failures=supports_failed_recving(),
                       cache_modes=modes, models=models, model_always=bool(model_config),
-                      retention=supports_retention())
+                      retention=supports_retention(), eagle_drafts=eagle_drafts)
     return Budget(checkpoints=supports_prefill_checkpoints(), small=small, retention=supports_retention())

@@ -44,7 +44,9 @@ class LayerSkipDrafter:
 
     def _cache(self, request: str, tokens: list[int]) -> _DraftCache:
         c = self.caches.get(request)
-        if c is None or tokens[:len(c.tokens)] != c.tokens:  # new request, or its tokens changed: start over
+        # start over for a new request, when its tokens changed, or when none is new since the last proposal (a
+        # preempted request recomputed to the same tokens, proposed for again): the forward needs a token to feed
+        if c is None or len(tokens) <= len(c.tokens) or tokens[:len(c.tokens)] != c.tokens:
             kv, store = contiguous_kv()
             c = self.caches[request] = _DraftCache([], [self.model.zero_state() for _ in range(self.n_mamba)],
                                                    kv, store)

@@ -68,6 +68,17 @@ def test_ngram_drafter_proposes_what_followed():
     assert ngram_propose([4, 4], 3) == [4]
 
 
+def test_layer_skip_drafter_proposes_again_on_the_same_tokens():
+    """A preempted request recomputed to the same tokens is proposed for again (V2 under async scheduling with
+    the model forward): the drafter has no new token to feed, so it starts over and proposes what it did."""
+    from models.drafter import LayerSkipDrafter
+
+    drafter, tokens = LayerSkipDrafter(MODEL), [3, 1, 4, 1, 5, 9]
+    first = drafter.propose("a", tokens, 2)
+    assert drafter.propose("a", tokens, 2) == first == LayerSkipDrafter(MODEL).propose("a", tokens, 2)
+    assert len(drafter.propose("a", tokens + [first[0]], 2)) == 2
+
+
 @pytest.mark.skipif(seed_bug_release, reason="vLLM 0.26.0-0.27.1 carry the seed bug: b resumes from a wrong "
                     "state (test_seed_bug_diverges_the_second_request)")
 def test_seed_scenario_matches_reference_on_stock():

@@ -63,6 +63,23 @@ class EngineOptions:
         for name, value in asdict(self).items():
             if value not in CHOICES[name]:
                 raise BadInput(f"{FLAGS[name]}={value!r}: choose one of {', '.join(CHOICES[name])}")
+        if self.async_scheduling == "on" and not self.may_run_async:
+            raise BadInput(f"--async-scheduling on: the {self.runner} worker is driven with synchronous scheduling "
+                           f"only{' on the model forward' if self.runner == 'v1' else ''} (async: --runner v2, or "
+                           "--runner v1 on the symbolic forward)")
+
+    @property
+    def may_run_async(self) -> bool:
+        """Whether this worker can follow async scheduling for some config (`config.follows_async` decides per
+        config): never the mirror worker, nor vLLM's V1 runner on the model forward."""
+        return self.runner in ("auto", "v2") or (self.runner == "v1" and self.forward == "symbolic")
+
+    @property
+    def eagle_drafts_only(self) -> bool:
+        """Async scheduling asked of vLLM's V1 runner: vLLM refuses it with n-gram drafting (config/vllm.py,
+        "not supported by the V1 model runner with ngram-based speculative decoding"), so every input drafts
+        as EAGLE (harness.genome.Budget.eagle_drafts)."""
+        return self.runner == "v1" and self.async_scheduling == "on"
 
     def as_json(self) -> dict:
         return asdict(self)

@@ -8,6 +8,7 @@ goes through the patch layer (harness/patches.py).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import socket
 
 from harness.patches import patch_attr, undo_all
@@ -53,6 +54,7 @@ def _init_process(vc) -> None:
                                          distributed_init_method=f"tcp://127.0.0.1:{port}", backend="gloo")
             initialize_model_parallel(1, 1)
     _host_memory_only()
+    _eager_compiled_helpers()
     original = mamba_utils.collect_mamba_copy_meta
 
     def collect_mamba_copy_meta(copy_bufs, kv_cache_config, funcs, group_ids, src_block_idx, dest_block_idx,
@@ -142,6 +144,24 @@ def _host_memory_only() -> None:
     kw = CpuGpuBuffer.__init__.__kwdefaults__ or {}
     if kw.get("pin_memory") is True:  # the default captured from PIN_MEMORY at import (v1/utils.py)
         kw["pin_memory"] = False
+
+
+def _eager_compiled_helpers() -> None:
+    """vLLM's V1 code compiles a few small tensor helpers with `torch.compile` (e.g. the async-spec-decode
+    correction `update_num_computed_tokens_for_batch_change`, v1/spec_decode/utils.py:815, which
+    `_prepare_inputs` calls, gpu_model_runner.py:2117): on a host, inductor builds them with the system's C++
+    compiler, which a replay in an empty environment (no PATH) cannot run, and the build costs seconds. They run
+    eagerly instead: the same torch operations, the function vLLM compiled (`_torchdynamo_orig_callable`),
+    for the process's life (the patch layer lists them under engine:eager)."""
+    import sys
+
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("vllm.v1.") or mod is None:
+            continue
+        for attr, value in list(vars(mod).items()):
+            original = vars(value).get("_torchdynamo_orig_callable") if inspect.isfunction(value) else None
+            if original is not None:
+                patch_attr(mod, attr, original, by="engine:eager")
 
 
 class _entry_points_scanned_once:
