@@ -137,7 +137,7 @@ def _sweep(args: argparse.Namespace, version: str, config) -> int:
     import time
 
     from harness.artifacts import finding_artifact, write_finding, write_json_atomic
-    from harness.genome import budget_scenario, release_budget
+    from harness.genome import budget_scenario, run_budget
     from harness.known import replay_and_judge
     from harness.oracles import describe_outputs, merge_output_summaries, output_summary
     from harness.scenario import scenario_to_json

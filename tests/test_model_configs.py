@@ -4,6 +4,7 @@ groups and the block size from a shipped config.json; every tier that runs them 
 from __future__ import annotations
 
 import json
+import random
 from collections import Counter
 from pathlib import Path
 
@@ -203,3 +204,48 @@ def test_a_mamba1_model_runs_on_vllms_mamba1_builder_without_drafts_or_checkpoin
     _, sched = build_scheduler(scenario, derive_geometry(scenario), "v1")
     specs = [g.kv_cache_spec for g in sched.kv_cache_config.kv_cache_groups]
     assert all(getattr(s, "num_prefill_checkpoint_blocks", 0) == 0 for s in specs)
+
+
+def test_a_short_conv_model_keeps_a_conv_window_only_and_is_judged_with_drafts():
+    """LFM2's conv layers are vLLM's `ShortConv`: its Mamba-like groups are ShortConv groups whose layers hold one
+    state, the conv window, which vLLM's copies move alone (`short_conv_state_copy_func`); with drafts (its conv
+    update takes the accepted counts) every oracle holds on stock on both runners, and a copy bug in a later conv
+    group is found there."""
+    from harness.engine.config import vllm_config
+    from harness.engine.model_catalog import model_entry
+    from harness.engine.model_geometry import group_mixers, model_groups
+    from harness.mutants import mutant_applied
+
+    try:
+        name, blocks, num_groups = model_entry("lfm2-1.2b")
+    except BadInput as exc:  # a release without vLLM's ShortConv state copy function or LFM2 class
+        pytest.skip(f"LFM2 on this release: {exc}")
+    assert len(blocks) == 3 and num_groups > 2  # drafts allowed; several conv groups
+    vc = vllm_config(8, 2048, 65536, blocks[1], blocks[1], 1, False, "v1")
+    assert set(group_mixers(model_groups(name, vc, blocks[1], "align", 1).groups)) == {"attention", "short_conv"}
+    budget = Budget(align=True, models=(model_entry("lfm2-1.2b"),), model_always=True)
+    scenarios = [sc for sc in (decode(random_bytes(random.Random(s)), budget) for s in range(24))
+                 if sc.geometry.model == name]
+    assert any(sc.geometry.num_speculative_tokens for sc in scenarios)
+    red = set()
+    for sc in scenarios:
+        for runner in ("v1", "v2"):
+            try:
+                assert judge(replay(sc, config=_engine(runner))) == [], (sc.name, runner)
+            except BadInput as exc:  # vLLM's V2 runner where the release has none the harness follows (< 0.32)
+                assert runner == "v2", exc
+        config = _engine("v1").but(mutant="mamba-copies-first-group-only")
+        with mutant_applied("mamba-copies-first-group-only"):
+            red |= {f.group for f in judge(replay(sc, config=config)) if f.oracle == "provenance"}
+    assert red and min(red) > 0  # the first conv group is copied; the later ones are not
+
+
+def test_conv_only_tags_read_the_conv_window_for_both_parts():
+    from harness.engine.tagged import TaggedStates
+
+    states = TaggedStates(4, 1, False, conv_only=True)
+    assert len(states.tensors()) == 1
+    states.write_tokens(2, [3, 3], [(5, 50), (6, 60)])
+    assert states.read(2, 1, 3) == ((6, 60), (6, 60)) and states.page(3)[1] is None
+    states.write_final(3, (7, 70))
+    assert states.page(3) == (((7, 70), None), (7, 70))

@@ -18,8 +18,9 @@ What stands in for the GPU: no layer is instantiated (the layer list comes from 
 field, as `ModelConfig.get_num_layers_by_block_type` reads it, config/model.py:1727); tensor parallelism is 1.
 The scheduler gets the groups as vLLM builds them; the worker keeps one layer per group (the layers of a group
 share its block table and state indices, so one stands for all) with the harness's tagged state shapes.
-Mamba2 and Mamba1 models run: the simulated forward reads the metadata vLLM's own Mamba2 or Mamba1 builder built
-for the group (a Mamba1 model at K = 0 only: its decode kernels take no accepted counts, mamba_mixer.py:355-391)."""
+Mamba2, Mamba1 and ShortConv models run: the simulated forward reads the metadata vLLM's own Mamba2, Mamba1 or
+ShortConv builder built for the group (a Mamba1 model at K = 0 only: its decode kernels take no accepted counts,
+mamba_mixer.py:355-391; a ShortConv model's layers keep the conv window only: harness/engine/tagged.py)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from harness.model_configs import load
 from harness.vllm_adapter import installed_version, supported_kwargs
 
 ATTENTION_KINDS = {"attention", "full_attention", "*", "hybrid"}
-MAMBA_KINDS = {"mamba", "mamba2", "linear_attention", "m"}
+MAMBA_KINDS = {"mamba", "mamba2", "linear_attention", "m", "conv", "short_conv"}  # "conv": LFM2's ShortConv
 
 
 def group_kinds(groups) -> tuple[str, ...]:
@@ -205,15 +206,19 @@ def _model_groups(key: str, vc, block_size: int, mode: str, K: int) -> ModelGrou
 
 def model_mixer(model_cls) -> str | None:
     """The Mamba type of a vLLM model class's Mamba layers: "mamba2" (`MambaMixer2`: Nemotron-H, granite-4.0-h),
-    "mamba1" (`MambaMixer`: Jamba), None for the other families (GatedDeltaNet, ShortConv, ...), read from the
-    mixer class its module builds its layers with and the state copy functions the class declares (a Mamba1 and
-    a Mamba2 model declare the same: mamba_utils.py:403-408)."""
+    "mamba1" (`MambaMixer`: Jamba), "short_conv" (`ShortConv`: LFM2), None for the other families (GatedDeltaNet,
+    ...), read from the state copy functions the class declares and the mixer class its module builds its layers
+    with (a Mamba1 and a Mamba2 model declare the same copy functions: mamba_utils.py:403-408)."""
     import sys
 
     from vllm.model_executor.layers.mamba.mamba_utils import MambaStateCopyFuncCalculator
 
     copy_funcs = getattr(model_cls, "get_mamba_state_copy_func", None)
-    if copy_funcs is None or copy_funcs() != MambaStateCopyFuncCalculator.mamba2_state_copy_func():
+    calc = MambaStateCopyFuncCalculator
+    if copy_funcs is not None and hasattr(calc, "short_conv_state_copy_func") \
+            and copy_funcs() == calc.short_conv_state_copy_func():
+        return "short_conv"
+    if copy_funcs is None or copy_funcs() != calc.mamba2_state_copy_func():
         return None
     module = sys.modules.get(model_cls.__module__)
     if hasattr(module, "MambaMixer2"):
@@ -242,8 +247,8 @@ def model_config_for(name: str, doc: dict, vc, block_size: int, mode: str):
         raise BadInput(f"model config {name!r}: vLLM {installed_version()} has no model class for {arch}: {exc}") \
             from None
     if model_mixer(model_cls) is None:
-        raise BadInput(f"model config {name!r} ({arch}): neither a Mamba2 nor a Mamba1 model; the engine tier "
-                       "simulates those kernels' state reads only (GatedDeltaNet and ShortConv layers are not followed)")
+        raise BadInput(f"model config {name!r} ({arch}): neither a Mamba2, a Mamba1 nor a ShortConv model; the "
+                       "engine tier simulates those kernels' state reads only (GatedDeltaNet layers are not followed)")
     # the hybrid KV cache manager as a GPU deployment has it: vLLM turns it off only off-GPU or for a connector
     # without SupportsHMA (config/vllm.py:1571-1637 in 0.26.0; HarnessConnector supports it)
     vc.scheduler_config.disable_hybrid_kv_cache_manager = False
@@ -279,3 +284,13 @@ def _group(vc, specs: dict) -> list:
 
         return get_kv_cache_groups(vc, specs)
     return get_global_kv_cache_groups(vc, [specs])
+
+
+def state_copy_funcs(mamba_type):
+    """The state copy functions vLLM's models declare for a Mamba type (`MambaStateCopyFuncCalculator`,
+    mamba_utils.py:395-420 in 0.33.0): the conv window only for ShortConv, conv window and SSM state otherwise."""
+    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateCopyFuncCalculator as calc
+
+    if str(getattr(mamba_type, "name", mamba_type)).lower() == "short_conv":
+        return calc.short_conv_state_copy_func()
+    return calc.mamba2_state_copy_func()

@@ -47,6 +47,7 @@ from harness.vllm_adapter import installed_version, parameters, supported_kwargs
 from harness.worker import Forward
 from harness.engine.copy_timing import CopyTiming
 from harness.engine.mamba_meta import Mamba2Rows, write_row
+from harness.engine.model_geometry import state_copy_funcs
 from harness.engine.v1_eagle import EagleStep
 from harness.engine.v1_pool import _POOL, _POOL_SIZE, _Pooled, _reinitialize_input_batch, _replace, _runner_key
 from harness.engine.v1_process import (
@@ -108,17 +109,16 @@ def _checkpoint_builders_as_configured(runner) -> None:
 
 
 class _SimModel:
-    """The model object the runner asks for its Mamba state copy functions (vLLM's own, for Mamba2)."""
+    """The model object the runner asks for its Mamba state copy functions (vLLM's own for each Mamba type)."""
+
+    def __init__(self, mixer: str = "mamba2") -> None:
+        self.mixer = mixer  # the model's Mamba type (releases < 0.33 ask for one)
 
     def get_mamba_state_copy_funcs(self, mamba_types):
-        from vllm.model_executor.layers.mamba.mamba_utils import MambaStateCopyFuncCalculator
-
-        return {t: MambaStateCopyFuncCalculator.mamba2_state_copy_func() for t in mamba_types}
+        return {t: state_copy_funcs(t) for t in mamba_types}
 
     def get_mamba_state_copy_func(self):  # releases < 0.33: one Mamba type per model
-        from vllm.model_executor.layers.mamba.mamba_utils import MambaStateCopyFuncCalculator
-
-        return MambaStateCopyFuncCalculator.mamba2_state_copy_func()
+        return state_copy_funcs(self.mixer)
 
 
 class V1Worker:
@@ -171,25 +171,27 @@ class V1Worker:
         _init_process(vc)
         sched_kvc = driver.sched.kv_cache_config
         num_blocks = sched_kvc.num_blocks
-        self.states = TaggedStates(num_blocks, K, is_conv_state_dim_first())
+        self.mixers = driver.group_mixers  # each group's Mamba type: vLLM's Mamba1, Mamba2 or ShortConv backend
+        conv_only = set(self.mixers) - {"attention"} == {"short_conv"}  # LFM2: a conv window, no SSM state
+        self.states = TaggedStates(num_blocks, K, is_conv_state_dim_first(), conv_only=conv_only)
         # Tiny Mamba2 dimensions through vLLM's own shape rule: conv kernel 2, so the conv window holds 1 + K
         # token offsets; conv dim 2 and SSM (1 head, head dim 2, state 1): one (num_tokens, fingerprint) tag.
         conv_shape, ssm_shape = MambaStateShapeCalculator.mamba2_state_shape(
             tp_world_size=1, intermediate_size=0, n_groups=1, num_heads=1, head_dim=2, state_size=1,
             conv_kernel=2, num_spec=K)
         assert tuple(self.states.conv.shape[1:]) == tuple(conv_shape), (conv_shape, self.states.conv.shape)
-        assert tuple(self.states.ssm.shape[1:]) == tuple(ssm_shape), (ssm_shape, self.states.ssm.shape)
+        assert conv_only or tuple(self.states.ssm.shape[1:]) == tuple(ssm_shape), (ssm_shape, self.states.ssm.shape)
+        shapes = (tuple(conv_shape),) if conv_only else (tuple(conv_shape), tuple(ssm_shape))
         self.attn = torch.zeros((num_blocks, 1), dtype=torch.float32)
         # the KV cache groups by kind (one each, or a real model's several: harness/engine/model_geometry.py)
         self.attn_groups, self.mamba_groups = driver.attn_groups, driver.mamba_groups
-        self.mixers = driver.group_mixers  # each group's Mamba type: vLLM's Mamba1 or Mamba2 backend
         # the worker's copy of the scheduler's groups: one layer per group (a group's layers share its block
         # table and state indices), the Mamba groups with the tagged state shapes and dtypes (the scheduler's
         # config keeps its own specs: page sizes play no part in its block counts, num_blocks is given)
         groups = [_replace(gr, layer_names=list(gr.layer_names[:1])) for gr in sched_kvc.kv_cache_groups]
         for g in self.mamba_groups:
-            spec = _replace(groups[g].kv_cache_spec, shapes=(tuple(conv_shape), tuple(ssm_shape)),
-                            dtypes=(torch.int64, torch.int64), **_unpadded(groups[g].kv_cache_spec))
+            spec = _replace(groups[g].kv_cache_spec, shapes=shapes, dtypes=(torch.int64,) * len(shapes),
+                            **_unpadded(groups[g].kv_cache_spec))
             groups[g] = _replace(groups[g], kv_cache_spec=spec)
         kvc = _replace(sched_kvc, kv_cache_groups=groups)  # tensors: registered below, not allocated by vLLM
         # prefill checkpoint blocks: the Mamba builders are built with the specs that declare them
@@ -252,7 +254,7 @@ class V1Worker:
             runner = CPUModelRunner(vc, torch.device("cpu"))
             kernels_v1.bind_slot_mapping()  # after the CPU runner bound its own (releases < 0.28)
             runner.kv_cache_config = kvc
-            runner.model = _SimModel()
+            runner.model = _SimModel(next((m for m in self.mixers if m != "attention"), "mamba2"))
             # the layers vLLM finds in the forward context (a stand-in attention backend, vLLM's own Mamba2 backend
             # and metadata builder), then initialize_kv_cache's backend part (gpu_model_runner.py:7012-7031 in
             # 0.33.0): attention groups, kernel block sizes, metadata builders and with them the batch reorder

@@ -17,6 +17,11 @@ into the runner's KV allocation) and resets them between scenarios (`reset`).
 
 `version` is computed lazily: pages are compared with the snapshot taken at the last look, and every block
 whose bytes changed gets a new version number (what CacheRecorder needs to skip unchanged pages).
+
+`conv_only`: a model whose Mamba-like layers keep a conv window and nothing else (ShortConv: LFM2,
+layers/mamba/short_conv.py; its state copy function copies the conv window only, mamba_utils.py:411-412): one
+tensor per layer; a read's SSM part is the conv state it read (the oracles then judge that one state twice), and
+the SSM part of a write has nowhere to go.
 """
 
 from __future__ import annotations
@@ -31,20 +36,23 @@ GARBAGE = -1
 
 class TaggedStates:
     def __init__(self, num_blocks: int, num_speculative_tokens: int, conv_dim_first: bool,
-                 tensors: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+                 tensors: tuple[torch.Tensor, ...] | None = None, conv_only: bool = False) -> None:
         self.width = num_speculative_tokens + 1
         self.num_blocks = num_blocks
         self.dim_first = conv_dim_first
         if tensors is None:
             shape = (num_blocks, 2, self.width) if conv_dim_first else (num_blocks, self.width, 2)
             self.conv = torch.full(shape, GARBAGE, dtype=torch.int64)
-            self.ssm = torch.full((num_blocks, 1, 2, 1), GARBAGE, dtype=torch.int64)
+            self.ssm = None if conv_only else torch.full((num_blocks, 1, 2, 1), GARBAGE, dtype=torch.int64)
         else:  # vLLM's own state tensors (views of the runner's KV allocation: no copy, no reshape)
-            self.conv, self.ssm = tensors
+            self.conv, self.ssm = (tensors[0], None) if conv_only else tensors
+        self.conv_only = conv_only
         self._conv_tags = self.conv.transpose(1, 2) if conv_dim_first else self.conv  # (blocks, width, 2) view
-        self._ssm_tags = self.ssm if self.ssm.dim() == 2 else self.ssm.view(num_blocks, 2)
+        # the SSM tags: a (blocks, 2) view; a conv-only model's is a private scratch no read or copy sees
+        ssm = torch.empty((num_blocks, 2), dtype=torch.int64) if conv_only else self.ssm
+        self._ssm_tags = ssm if ssm.dim() == 2 else ssm.view(num_blocks, 2)
         assert self._conv_tags.shape[1:] == (self.width, 2) and self._ssm_tags.shape[1:] == (2,), (
-            self.conv.shape, self.ssm.shape)
+            self.conv.shape, ssm.shape)
         # numpy views of the same bytes: the per-page reads and writes below cost a fraction of torch's
         self._conv_np, self._ssm_np = self._conv_tags.numpy(), self._ssm_tags.numpy()
         self._version: dict[int, int] = {}
@@ -62,7 +70,7 @@ class TaggedStates:
         self._writes = 0
 
     def tensors(self) -> list[torch.Tensor]:
-        return [self.conv, self.ssm]
+        return [self.conv] if self.conv_only else [self.conv, self.ssm]
 
     # -- reads ------------------------------------------------------------------------------------------
     @staticmethod
@@ -74,10 +82,11 @@ class TaggedStates:
         if block == NULL_BLOCK:
             return (ZERO_STATE,) * self.width, ZERO_STATE
         conv = tuple(self._state(p) for p in self._conv_np[block].tolist())
-        return conv, self._state(self._ssm_np[block].tolist())
+        return conv, conv[0] if self.conv_only else self._state(self._ssm_np[block].tolist())
 
     def read(self, conv_block: int, conv_offset: int, ssm_block: int) -> tuple[State | None, State | None]:
-        return self.page(conv_block)[0][conv_offset], self.page(ssm_block)[1]
+        conv = self.page(conv_block)[0][conv_offset]
+        return conv, conv if self.conv_only else self.page(ssm_block)[1]
 
     @property
     def version(self) -> dict[int, int]:
@@ -91,6 +100,8 @@ class TaggedStates:
         return self._version
 
     def _flat(self):
+        if self.conv_only:
+            return self._conv_np.reshape(self.num_blocks, -1).copy()
         return np.concatenate([self._conv_np.reshape(self.num_blocks, -1), self._ssm_np], axis=1)
 
     # -- writes by the simulated forward and the connector -------------------------------------------

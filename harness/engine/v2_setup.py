@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from harness.engine.model_geometry import mamba_type_value
+from harness.engine.model_geometry import mamba_type_value, state_copy_funcs
 from harness.vllm_adapter import installed_version
 
 # each group's mixer (model_geometry.group_mixers): the harness's own geometry; a real model's: model_geometry.py
@@ -45,7 +45,6 @@ def _classes():
     from torch import nn
     from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
     from vllm.model_executor.layers.mamba.abstract import MambaBase
-    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateCopyFuncCalculator
     from vllm.v1.attention.backend import AttentionBackend, AttentionImplBase, AttentionMetadataBuilder
     from vllm.v1.kv_cache_interface import FullAttentionSpec
 
@@ -90,15 +89,16 @@ def _classes():
             return FullAttentionSpec(block_size=self.block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
 
     class MambaLayer(nn.Module, MambaBase):
-        """A Mamba2 (or Mamba1: `mixer`) layer to vLLM (its backend and metadata builder are vLLM's real ones) whose
-        states are tags: conv (K+1 window offsets, [n, fp]) and SSM ([n, fp]), int64."""
+        """A Mamba2 (or Mamba1, ShortConv: `mixer`) layer to vLLM (its backend and metadata builder are vLLM's real
+        ones) whose states are tags: conv (K+1 window offsets, [n, fp]) and SSM ([n, fp]), int64; a ShortConv layer
+        keeps the conv window only (layers/mamba/short_conv.py get_state_shape)."""
 
         def __init__(self, width: int, checkpoint: bool = False, mixer: str = "mamba2"):
             super().__init__()
             self.width, self.checkpoint, self.mixer = width, checkpoint, mixer
 
         def get_state_shape(self):
-            return ((self.width, 2), (2,))
+            return ((self.width, 2),) if self.mixer == "short_conv" else ((self.width, 2), (2,))
 
         def get_prefill_checkpoint_alignment(self):
             return 1 if self.checkpoint else None
@@ -114,7 +114,7 @@ def _classes():
             return replace(spec, num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1)
 
         def get_state_dtype(self):
-            return (torch.int64, torch.int64)
+            return (torch.int64,) * len(self.get_state_shape())
 
         @property
         def mamba_type(self):  # picks vLLM's backend and builder for the group (Mamba1 or Mamba2)
@@ -125,8 +125,8 @@ def _classes():
             super().__init__()
             self.worker = worker
 
-        def get_mamba_state_copy_funcs(self, mamba_types):  # as vLLM's Mamba2 models answer it
-            return {t: MambaStateCopyFuncCalculator.mamba2_state_copy_func() for t in mamba_types}
+        def get_mamba_state_copy_funcs(self, mamba_types):  # as vLLM's models of each Mamba type answer it
+            return {t: state_copy_funcs(t) for t in mamba_types}
 
         def forward(self, input_ids=None, positions=None, **kwargs):
             return self.worker.forward(input_ids, positions)
@@ -283,8 +283,9 @@ class _Runner:
             r._init_kv_zero_meta()
         from harness.engine.tagged import TaggedStates
 
-        conv, ssm = ctx[self.mamba_layers[0]].kv_cache
-        self.states = TaggedStates(num_blocks, num_spec, False, tensors=(conv, ssm))
+        conv_only = set(mixers) - {"attention"} == {"short_conv"}
+        self.states = TaggedStates(num_blocks, num_spec, False, tensors=tuple(ctx[self.mamba_layers[0]].kv_cache),
+                                   conv_only=conv_only)
         self.max_num_reqs = r.req_states.max_num_reqs
         self.worker = None
         self._hook()
