@@ -114,9 +114,12 @@ def _other_mode(modes: tuple[str, ...], flags: int) -> str:
 # at least as broadly as the sweep, and coverage keeps the generator scenarios that reach new behaviour.
 GENERATOR_MAGIC = b"GEN\x00"
 GENERATOR_INPUT = len(GENERATOR_MAGIC) + 8 + 1
-# a byte after the mask: bit 0 set = the sweep's later draws too (today: the prefix-cache retention), so an input
-# written before a draw existed (no such byte: read as 0) still decodes to the scenario it was kept for
-GENERATOR_DRAWS = 1
+# a byte after the mask: bit 0 set = the sweep's later draws too (the prefix-cache retention), bit 1 = real models
+# drawn from every shipped config (before: the four DRAW_ORDER had when lfm2-1.2b was added), so an input written
+# before a draw existed (no such byte or bit: read as 0) still decodes to the scenario it was kept for
+DRAWS_RETENTION, DRAWS_EVERY_MODEL = 1, 2
+GENERATOR_DRAWS = DRAWS_RETENTION | DRAWS_EVERY_MODEL
+EARLIER_MODELS = 4  # the models drawn before DRAWS_EVERY_MODEL: the first four of DRAW_ORDER
 # swarm testing (Groce et al., ISSTA 2012): each generator input switches whole features off, so a rare
 # combination is not starved by the common ones; bit set = feature off (mask 0: the sweep's own scenario)
 SWARM = ("checkpoints", "connector", "async_load", "spec_decode", "prefix_sharing", "events", "pool_pressure",
@@ -143,9 +146,17 @@ def generator_fields(data: bytes) -> tuple[int, int]:
     return int.from_bytes(body[:8], "little"), body[8]
 
 
-def generator_draws(data: bytes) -> bool:
-    """Whether a generator input takes the sweep's later draws (the byte after the swarm mask)."""
-    return len(data) > GENERATOR_INPUT and bool(data[GENERATOR_INPUT] & GENERATOR_DRAWS)
+def generator_draws(data: bytes, draw: int = DRAWS_RETENTION) -> bool:
+    """Whether a generator input takes one of the sweep's later draws (a bit of the byte after the swarm mask)."""
+    return len(data) > GENERATOR_INPUT and bool(data[GENERATOR_INPUT] & draw)
+
+
+def _earlier_models(models: tuple) -> tuple:
+    """The shipped models an input written before DRAWS_EVERY_MODEL drew from (by name: a release that builds
+    fewer keeps the order)."""
+    from harness.model_configs import DRAW_ORDER
+
+    return tuple(m for m in models if m[0] in DRAW_ORDER[:EARLIER_MODELS])
 
 
 def budget_scenario(seed: int, budget: Budget, checkpoints: bool) -> Scenario:
@@ -163,6 +174,8 @@ def _decode_generated(data: bytes, budget: Budget) -> Scenario:
     seed, mask = generator_fields(data)
     off = {name for bit, name in enumerate(SWARM) if mask >> bit & 1}
     budget = budget if generator_draws(data) else replace(budget, retention=False)
+    if not generator_draws(data, DRAWS_EVERY_MODEL) and not budget.model_always:
+        budget = replace(budget, models=_earlier_models(budget.models))
     scenario = budget_scenario(seed, budget, checkpoints=budget.checkpoints and "checkpoints" not in off)
     doc = scenario_to_json(scenario)
     geo = doc["geometry"]

@@ -249,3 +249,23 @@ def test_conv_only_tags_read_the_conv_window_for_both_parts():
     assert states.read(2, 1, 3) == ((6, 60), (6, 60)) and states.page(3)[1] is None
     states.write_final(3, (7, 70))
     assert states.page(3) == (((7, 70), None), (7, 70))
+
+
+def test_generator_inputs_written_before_lfm2_keep_their_models():
+    """A generator input written before lfm2-1.2b shipped (no DRAWS_EVERY_MODEL bit) draws from the four models
+    there were, so it decodes to the scenario it was kept for; a new one draws from every shipped model."""
+    from harness import genome
+    from harness.engine.model_catalog import shipped_geometries
+    from harness.model_configs import DRAW_ORDER
+
+    models = shipped_geometries()
+    if "lfm2-1.2b" not in {m[0] for m in models}:
+        pytest.skip("this release builds no LFM2 geometry")
+    budget = Budget(align=True, models=models)
+
+    def drawn(draws: int) -> set:
+        inputs = (genome.GENERATOR_MAGIC + seed.to_bytes(8, "little") + bytes([0, draws]) for seed in range(300))
+        return {decode(data, budget).geometry.model for data in inputs} - {None}
+
+    assert drawn(genome.DRAWS_RETENTION) <= set(DRAW_ORDER[:genome.EARLIER_MODELS])
+    assert "lfm2-1.2b" in drawn(genome.GENERATOR_DRAWS)
