@@ -182,11 +182,12 @@ def _model_groups(key: str, vc, block_size: int, mode: str, K: int) -> ModelGrou
         raise BadInput(f"geometry.model {name!r}: FlashAttention does not take block size {block_size}")
     mamba_block = cc.mamba_block_size or vc.model_config.max_model_len
     mixer = model_mixer(model_cls)
-    if mixer == "mamba1" and K:
-        # mamba_mixer.py:355-391 in 0.33.0: the Mamba1 decode kernels get no accepted counts and no query starts,
-        # so where they read with drafts is not vLLM's documented rule; not simulated
-        raise BadInput(f"geometry.model {name!r}: a Mamba1 model with speculative decoding (K={K}); the engine tier "
-                       "follows vLLM's Mamba1 kernels at K = 0 only (they take no accepted counts)")
+    if K and not decodes_with_accepted_counts(mixer):
+        # mamba_mixer.py:355-391 in 0.33.0: the Mamba1 decode kernels get no accepted counts and no query starts
+        # (ShortConv's before 0.33: short_conv.py), so where they read with drafts is not vLLM's documented rule
+        raise BadInput(f"geometry.model {name!r}: a {MIXER_NAMES[mixer]} model with speculative decoding (K={K}); "
+                       f"vLLM {installed_version()}'s {MIXER_NAMES[mixer]} decode kernels take no accepted counts, "
+                       "so the engine tier follows them at K = 0 only")
     kinds = layer_kinds(mc.hf_config)
     shapes = model_cls.get_mamba_state_shape_from_config(vc)
     dtypes = model_cls.get_mamba_state_dtype_from_config(vc)
@@ -202,6 +203,24 @@ def _model_groups(key: str, vc, block_size: int, mode: str, K: int) -> ModelGrou
                 page_size_padded=cc.mamba_page_size_padded, mamba_type=mamba_type_value(mixer), mamba_cache_mode=mode,
                 num_speculative_blocks=K))
     return ModelGroups(tuple(_group(vc, specs)))
+
+
+MIXER_NAMES = {"mamba2": "Mamba2", "mamba1": "Mamba1", "short_conv": "ShortConv"}
+
+
+def decodes_with_accepted_counts(mixer: str) -> bool:
+    """Whether the installed release's layer of this Mamba type gives its decode kernels the accepted counts (the
+    rule the simulated forward follows with drafts): Mamba2 always; Mamba1 never (mamba_mixer.py:355-391 in
+    0.33.0); ShortConv where its forward passes them (short_conv.py:295-320 in 0.33.0; not in 0.26-0.27)."""
+    if mixer == "mamba1":
+        return False
+    if mixer != "short_conv":
+        return True
+    import inspect
+
+    from vllm.model_executor.layers.mamba.short_conv import ShortConv
+
+    return "num_accepted_tokens" in inspect.getsource(ShortConv)
 
 
 def model_mixer(model_cls) -> str | None:
