@@ -463,13 +463,19 @@ class Driver:
     # -- lifetimes -----------------------------------------------------------------------------------------
     def _finish(self, r: _Req) -> None:
         self.inflight.pop(r.id, None)  # _free_request (scheduler.py:3038)
-        self._call(r, "free", self.alloc.free, r.vreq, _args={})
+        self._release(r)
         r.vreq.status = self.alloc.status.FINISHED_LENGTH_CAPPED
         r.phase = "finished"
         r.drafts = []
         if r in self.running:
             self.running.remove(r)
         self.finished_since_last.add(r.id)
+
+    def _release(self, r: _Req) -> None:
+        """`_free_request` with the KV connector every scenario's engine has (scheduler.py:3040, :3366-3375):
+        `_connector_finished` first frees the blocks no longer needed, then the request's blocks are freed."""
+        self._call(r, "remove_skipped_blocks", self.alloc.remove_skipped, r.vreq, _args={})
+        self._call(r, "free", self.alloc.free, r.vreq, _args={})
 
     def _preempt(self, r: _Req, so: SchedulerOutput) -> None:
         """`_preempt_request` (scheduler.py:1799-1843)."""
@@ -500,7 +506,7 @@ class Driver:
                     if r in queue:
                         queue.remove(r)
                 if self.alloc.holds_blocks(r.id):
-                    self._call(r, "free", self.alloc.free, r.vreq, _args={})
+                    self._release(r)
                 if r in self.running:
                     self.running.remove(r)
                 r.vreq.status = self.alloc.status.FINISHED_ABORTED
@@ -511,7 +517,7 @@ class Driver:
         """Abort whatever is still live when the step limit is reached, so pool accounting can be judged."""
         for r in self.reqs.values():
             if r.phase != "finished" and self.alloc.holds_blocks(r.id):
-                self._call(r, "free", self.alloc.free, r.vreq, _args={})
+                self._release(r)  # an abort (the engine tier: Scheduler.finish_requests)
             r.phase = "finished"
 
     # -- cache integrity snapshot ----------------------------------------------------------------------------

@@ -91,6 +91,7 @@ def _record(scenario: Scenario, mutant: str | None) -> tuple[list[str], driver_m
     wrap("truncate", truncate)
     wrap("allocate", allocate)
     wrap("cache_blocks", lambda out, request, n: [f"manager.cache_blocks(reqs[{request.request_id!r}], {n})"])
+    wrap("remove_skipped", lambda out, request: [f"manager.remove_skipped_blocks(**{out!r})"])
     wrap("free", lambda out, request: [f"manager.free(reqs[{request.request_id!r}])"])
     wrap("new_step", lambda out: ["", "manager.new_step_starts()"])
     wrap("take_copies", lambda out: ["_copies, retained = manager.take_kv_cache_block_copies()",

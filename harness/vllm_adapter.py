@@ -303,6 +303,18 @@ class Allocator:
     def free(self, request) -> None:
         self.manager.free(request)
 
+    def remove_skipped(self, request) -> dict:
+        """What `_connector_finished` does before a finished or aborted request's blocks are freed, as every engine
+        with a KV connector runs it (scheduler.py:3366-3375 in 0.33.0, :2496-2504 in 0.26.0): the blocks no longer
+        needed on the processed-token basis go back to the pool first (their order in the free queue decides
+        which block a later allocation takes). Returns the arguments it passed."""
+        kwargs = supported_kwargs(self.manager.remove_skipped_blocks, request_id=request.request_id,
+                                  processed_computed_tokens=max(0, request.num_computed_tokens
+                                                                - getattr(request, "num_in_flight_tokens", 0)),
+                                  num_prompt_tokens=request.num_prompt_tokens)
+        self.manager.remove_skipped_blocks(**kwargs)
+        return kwargs
+
     def new_step(self) -> None:
         self.manager.new_step_starts()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.cli import main
+from harness.vllm_adapter import supports_retention
 from testlib import SCENARIOS
 
 
@@ -35,3 +36,15 @@ def test_diff_count_reports_a_summary(capsys):
 
 def test_diff_needs_a_scenario_or_a_count(capsys):
     assert main(["diff"]) == 2
+
+
+@pytest.mark.skipif(not supports_retention(), reason="sparse prefix-cache retention: vLLM 0.33+")
+def test_a_finished_requests_out_of_window_blocks_are_freed_first_on_both_tiers(capsys):
+    """Under sparse retention a finished request holds Mamba blocks no longer needed; every engine with a KV
+    connector frees them first (`_connector_finished` -> remove_skipped_blocks), then the rest, and that order
+    decides which block a later allocation takes. The mirrored loop does the same: the tiers' rows agree
+    (generated seed 364 differed in a block id at step 12 while the mirror freed them all at once)."""
+    from pathlib import Path
+
+    scenario = Path(__file__).parent / "data" / "diff-sparse-retention-finish.json"
+    assert main(["diff", str(scenario)]) == 0, capsys.readouterr().out
