@@ -29,6 +29,15 @@ SLOW = {
     "tests/test_engine_kernels.py::test_triton_kernels_run_after_the_v1_workers_replacements_were_registered",
     "tests/test_engine_kernels.py::test_scenario_traces_identical_with_torch_and_triton_kernels",
     "tests/test_gpu_backend.py::test_check_script_skips_cleanly",
+    "tests/test_engine_v1.py::test_an_async_eagle_finding_replays_in_an_empty_environment",  # 2 fresh processes
+    # each 1.5-3 s (make test-fast under 60 s on this box)
+    "tests/test_model_configs.py::test_a_short_conv_model_keeps_a_conv_window_only_and_is_judged_with_drafts",
+    "tests/test_engine_v2.py::test_v2_worker_mutant_killed_and_absent_on_stock",
+    "tests/test_engine_v1.py::test_worker_mutant_killed_and_absent_on_stock",
+    "tests/test_peer_tests.py::test_plugin_verdict_on_a_tiny_suite",
+    "tests/test_peer_tests.py::test_a_collection_error_is_no_verdict_and_a_mutant_file_path_keeps_the_rootdir",
+    "tests/test_engine_v1.py::test_torch_kernels_give_the_triton_kernels_trace",
+    "tests/test_engine_v2.py::test_async_only_mutant_killed_with_async_scheduling_and_invisible_without",
 }
 
 
