@@ -42,13 +42,20 @@ def without_prefix_caching(doc: dict) -> dict:
     return doc
 
 
-def with_model(doc: dict, model: tuple[str | dict, tuple[int, ...], int]) -> dict:
+def with_model(doc: dict, model: tuple[str | dict, tuple[int, ...], int], drop_drafts: bool = False) -> dict:
     """The scenario document on a real model's geometry (`model`: name, the block vLLM sets for it per K, its
     number of KV cache groups), moved by `rescaled`; the pool grows with the groups (each holds its own blocks).
-    Unchanged where no block is known for its K."""
+    Unchanged where no block is known for its K, unless `drop_drafts` (`--model-config`: every generated scenario
+    on that model): then its drafts go, for a model the engine tier follows without drafts only (Mamba1; ShortConv
+    before 0.33)."""
     name, blocks, num_groups = model
     g = doc["geometry"]
     k = g.get("num_speculative_tokens", 0)
+    if drop_drafts and blocks and k >= len(blocks):
+        g.update(num_speculative_tokens=0, eagle_block_drop=False)
+        for req in doc["requests"]:
+            req.pop("acceptance", None)
+        k = 0
     if k >= len(blocks) or blocks[k] % g["mamba_block_size"]:
         return doc
     rescaled(doc, blocks[k])
@@ -176,7 +183,7 @@ def _configured(doc: dict, seed: int, modes: tuple[str, ...], models: tuple, mod
         return with_all_mode(doc)
     pick = random.Random(f"{seed}:model")
     if models and pick.random() < model_share:
-        with_model(doc, pick.choice(models))
+        with_model(doc, pick.choice(models), drop_drafts=model_share >= 1.0)  # 1.0: --model-config
     if retention:
         with_retention(doc, random.Random(f"{seed}:retention"))
     return doc

@@ -277,7 +277,7 @@ def decode(data: bytes, budget: Budget = Budget()) -> Scenario:
     if geo["mamba_cache_mode"] == "all":  # (a model's geometry is not followed in mode all)
         return parse_scenario(_drafts_for(with_all_mode(doc), budget))
     if model is not None:
-        with_model(doc, model)
+        with_model(doc, model, drop_drafts=budget.model_always)
     # the same bytes, mode none's features dropped (the bytes that chose them are still consumed)
     return parse_scenario(_drafts_for(without_prefix_caching(doc) if geo["mamba_cache_mode"] == "none" else doc,
                                       budget))
