@@ -148,7 +148,6 @@ def _sweep(args: argparse.Namespace, version: str, config) -> int:
     found, errors, known, steps = [], [], [], 0
     outputs = None  # model tier: the output summaries added up
     started = time.perf_counter()
-    small = config.runs_model  # the model's smaller scenarios (model tier, engine tier --forward model)
     # mode none: vLLM's runners; real models' geometries: the engine tier (--model-config: every scenario)
     budget = run_budget(config)
     for seed in range(args.seed, args.seed + args.count):

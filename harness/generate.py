@@ -42,6 +42,14 @@ def without_prefix_caching(doc: dict) -> dict:
     return doc
 
 
+def without_drafts(doc: dict) -> dict:
+    """The scenario document without speculative decoding: no drafts, no EAGLE block drop, no acceptance patterns."""
+    doc["geometry"].update(num_speculative_tokens=0, eagle_block_drop=False)
+    for req in doc["requests"]:
+        req.pop("acceptance", None)
+    return doc
+
+
 def with_model(doc: dict, model: tuple[str | dict, tuple[int, ...], int], drop_drafts: bool = False) -> dict:
     """The scenario document on a real model's geometry (`model`: name, the block vLLM sets for it per K, its
     number of KV cache groups), moved by `rescaled`; the pool grows with the groups (each holds its own blocks).
@@ -52,9 +60,7 @@ def with_model(doc: dict, model: tuple[str | dict, tuple[int, ...], int], drop_d
     g = doc["geometry"]
     k = g.get("num_speculative_tokens", 0)
     if drop_drafts and blocks and k >= len(blocks):
-        g.update(num_speculative_tokens=0, eagle_block_drop=False)
-        for req in doc["requests"]:
-            req.pop("acceptance", None)
+        without_drafts(doc)
         k = 0
     if k >= len(blocks) or blocks[k] % g["mamba_block_size"]:
         return doc

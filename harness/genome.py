@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
-from harness.generate import with_all_mode, with_model, without_prefix_caching
+from harness.generate import with_all_mode, with_model, without_drafts, without_prefix_caching
 from harness.scenario import Scenario, parse_scenario, scenario_to_json
 from harness.trace import largest_request
 
@@ -182,15 +182,13 @@ def _decode_generated(data: bytes, budget: Budget) -> Scenario:
     if budget.align and not budget.sub_block_hash:
         geo["hash_block_size"] = geo["mamba_block_size"]
     if "spec_decode" in off:
-        geo.update(num_speculative_tokens=0, eagle_block_drop=False)
+        without_drafts(doc)
     if "pool_pressure" in off:  # a pool that never evicts nor preempts
         geo["num_blocks"] = 256
     if "events" in off:
         doc["events"] = []
     rng = random.Random(seed ^ mask)
     for req in doc["requests"]:
-        if "spec_decode" in off:
-            req.pop("acceptance", None)
         if "connector" in off:
             req.pop("external", None)
         elif "async_load" in off and req.get("external"):
@@ -223,10 +221,7 @@ def _drafts_for(doc: dict, budget: Budget) -> dict:
     if g.get("mamba_cache_mode", "align") == "align":
         g["eagle_block_drop"] = True
         return doc
-    g["num_speculative_tokens"] = 0
-    for req in doc["requests"]:
-        req.pop("acceptance", None)
-    return doc
+    return without_drafts(doc)
 
 
 def decode(data: bytes, budget: Budget = Budget()) -> Scenario:

@@ -305,6 +305,12 @@ def _group(vc, specs: dict) -> list:
     return get_global_kv_cache_groups(vc, [specs])
 
 
+def conv_window_only(mixers) -> bool:
+    """Whether every Mamba-like group keeps a conv window and nothing else (ShortConv: LFM2), so the workers' tagged
+    pages hold one state tensor per layer (harness/engine/tagged.py)."""
+    return set(mixers) - {"attention"} == {"short_conv"}
+
+
 def state_copy_funcs(mamba_type):
     """The state copy functions vLLM's models declare for a Mamba type (`MambaStateCopyFuncCalculator`,
     mamba_utils.py:395-420 in 0.33.0): the conv window only for ShortConv, conv window and SSM state otherwise."""

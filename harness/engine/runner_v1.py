@@ -47,7 +47,7 @@ from harness.vllm_adapter import installed_version, parameters, supported_kwargs
 from harness.worker import Forward
 from harness.engine.copy_timing import CopyTiming
 from harness.engine.mamba_meta import Mamba2Rows, write_row
-from harness.engine.model_geometry import state_copy_funcs
+from harness.engine.model_geometry import conv_window_only, state_copy_funcs
 from harness.engine.v1_eagle import EagleStep
 from harness.engine.v1_pool import _POOL, _POOL_SIZE, _Pooled, _reinitialize_input_batch, _replace, _runner_key
 from harness.engine.v1_process import (
@@ -172,7 +172,7 @@ class V1Worker:
         sched_kvc = driver.sched.kv_cache_config
         num_blocks = sched_kvc.num_blocks
         self.mixers = driver.group_mixers  # each group's Mamba type: vLLM's Mamba1, Mamba2 or ShortConv backend
-        conv_only = set(self.mixers) - {"attention"} == {"short_conv"}  # LFM2: a conv window, no SSM state
+        conv_only = conv_window_only(self.mixers)  # LFM2: a conv window, no SSM state
         self.states = TaggedStates(num_blocks, K, is_conv_state_dim_first(), conv_only=conv_only)
         # Tiny Mamba2 dimensions through vLLM's own shape rule: conv kernel 2, so the conv window holds 1 + K
         # token offsets; conv dim 2 and SSM (1 head, head dim 2, state 1): one (num_tokens, fingerprint) tag.

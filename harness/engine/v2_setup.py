@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from harness.engine.model_geometry import mamba_type_value, state_copy_funcs
+from harness.engine.model_geometry import conv_window_only, mamba_type_value, state_copy_funcs
 from harness.vllm_adapter import installed_version
 
 # each group's mixer (model_geometry.group_mixers): the harness's own geometry; a real model's: model_geometry.py
@@ -283,9 +283,8 @@ class _Runner:
             r._init_kv_zero_meta()
         from harness.engine.tagged import TaggedStates
 
-        conv_only = set(mixers) - {"attention"} == {"short_conv"}
         self.states = TaggedStates(num_blocks, num_spec, False, tensors=tuple(ctx[self.mamba_layers[0]].kv_cache),
-                                   conv_only=conv_only)
+                                   conv_only=conv_window_only(mixers))
         self.max_num_reqs = r.req_states.max_num_reqs
         self.worker = None
         self._hook()
