@@ -114,12 +114,23 @@ def _other_mode(modes: tuple[str, ...], flags: int) -> str:
 # at least as broadly as the sweep, and coverage keeps the generator scenarios that reach new behaviour.
 GENERATOR_MAGIC = b"GEN\x00"
 GENERATOR_INPUT = len(GENERATOR_MAGIC) + 8 + 1
-# a byte after the mask: bit 0 set = the sweep's later draws too (the prefix-cache retention), bit 1 = real models
-# drawn from every shipped config (before: the four DRAW_ORDER had when lfm2-1.2b was added), so an input written
-# before a draw existed (no such byte or bit: read as 0) still decodes to the scenario it was kept for
+# a byte after the mask: bit 0 set = the sweep's later draws too (the prefix-cache retention); bits 2-7 = how many
+# models of DRAW_ORDER (harness/model_configs) the input draws from, the count shipped when it was written; bit 1
+# without a count = the five DRAW_ORDER had before the count (lfm2-1.2b the last), neither = the first four. An
+# input written before a draw or a model existed (no such byte or bit: read as 0) still decodes to the scenario it
+# was kept for
 DRAWS_RETENTION, DRAWS_EVERY_MODEL = 1, 2
-GENERATOR_DRAWS = DRAWS_RETENTION | DRAWS_EVERY_MODEL
-EARLIER_MODELS = 4  # the models drawn before DRAWS_EVERY_MODEL: the first four of DRAW_ORDER
+MODELS_SHIFT = 2
+LEGACY_MODELS = (4, 5)  # models drawn by an input with no count: without / with DRAWS_EVERY_MODEL
+
+
+def generator_draws_byte() -> int:
+    """The draws byte a new generator input carries: the retention draw and every model DRAW_ORDER has now."""
+    from harness.model_configs import DRAW_ORDER
+
+    return DRAWS_RETENTION | DRAWS_EVERY_MODEL | (len(DRAW_ORDER) << MODELS_SHIFT)
+
+
 # swarm testing (Groce et al., ISSTA 2012): each generator input switches whole features off, so a rare
 # combination is not starved by the common ones; bit set = feature off (mask 0: the sweep's own scenario)
 SWARM = ("checkpoints", "connector", "async_load", "spec_decode", "prefix_sharing", "events", "pool_pressure",
@@ -133,7 +144,7 @@ def generator_input(rng: random.Random, seed: int | None = None, mask: int | Non
     seed = rng.getrandbits(64) if seed is None else seed
     if mask is None:
         mask = 0 if rng.random() < 0.5 else rng.randrange(1, 256)
-    return GENERATOR_MAGIC + seed.to_bytes(8, "little") + bytes([mask, GENERATOR_DRAWS])
+    return GENERATOR_MAGIC + seed.to_bytes(8, "little") + bytes([mask, generator_draws_byte()])
 
 
 def is_generator_input(data: bytes) -> bool:
@@ -151,12 +162,18 @@ def generator_draws(data: bytes, draw: int = DRAWS_RETENTION) -> bool:
     return len(data) > GENERATOR_INPUT and bool(data[GENERATOR_INPUT] & draw)
 
 
-def _earlier_models(models: tuple) -> tuple:
-    """The shipped models an input written before DRAWS_EVERY_MODEL drew from (by name: a release that builds
-    fewer keeps the order)."""
+def models_drawn(data: bytes) -> int:
+    """How many models of DRAW_ORDER a generator input draws from (the count its draws byte carries)."""
+    draws = data[GENERATOR_INPUT] if len(data) > GENERATOR_INPUT else 0
+    return draws >> MODELS_SHIFT or LEGACY_MODELS[bool(draws & DRAWS_EVERY_MODEL)]
+
+
+def _models_of(models: tuple, count: int) -> tuple:
+    """The shipped models among the first `count` of DRAW_ORDER (by name: a release that builds fewer keeps the
+    order)."""
     from harness.model_configs import DRAW_ORDER
 
-    return tuple(m for m in models if m[0] in DRAW_ORDER[:EARLIER_MODELS])
+    return tuple(m for m in models if m[0] in DRAW_ORDER[:count])
 
 
 def budget_scenario(seed: int, budget: Budget, checkpoints: bool) -> Scenario:
@@ -174,8 +191,8 @@ def _decode_generated(data: bytes, budget: Budget) -> Scenario:
     seed, mask = generator_fields(data)
     off = {name for bit, name in enumerate(SWARM) if mask >> bit & 1}
     budget = budget if generator_draws(data) else replace(budget, retention=False)
-    if not generator_draws(data, DRAWS_EVERY_MODEL) and not budget.model_always:
-        budget = replace(budget, models=_earlier_models(budget.models))
+    if not budget.model_always:
+        budget = replace(budget, models=_models_of(budget.models, models_drawn(data)))
     scenario = budget_scenario(seed, budget, checkpoints=budget.checkpoints and "checkpoints" not in off)
     doc = scenario_to_json(scenario)
     geo = doc["geometry"]

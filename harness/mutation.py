@@ -150,7 +150,7 @@ def _changes_behaviour(corpus: Path, config: RunConfig, limit: int = 300) -> tup
 
 def mutant_config(name: str, tier: str | None = None) -> RunConfig:
     """The run configuration a mutant's campaigns use: worker code on the engine tier with its runner (and its
-    copy timing, where a copy-ordering bug needs late copies), allocator code on `tier` (default symbolic); `make
+    copy timing, where a copy-ordering bug needs late copies; its model, where only one model's layers run it), allocator code on `tier` (default symbolic); `make
     fuzz`'s --checkpoints auto (on: every tier's worker runs prefill checkpoint geometries)."""
     mutant = get_mutant(name)
     config = RunConfig(tier=mutant.tier if mutant.runner or mutant.engine_only else (tier or mutant.tier), mutant=name)
@@ -158,6 +158,8 @@ def mutant_config(name: str, tier: str | None = None) -> RunConfig:
         config = config.but(runner=mutant.runner)
     if mutant.copy_timing:
         config = config.but(copy_timing=mutant.copy_timing)
+    if mutant.model_config:
+        config = config.but(model_config=mutant.model_config)
     return config
 
 

@@ -259,24 +259,30 @@ def test_conv_only_tags_read_the_conv_window_for_both_parts():
     assert states.page(3) == (((7, 70), None), (7, 70))
 
 
-def test_generator_inputs_written_before_lfm2_keep_their_models():
-    """A generator input written before lfm2-1.2b shipped (no DRAWS_EVERY_MODEL bit) draws from the four models
-    there were, so it decodes to the scenario it was kept for; a new one draws from every shipped model."""
+def test_generator_inputs_keep_the_models_shipped_when_they_were_written():
+    """A generator input draws from the models DRAW_ORDER had when it was written (the count in its draws byte; an
+    input from before the count: four without DRAWS_EVERY_MODEL, five with it), so a model shipped later never
+    changes the scenario a stored input decodes to; a new input draws from every shipped model."""
     from harness import genome
     from harness.engine.model_catalog import shipped_geometries
     from harness.model_configs import DRAW_ORDER
 
     models = shipped_geometries()
-    if "lfm2-1.2b" not in {m[0] for m in models}:
-        pytest.skip("this release builds no LFM2 geometry")
+    if not {"lfm2-1.2b", "qwen3-next-80b-a3b"} <= {m[0] for m in models}:
+        pytest.skip("this release builds no LFM2 or no Qwen3-Next geometry")
     budget = Budget(align=True, models=models)
 
     def drawn(draws: int) -> set:
-        inputs = (genome.GENERATOR_MAGIC + seed.to_bytes(8, "little") + bytes([0, draws]) for seed in range(300))
+        inputs = (genome.GENERATOR_MAGIC + seed.to_bytes(8, "little") + bytes([0, draws]) for seed in range(400))
         return {decode(data, budget).geometry.model for data in inputs} - {None}
 
-    assert drawn(genome.DRAWS_RETENTION) <= set(DRAW_ORDER[:genome.EARLIER_MODELS])
-    assert "lfm2-1.2b" in drawn(genome.GENERATOR_DRAWS)
+    assert drawn(genome.DRAWS_RETENTION) == set(DRAW_ORDER[:4])
+    assert drawn(genome.DRAWS_RETENTION | genome.DRAWS_EVERY_MODEL) == set(DRAW_ORDER[:5])
+    assert drawn(genome.DRAWS_RETENTION | 5 << genome.MODELS_SHIFT) == set(DRAW_ORDER[:5])
+    assert drawn(genome.generator_draws_byte()) == set(DRAW_ORDER) == {m[0] for m in models}
+    # the same seed decodes alike under the legacy bit and its explicit count
+    data = genome.GENERATOR_MAGIC + (7).to_bytes(8, "little")
+    assert decode(data + bytes([0, 3]), budget) == decode(data + bytes([0, 1 | 5 << 2]), budget)
 
 
 def test_model_config_puts_every_generated_input_on_the_model():
@@ -291,3 +297,53 @@ def test_model_config_puts_every_generated_input_on_the_model():
                                                                            for s in range(100)]
     assert all(sc.geometry.model == "jamba-v0.1" and sc.geometry.num_speculative_tokens == 0 for sc in scenarios)
     assert all(not req.acceptance for sc in scenarios for req in sc.requests)
+
+
+@pytest.mark.slow
+def test_a_gated_delta_net_model_runs_on_vllms_gdn_builder_and_its_mutants_are_found():
+    """Qwen3-Next's linear-attention layers are vLLM's GatedDeltaNet: its Mamba-like groups are GDN groups whose
+    metadata vLLM's own `GDNAttentionMetadataBuilder` builds (speculative rows by the runner's draft counts, not by
+    query length). With drafts, every kernel path is reached (speculative rows, plain decodes, prefills in batches
+    with and without speculative rows), every oracle holds on stock on both runners, and both GDN builder mutants
+    are found by the V1 runner where stock is clean."""
+    from harness.engine import mamba_meta
+    from harness.engine.model_catalog import model_entry
+    from harness.genome import budget_scenario, run_budget
+    from harness.mutants import mutant_applied
+    from harness.mutants.gdn import GDN_MUTANTS, QWEN3_NEXT
+
+    try:
+        name, blocks, num_groups = model_entry(QWEN3_NEXT)
+    except BadInput as exc:  # a release whose model class or GDN layer the harness does not follow
+        pytest.skip(f"Qwen3-Next on this release: {exc}")
+    assert len(blocks) == 3 and num_groups == 4  # drafts followed; 1 attention + 3 GDN groups (12 layers each)
+    config = RunConfig(tier="engine", model_config=QWEN3_NEXT)
+    budget = run_budget(config.but(runner="v1"))
+    scenarios = [budget_scenario(seed, budget, True) for seed in range(30, 38)]
+    assert all(sc.geometry.model == name for sc in scenarios)
+    paths = Counter()
+    row = mamba_meta.GDNRows.row
+
+    def counted(self, i, n):
+        kr = row(self, i, n)
+        paths["spec" if i in self._spec_rank else "decode" if kr.decode else
+              "prefill beside spec" if self.spec_mask else "prefill"] += 1
+        return kr
+
+    mamba_meta.GDNRows.row = counted
+    try:
+        for sc in scenarios:
+            for runner in ("v1", "v2"):
+                try:
+                    assert judge(replay(sc, config=config.but(runner=runner))) == [], (sc.name, runner)
+                except BadInput as exc:  # vLLM's V2 runner where the release has none the harness follows
+                    assert runner == "v2", exc
+    finally:
+        mamba_meta.GDNRows.row = row
+    assert set(paths) == {"spec", "decode", "prefill beside spec", "prefill"}, paths
+    for mutant in GDN_MUTANTS:
+        with mutant_applied(mutant.name):
+            red = [sc.name for sc in scenarios
+                   if any(f.oracle == "provenance" for f in judge(replay(sc, config=config.but(
+                       runner="v1", mutant=mutant.name))))]
+        assert red, mutant.name

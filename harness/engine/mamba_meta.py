@@ -104,7 +104,54 @@ class Mamba2Rows:
         return KernelRow(False, init, [row[last]], p, read, tuple((row[c], c) for c in range(first, last)), last)
 
 
-def write_row(states, rows: Mamba2Rows, kr: KernelRow, nc: int, ns: int,
+class GDNRows:
+    """One step's GatedDeltaNet metadata (gdn_attn.py `GDNAttentionMetadata`), read once: each batch row's kernel
+    path and state indices, in the `Mamba2Rows` interface."""
+
+    all_mode = False  # 0.33.0's GatedDeltaNet runs in modes align and none
+
+    def __init__(self, m) -> None:
+        # the host copy of the speculative-row mask (0.33); before, the mask itself (a host tensor on this CPU)
+        masks = getattr(m, "spec_sequence_masks_cpu", None)
+        masks = m.spec_sequence_masks if masks is None else masks
+        self.spec_mask = [] if masks is None else [bool(x) for x in masks.tolist()]
+        self.num_decodes = int(m.num_decodes)
+        spec = m.spec_state_indices_tensor
+        self.spec_idx = spec.tolist() if spec is not None and m.num_spec_decodes else []
+        self.accepted = m.num_accepted_tokens.tolist() if m.num_accepted_tokens is not None else []
+        non_spec = m.non_spec_state_indices_tensor
+        self.non_spec = non_spec.tolist() if non_spec is not None else []
+        has_init = m.prefill_has_initial_state
+        self.has_init = has_init.tolist() if has_init is not None else []
+        self._spec_rank, self._other_rank = {}, {}
+        for i, is_spec in enumerate(self.spec_mask):  # each row's index among its kind, in batch order
+            ranks = self._spec_rank if is_spec else self._other_rank
+            ranks[i] = len(ranks)
+
+    def row(self, i: int, num_tokens: int) -> KernelRow:
+        if i in self._spec_rank:
+            j = self._spec_rank[i]
+            idx = [int(b) for b in self.spec_idx[j]]
+            na = int(self.accepted[j])
+            return KernelRow(True, (idx[0], na - 1, idx[na - 1]), idx[:num_tokens], -1, na - 1)
+        k = self._other_rank.get(i, i)  # without speculative rows: the batch row itself
+        b = int(self.non_spec[k])
+        if not self.spec_mask and k < self.num_decodes:  # the recurrent kernel, in place on column 0
+            return KernelRow(True, (b, 0, b), [b], -1, 0)
+        p = k - (0 if self.spec_mask else self.num_decodes)  # the prefill kernel's row (prefill_state_indices)
+        return KernelRow(False, (b, 0, b) if self.has_init[p] else None, [b], p)
+
+    def checkpoint(self, prefill: int) -> None:
+        return None  # FlashInfer's prefill only (see the module's docstring)
+
+
+def kernel_rows(meta) -> Mamba2Rows | GDNRows:
+    """Where a group's kernels read and write, from the metadata its builder built: GatedDeltaNet's own split, else
+    the Mamba2 builder's (Mamba1 and ShortConv builders give the same decode/prefill fields)."""
+    return GDNRows(meta) if hasattr(meta, "spec_sequence_masks") else Mamba2Rows(meta)
+
+
+def write_row(states, rows: Mamba2Rows | GDNRows, kr: KernelRow, nc: int, ns: int,
               fed) -> tuple[tuple[int, int] | None, int | None]:
     """The states vLLM's Mamba2 kernels write for kernel row `kr` (a request with `nc` computed and `ns` scheduled
     tokens; `fed[j]`: the fingerprint of the prefix of nc + j tokens as fed), into the worker's tagged `states`.

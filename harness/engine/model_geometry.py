@@ -205,7 +205,7 @@ def _model_groups(key: str, vc, block_size: int, mode: str, K: int) -> ModelGrou
     return ModelGroups(tuple(_group(vc, specs)))
 
 
-MIXER_NAMES = {"mamba2": "Mamba2", "mamba1": "Mamba1", "short_conv": "ShortConv"}
+MIXER_NAMES = {"mamba2": "Mamba2", "mamba1": "Mamba1", "short_conv": "ShortConv", "gdn_attn": "GatedDeltaNet"}
 
 
 def decodes_with_accepted_counts(mixer: str) -> bool:
@@ -240,6 +240,10 @@ def model_mixer(model_cls) -> str | None:
     if copy_funcs is None or copy_funcs() != calc.mamba2_state_copy_func():
         return None
     module = sys.modules.get(model_cls.__module__)
+    # GatedDeltaNet declares Mamba2's copy functions too (gated_delta_net_state_copy_func, mamba_utils.py:415-417):
+    # its layer class (QwenGatedDeltaNetAttention, layers/mamba/gdn/ in 0.33.0) names it
+    if any("GatedDeltaNet" in name for name in vars(module)):
+        return "gdn_attn"
     if hasattr(module, "MambaMixer2"):
         return "mamba2"
     return "mamba1" if hasattr(module, "MambaMixer") else None
@@ -266,8 +270,8 @@ def model_config_for(name: str, doc: dict, vc, block_size: int, mode: str):
         raise BadInput(f"model config {name!r}: vLLM {installed_version()} has no model class for {arch}: {exc}") \
             from None
     if model_mixer(model_cls) is None:
-        raise BadInput(f"model config {name!r} ({arch}): neither a Mamba2, a Mamba1 nor a ShortConv model; the "
-                       "engine tier simulates those kernels' state reads only (GatedDeltaNet layers are not followed)")
+        raise BadInput(f"model config {name!r} ({arch}): neither a Mamba2, a Mamba1, a ShortConv nor a GatedDeltaNet "
+                       "model; the engine tier simulates those kernels' state reads only")
     # the hybrid KV cache manager as a GPU deployment has it: vLLM turns it off only off-GPU or for a connector
     # without SupportsHMA (config/vllm.py:1571-1637 in 0.26.0; HarnessConnector supports it)
     vc.scheduler_config.disable_hybrid_kv_cache_manager = False

@@ -37,6 +37,8 @@ Process set-up and host stand-ins: harness/engine/v1_process.py; the runner pool
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from harness.errors import BadInput
@@ -46,7 +48,7 @@ from harness.trace import Read, RowView
 from harness.vllm_adapter import installed_version, parameters, supported_kwargs
 from harness.worker import Forward
 from harness.engine.copy_timing import CopyTiming
-from harness.engine.mamba_meta import Mamba2Rows, write_row
+from harness.engine.mamba_meta import kernel_rows, write_row
 from harness.engine.model_geometry import conv_window_only, state_copy_funcs
 from harness.engine.v1_eagle import EagleStep
 from harness.engine.v1_pool import _POOL, _POOL_SIZE, _Pooled, _reinitialize_input_batch, _replace, _runner_key
@@ -432,7 +434,7 @@ class V1Worker:
         r, st, tr = self.runner, self.states, self.trace
         n = len(req_ids)
         meta = self._metadata(so, ns_np)
-        rows = {g: Mamba2Rows(meta[layer]) for g, layer in self.mamba_layers.items()}  # one builder per group
+        rows = {g: kernel_rows(meta[layer]) for g, layer in self.mamba_layers.items()}  # one builder per group
         if deferred:
             deferred()
         nc_np = r.input_batch.num_computed_tokens_cpu[:n].astype(np.int64)
@@ -481,7 +483,10 @@ class V1Worker:
         (gpu_model_runner.py:4093-4122 in 0.33.0: slot mappings, then `_build_attention_metadata`)."""
         r = self.runner
         n, total = len(ns_np), int(ns_np.sum())
-        kwargs = dict(num_tokens=total, num_reqs=n, max_query_len=int(ns_np.max()), use_spec_decode=self.K > 0,
+        # the builders get the spec-decode arguments (accepted counts, draft counts) as the release's execute_model
+        # decides: whenever drafting is configured (0.33), or in steps with drafts scheduled only (before)
+        spec = bool(so.scheduled_spec_decode_tokens) if _spec_metadata_per_step() else self.K > 0
+        kwargs = dict(num_tokens=total, num_reqs=n, max_query_len=int(ns_np.max()), use_spec_decode=spec,
                       num_scheduled_tokens=so.num_scheduled_tokens)
         if hasattr(r, "_get_slot_mappings"):
             kwargs["slot_mappings"], _ = r._get_slot_mappings(num_tokens_padded=total, num_reqs_padded=n,
@@ -519,6 +524,20 @@ class V1Worker:
 
     def deliver(self, block: int, state) -> None:
         self.states.deliver(block, state)
+
+
+@functools.cache
+def _spec_metadata_per_step() -> bool:
+    """Whether the release's execute_model passes the metadata builders the spec-decode arguments only in a step
+    with drafts scheduled (`use_spec_decode = len(scheduler_output.scheduled_spec_decode_tokens) > 0`,
+    gpu_model_runner.py:4384 in 0.30.0), not whenever a speculative config is set (:4093 in 0.33.0). A builder
+    then splits a draftless step at one token and, for GatedDeltaNet, finds no speculative rows."""
+    import inspect
+
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    return "use_spec_decode = len(scheduler_output.scheduled_spec_decode_tokens) > 0" in \
+        inspect.getsource(GPUModelRunner.execute_model)
 
 
 def _unpadded(spec) -> dict:

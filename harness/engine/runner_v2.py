@@ -34,7 +34,7 @@ from __future__ import annotations
 from harness.states import chain, column_block, copy_source
 from harness.tokens import true_token
 from harness.trace import Read, RowView
-from harness.engine.mamba_meta import Mamba2Rows, write_row
+from harness.engine.mamba_meta import kernel_rows, write_row
 from harness.engine.v2_setup import runner_for
 
 
@@ -145,7 +145,7 @@ class V2Worker:
         slots = ib.idx_mapping_np
         ms = self.runner.model_state
         prev_cols, _ = self.run.before if getattr(self.run, "before", None) else ([], [])
-        rows = {g: Mamba2Rows(m) for g, m in metas.items()}  # where the kernels read and write (mamba_meta.py)
+        rows = {g: kernel_rows(m) for g, m in metas.items()}  # where the kernels read and write (mamba_meta.py)
         self.rows, self._fed_from = {}, {}
         for i, rid in enumerate(ib.req_ids):
             qs, qe = int(qsl[i]), int(qsl[i + 1])

@@ -27,6 +27,9 @@ class Mutant:
     # the engine tier's copy timing its campaigns run with (harness/engine/copy_timing.py): a copy-ordering bug
     # shows only where the device-to-host copies land late (None: the default, early)
     copy_timing: str | None = None
+    # the real model (`--model-config`, harness/model_configs) whose layers run the patched code: its campaigns run
+    # every input on that model (None: the harness's own geometry and the generators' draw)
+    model_config: str | None = None
 
     @property
     def tier(self) -> str:
