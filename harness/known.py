@@ -572,6 +572,80 @@ def _discards_by_count() -> bool:
             and "async_tokens_to_discard" in _async_scheduler()._update_request_with_output.__code__.co_names)
 
 
+# -- fix: a GatedDeltaNet decode without drafts stays a speculative row of zero drafts, as 0.33.0 has it (the
+# builders get the spec-decode arguments in every step, gpu_model_runner.py:2188 and :4093; draftless decodes past the prompt
+# count 0 drafts, :2215-2227; a batch whose speculative rows all drafted nothing keeps the speculative path,
+# gdn_attn.py:340-352) --------------------------------------------------------------------------------------------
+def _draftless_decodes_speculative(original):
+    import numpy as np
+
+    def _build_attention_metadata(self, *args, **kwargs):
+        call = bound_arguments(original, self, *args, **kwargs)
+        if self.speculative_config is not None and _gdn_only(self):
+            n, drafts = call.arguments["num_reqs"], self.num_decode_draft_tokens.np
+            if not call.arguments["use_spec_decode"]:
+                drafts[:n] = -1  # _prepare_inputs writes them only in a step with drafts scheduled
+            query = np.diff(self.query_start_loc.np[:n + 1])
+            past_prompt = self.input_batch.num_computed_tokens_cpu[:n] >= self.input_batch.num_prompt_tokens[:n]
+            rows = drafts[:n]
+            rows[(rows < 0) & past_prompt & (query == 1)] = 0
+            self.num_decode_draft_tokens.copy_to_gpu()
+            call.arguments["use_spec_decode"] = True
+        return original(*call.args, **call.kwargs)
+    return _build_attention_metadata
+
+
+def _keep_speculative_path(drafts):
+    """Only the >= 0 mask and the all-zero test read the builder's draft counts: a zero becomes 1 so a batch of
+    draftless speculative rows keeps the speculative path."""
+    drafts = drafts.clone()
+    drafts[drafts == 0] = 1
+    return drafts
+
+
+def _gdn_only(runner) -> bool:
+    """Every Mamba-like group of the runner is GatedDeltaNet's: the fix changes no other model's metadata."""
+    from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadataBuilder
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    builders = [b for groups in runner.attn_groups for group in groups for b in group.metadata_builders
+                if isinstance(b.kv_cache_spec, MambaSpec)]
+    return bool(builders) and all(isinstance(b, GDNAttentionMetadataBuilder) for b in builders)
+
+
+def _gdn_draftless_fix() -> Mutant:
+    from harness.mutants.gdn import _build_argument, _builder_class
+
+    def patch():
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+        undo_runner = wrap_method(GPUModelRunner, "_build_attention_metadata", _draftless_decodes_speculative)
+        undo_builder = wrap_method(_builder_class(), "build",
+                                   _build_argument("num_decode_draft_tokens_cpu", _keep_speculative_path))
+
+        def undo():
+            undo_builder()
+            undo_runner()
+        return undo
+
+    return Mutant(name="fix-gdn-draftless-decode-speculative", bug_class="fix: a GatedDeltaNet decode without drafts "
+                  "runs the speculative path at its accepted offset", releases="where the issue is known",
+                  origin="hybrid-harness (vLLM 0.33.0's rule)", patch=patch,
+                  is_applied=lambda: method_wrapped(_builder_class(), "build"))
+
+
+def _gdn_without_zero_draft_rows() -> bool:
+    """The release has vLLM's GatedDeltaNet builder but not 0.33.0's zero-draft decode rows."""
+    import inspect
+
+    try:
+        from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadataBuilder  # noqa: F401
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    except ImportError:
+        return False
+    return "zero_draft_decode_mask" not in inspect.getsource(GPUModelRunner._prepare_inputs)
+
+
 KNOWN_ISSUES = (
     KnownIssue(
         id="sync-external-admission-undercount",
@@ -657,6 +731,24 @@ KNOWN_ISSUES = (
                  "the first stale frame drains the discard counter (one frame in flight per step)"),
         applies=_discards_by_count,
         runners=("v1", "v2"),  # scheduler code reached only under async scheduling (the engine tier's workers)
+    ),
+    KnownIssue(
+        id="gdn-draftless-decode-first-column",
+        summary="with speculative decoding, a GatedDeltaNet decode step that got no drafts runs GDN's plain decode "
+                "path, which reads the state at the first speculative column (num_decode_draft_tokens -1, "
+                "gpu_model_runner.py:2261-2275 in 0.30.0; in a step with no drafts at all the builders get no "
+                "spec-decode arguments, :4384, and a batch whose speculative rows all drafted nothing drops the "
+                "speculative path, gdn_attn.py:234-243), while the last step's accepted state sits at column "
+                "accepted - 1: the request continues from the state after the first token of its previous step",
+        releases="seen on 0.26.0 and 0.30.0 with vLLM's own V1 runner (0.33.0 counts such rows as speculative rows "
+                 "with zero drafts, gpu_model_runner.py:2215-2227, and keeps their path, gdn_attn.py:340-352)",
+        repro="scenarios/gdn-draftless-decode-first-column.json",
+        reached_by="a GatedDeltaNet model (Qwen3-Next) with n-gram speculative decoding (K >= 1) on the V1 model "
+                   "runner, any Mamba cache mode: a step accepts a draft, the next drafts nothing (the n-gram "
+                   "drafter finds no match); the repro: one 2-token prompt, K = 1",
+        fix=_gdn_draftless_fix(),
+        applies=_gdn_without_zero_draft_rows,
+        runners=("v1",),
     ),
     KnownIssue(
         id="v1-readd-resets-num-accepted",

@@ -353,3 +353,18 @@ def test_async_scheduling_is_asked_only_of_workers_that_follow_it():
     sample = [sc for sc in scenarios[:12] if sc.geometry.num_speculative_tokens]
     for sc in sample[:4]:  # and vLLM accepts each such config
         _replay(sc, scheduling="on")
+
+
+@pytest.mark.parametrize("group", ["g11-resumed-recompute-k2", "g12-one-token-short-0.30"])
+def test_draftless_steps_get_the_spec_decode_arguments_the_release_gives(group):
+    """The V1 worker builds the attention metadata as the release's execute_model does: 0.26-0.32 pass the
+    builders the spec-decode arguments (accepted counts, draft counts) only in a step with drafts scheduled, 0.33
+    whenever drafting is configured. Passing them always on 0.26-0.30 made a Mamba2 builder split a draftless step
+    at 1 + K tokens, and these two release groups were NEW there; as vLLM builds it, every oracle holds."""
+    from harness.engine.runner_v1 import _spec_metadata_per_step
+
+    scenario = load_scenario(ROOT / "scenarios" / "releases" / f"{group}.json")
+    _v1_or_skip(scenario)
+    if not _spec_metadata_per_step():
+        pytest.skip("0.33+: the builders get the spec-decode arguments in every step")
+    assert _signatures(_replay(scenario, scheduling="off")) == []
