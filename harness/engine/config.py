@@ -230,7 +230,8 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirro
         mg = model_groups(g.model, vc, B, eg.mamba_cache_mode, K)
         extra = {k: v for k, v in mamba_kwargs.items() if k.startswith("num_prefill") or k.startswith("prefill")}
         # prefill checkpoint blocks where the model's layers declare them: vLLM's Mamba2 layer does
-        # (mamba_mixer2.py:1108-1118 in 0.33.0), its Mamba1 layer does not (layers/mamba/abstract.py:72-91)
+        # (mamba_mixer2.py:1108-1118 in 0.33.0), its Mamba1 layer does not (layers/mamba/abstract.py:72-91), nor
+        # its GatedDeltaNet layer off FlashInfer's prefill (qwen_gdn_linear_attn.py:739-761: the Triton path here)
         groups = [gr if mixer != "mamba2" or not extra else _replace_spec(gr, **extra)
                   for gr, mixer in zip(mg.groups, group_mixers(mg.groups))]
     kvc = kci.KVCacheConfig(num_blocks=g.num_blocks, kv_cache_tensors=[], kv_cache_groups=groups,

@@ -18,9 +18,10 @@ What stands in for the GPU: no layer is instantiated (the layer list comes from 
 field, as `ModelConfig.get_num_layers_by_block_type` reads it, config/model.py:1727); tensor parallelism is 1.
 The scheduler gets the groups as vLLM builds them; the worker keeps one layer per group (the layers of a group
 share its block table and state indices, so one stands for all) with the harness's tagged state shapes.
-Mamba2, Mamba1 and ShortConv models run: the simulated forward reads the metadata vLLM's own Mamba2, Mamba1 or
-ShortConv builder built for the group (a Mamba1 model at K = 0 only: its decode kernels take no accepted counts,
-mamba_mixer.py:355-391; a ShortConv model's layers keep the conv window only: harness/engine/tagged.py)."""
+Mamba2, Mamba1, ShortConv and GatedDeltaNet models run: the simulated forward reads the metadata vLLM's own Mamba2,
+Mamba1, ShortConv or GDN builder built for the group (a Mamba1 model at K = 0 only: its decode kernels take no
+accepted counts, mamba_mixer.py:355-391; a ShortConv model's layers keep the conv window only:
+harness/engine/tagged.py; a GatedDeltaNet model without prefill checkpoints: harness/engine/mamba_meta.py)."""
 
 from __future__ import annotations
 
@@ -225,8 +226,8 @@ def decodes_with_accepted_counts(mixer: str) -> bool:
 
 def model_mixer(model_cls) -> str | None:
     """The Mamba type of a vLLM model class's Mamba layers: "mamba2" (`MambaMixer2`: Nemotron-H, granite-4.0-h),
-    "mamba1" (`MambaMixer`: Jamba), "short_conv" (`ShortConv`: LFM2), None for the other families (GatedDeltaNet,
-    ...), read from the state copy functions the class declares and the mixer class its module builds its layers
+    "mamba1" (`MambaMixer`: Jamba), "short_conv" (`ShortConv`: LFM2), "gdn_attn" (GatedDeltaNet: Qwen3-Next),
+    None for the other families, read from the state copy functions the class declares and the mixer class its module builds its layers
     with (a Mamba1 and a Mamba2 model declare the same copy functions: mamba_utils.py:403-408)."""
     import sys
 
