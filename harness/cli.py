@@ -367,6 +367,9 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     defaults = {k: v for k, v in (("runner", "mirror"), ("async_scheduling", "off"))
                 if getattr(args, k, None) is None and ENV[k] not in os.environ}
     config = _config(args, tier="engine", **defaults)
+    if config.model_config:  # every scenario would be skipped: say so instead of a green run that compared nothing
+        raise BadInput("diff --model-config: the mirrored tier runs the harness's own two-group geometry only; compare "
+                       "a real model's runners with `sweep --tier engine --runner v1|v2|mirror --model-config NAME`")
     if args.scenario:
         report = diff(load_scenario(args.scenario), config=config)
         print(report.describe(limit=args.limit))

@@ -38,6 +38,12 @@ def test_diff_needs_a_scenario_or_a_count(capsys):
     assert main(["diff"]) == 2
 
 
+def test_diff_refuses_a_model_config_instead_of_comparing_nothing(capsys):
+    """The mirrored tier has no real-model geometries: every scenario would be skipped and the run look green."""
+    assert main(["diff", "--count", "3", "--model-config", "qwen3-next-80b-a3b"]) == 2
+    assert "mirrored tier" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(not supports_retention(), reason="sparse prefix-cache retention: vLLM 0.33+")
 def test_a_finished_requests_out_of_window_blocks_are_freed_first_on_both_tiers(capsys):
     """Under sparse retention a finished request holds Mamba blocks no longer needed; every engine with a KV
