@@ -305,9 +305,11 @@ def test_a_gated_delta_net_model_runs_on_vllms_gdn_builder_and_its_mutants_are_f
     metadata vLLM's own `GDNAttentionMetadataBuilder` builds (speculative rows by the runner's draft counts, not by
     query length). With drafts, every kernel path is reached (speculative rows, plain decodes, prefills in batches
     with and without speculative rows), every oracle holds on stock on both runners, and both GDN builder mutants
-    are found by the V1 runner where stock is clean."""
+    are found by the V1 runner where stock is clean (releases with 0.32's zero-draft speculative rows; before, the
+    known issue gdn-draftless-decode-first-column shows on stock, tests/test_engine_v1.py judges its repro)."""
     from harness.engine import mamba_meta
     from harness.engine.model_catalog import model_entry
+    from harness.known import known_issue_by_id
     from harness.genome import budget_scenario, run_budget
     from harness.mutants import mutant_applied
     from harness.mutants.gdn import GDN_MUTANTS, QWEN3_NEXT
@@ -319,8 +321,11 @@ def test_a_gated_delta_net_model_runs_on_vllms_gdn_builder_and_its_mutants_are_f
     assert len(blocks) == 3 and num_groups == 4  # drafts followed; 1 attention + 3 GDN groups (12 layers each)
     config = RunConfig(tier="engine", model_config=QWEN3_NEXT)
     budget = run_budget(config.but(runner="v1"))
-    scenarios = [budget_scenario(seed, budget, True) for seed in range(30, 38)]
+    from harness.vllm_adapter import supports_prefill_checkpoints
+
+    scenarios = [budget_scenario(seed, budget, supports_prefill_checkpoints()) for seed in range(30, 38)]
     assert all(sc.geometry.model == name for sc in scenarios)
+    stock_clean = not known_issue_by_id("gdn-draftless-decode-first-column").applicable()
     paths = Counter()
     row = mamba_meta.GDNRows.row
 
@@ -335,12 +340,15 @@ def test_a_gated_delta_net_model_runs_on_vllms_gdn_builder_and_its_mutants_are_f
         for sc in scenarios:
             for runner in ("v1", "v2"):
                 try:
-                    assert judge(replay(sc, config=config.but(runner=runner))) == [], (sc.name, runner)
+                    found = judge(replay(sc, config=config.but(runner=runner)))
+                    assert found == [] or not stock_clean, (sc.name, runner, found)
                 except BadInput as exc:  # vLLM's V2 runner where the release has none the harness follows
                     assert runner == "v2", exc
     finally:
         mamba_meta.GDNRows.row = row
     assert set(paths) == {"spec", "decode", "prefill beside spec", "prefill"}, paths
+    if not stock_clean:
+        return
     for mutant in GDN_MUTANTS:
         with mutant_applied(mutant.name):
             red = [sc.name for sc in scenarios
