@@ -355,3 +355,24 @@ def test_a_gated_delta_net_model_runs_on_vllms_gdn_builder_and_its_mutants_are_f
                    if any(f.oracle == "provenance" for f in judge(replay(sc, config=config.but(
                        runner="v1", mutant=mutant.name))))]
         assert red, mutant.name
+
+
+def test_qwen3_next_mtp_drafter_layer_joins_the_attention_group():
+    """With EAGLE-style drafts the engine core groups the drafter's layers with the target's: Qwen3-Next's MTP head
+    (one full-attention decoder layer at the target's spec) makes its attention group 13 layers, no new group; n-gram
+    drafting adds none."""
+    from harness.engine.config import vllm_config
+    from harness.engine.model_catalog import model_entry
+    from harness.engine.model_geometry import group_kinds, model_groups
+
+    try:
+        name, blocks, _ = model_entry("qwen3-next-80b-a3b")
+    except BadInput as exc:
+        pytest.skip(f"Qwen3-Next on this release: {exc}")
+    sizes = {}
+    for eagle in (False, True):
+        vc = vllm_config(8, 2048, 65536, blocks[1], blocks[1], 1, eagle, "v1")
+        groups = model_groups(name, vc, blocks[1], "align", 1).groups
+        assert group_kinds(groups).count("attention") == 1 and len(groups) == 4
+        sizes[eagle] = {kind: len(g.layer_names) for kind, g in zip(group_kinds(groups), groups)}
+    assert sizes[False]["attention"] == 12 and sizes[True]["attention"] == 13

@@ -203,7 +203,23 @@ def _model_groups(key: str, vc, block_size: int, mode: str, K: int) -> ModelGrou
                 MambaSpec, shapes=tuple(tuple(s) for s in shapes), dtypes=tuple(dtypes), block_size=mamba_block,
                 page_size_padded=cc.mamba_page_size_padded, mamba_type=mamba_type_value(mixer), mamba_cache_mode=mode,
                 num_speculative_blocks=K))
+    attention = next((sp for sp in specs.values() if isinstance(sp, FullAttentionSpec)), None)
+    for j in range(_mtp_layers(model_cls, mc.hf_config, vc)):
+        # the drafter's layers join the grouping as the engine core sees them (its static forward context holds the
+        # target's and the drafter's layers): an MTP head's decoder layers are full attention at the target's spec
+        # (qwen3_next_mtp.py:62-95 in 0.33.0, prefix mtp.layers.{j}); vLLM 0.33.0 puts Qwen3-Next's 13 into one group
+        specs[f"mtp.layers.{j}.self_attn.attn"] = attention
     return ModelGroups(tuple(_group(vc, specs)))
+
+
+def _mtp_layers(model_cls, hf, vc) -> int:
+    """The drafter layers an EAGLE-style drafter (the engine tier's async drafts) adds for a model that ships its
+    own MTP head (Qwen3-Next: `num_nextn_predict_layers`, default 1, qwen3_next_mtp.py:63), else 0. The
+    harness's EAGLE scenarios stand for that head (vLLM's method "mtp", or "eagle" with the MTP weights)."""
+    spec = vc.speculative_config
+    if spec is None or spec.method not in ("eagle", "mtp") or "Qwen3Next" not in model_cls.__name__:
+        return 0
+    return int(getattr(hf, "num_nextn_predict_layers", 1) or 0)
 
 
 MIXER_NAMES = {"mamba2": "Mamba2", "mamba1": "Mamba1", "short_conv": "ShortConv", "gdn_attn": "GatedDeltaNet"}
