@@ -376,3 +376,36 @@ def test_qwen3_next_mtp_drafter_layer_joins_the_attention_group():
         assert group_kinds(groups).count("attention") == 1 and len(groups) == 4
         sizes[eagle] = {kind: len(g.layer_names) for kind, g in zip(group_kinds(groups), groups)}
     assert sizes[False]["attention"] == 12 and sizes[True]["attention"] == 13
+
+
+def test_a_parallel_hybrid_runs_attention_and_mamba_in_every_layer():
+    """Falcon-H1's decoder layers each hold an attention layer and a Mamba2 mixer (vLLM's FalconH1ParallelHybrid):
+    its 36 layers give vLLM 36 attention and 36 Mamba specs, one group each; a V1 runner bug is found there and stock
+    is clean."""
+    from harness.engine.config import vllm_config
+    from harness.engine.model_catalog import model_entry
+    from harness.engine.model_geometry import group_kinds, model_groups
+    from harness.genome import budget_scenario, run_budget
+    from harness.mutants import mutant_applied
+    from harness.vllm_adapter import supports_prefill_checkpoints
+    from testlib import seed_bug_release
+
+    try:
+        name, blocks, num_groups = model_entry("falcon-h1-0.5b")
+    except BadInput as exc:
+        pytest.skip(f"Falcon-H1 on this release: {exc}")
+    groups = model_groups(name, vllm_config(8, 2048, 65536, blocks[0], blocks[0], 0, False, "v1"), blocks[0],
+                          "align", 0).groups
+    assert sorted(group_kinds(groups)) == ["attention", "mamba"] and [len(g.layer_names) for g in groups] == [36, 36]
+    config = RunConfig(tier="engine", model_config=name).but(runner="v1")
+    budget = run_budget(config)
+    scenarios = [budget_scenario(seed, budget, supports_prefill_checkpoints()) for seed in range(8)]
+    assert any(sc.geometry.num_speculative_tokens for sc in scenarios)
+    red = []
+    for sc in scenarios:
+        stock = {f.signature for f in judge(replay(sc, config=config))}
+        assert seed_bug_release or not stock, (sc.name, stock)
+        with mutant_applied("v1-accepted-count-lost"):
+            found = {f.signature for f in judge(replay(sc, config=config.but(mutant="v1-accepted-count-lost")))}
+        red += [sc.name] if found - stock else []
+    assert red

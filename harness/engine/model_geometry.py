@@ -89,10 +89,21 @@ class ModelGroups:
         return kind_indices(self.kinds, "mamba")
 
 
-def layer_kinds(hf) -> list[str]:
-    """Each decoder layer's kind ("attention", "mamba" or "" for MLP-only), from the HF config's own layer-type
-    field: `layers_block_type` (Nemotron-H, Jamba, Zamba2), `layer_types` (granite-4.0-h, Qwen3-Next, LFM2) or
-    `attn_layer_indices` (Bamba); the order config/model.py:1752-1784 reads them in."""
+def parallel_hybrid(model_cls) -> bool:
+    """Whether every decoder layer of the vLLM model class runs attention and a Mamba mixer side by side (Falcon-H1:
+    `FalconH1ParallelHybrid`, models/falcon_h1.py:313-365 in 0.33.0: a `self_attn` and a `mamba` per layer)."""
+    import sys
+
+    return any("ParallelHybrid" in name for name in vars(sys.modules.get(model_cls.__module__)))
+
+
+def layer_kinds(hf, parallel: bool = False) -> list[str]:
+    """Each decoder layer's kind ("attention", "mamba", "both" for a parallel hybrid's layer, or "" for MLP-only),
+    from the HF config's own layer-type field: `layers_block_type` (Nemotron-H, Jamba, Zamba2), `layer_types`
+    (granite-4.0-h, Qwen3-Next, LFM2) or `attn_layer_indices` (Bamba); the order config/model.py:1752-1784 reads them
+    in. A parallel hybrid (Falcon-H1) has no such field: each of its layers is both."""
+    if parallel:
+        return ["both"] * hf.num_hidden_layers
     types = getattr(hf, "layers_block_type", None) or getattr(hf, "layer_types", None)
     if types is None and getattr(hf, "attn_layer_indices", None) is not None:
         attn = set(hf.attn_layer_indices)
@@ -189,16 +200,16 @@ def _model_groups(key: str, vc, block_size: int, mode: str, K: int) -> ModelGrou
         raise BadInput(f"geometry.model {name!r}: a {MIXER_NAMES[mixer]} model with speculative decoding (K={K}); "
                        f"vLLM {installed_version()}'s {MIXER_NAMES[mixer]} decode kernels take no accepted counts, "
                        "so the engine tier follows them at K = 0 only")
-    kinds = layer_kinds(mc.hf_config)
+    kinds = layer_kinds(mc.hf_config, parallel=parallel_hybrid(model_cls))
     shapes = model_cls.get_mamba_state_shape_from_config(vc)
     dtypes = model_cls.get_mamba_state_dtype_from_config(vc)
     specs: dict = {}
     for i, kind in enumerate(kinds):
-        if kind == "attention":
+        if kind in ("attention", "both"):
             specs[f"model.layers.{i}.self_attn.attn"] = FullAttentionSpec(
                 block_size=block_size, num_kv_heads=mc.get_num_kv_heads(vc.parallel_config),
                 head_size=mc.get_head_size(), dtype=mc.dtype)
-        elif kind == "mamba":
+        if kind in ("mamba", "both"):
             specs[f"model.layers.{i}.mixer"] = MambaSpec(**supported_kwargs(
                 MambaSpec, shapes=tuple(tuple(s) for s in shapes), dtypes=tuple(dtypes), block_size=mamba_block,
                 page_size_padded=cc.mamba_page_size_padded, mamba_type=mamba_type_value(mixer), mamba_cache_mode=mode,

@@ -18,7 +18,7 @@ HERE = Path(__file__).resolve().parent
 # the order the generators draw them in (a fuzz input's model bits index it: harness.genome): append-only, so a
 # stored input decodes to the model it was found on; a file not listed comes after, by name
 DRAW_ORDER = ("granite-4.0-h-small", "granitemoehybrid-tiny", "nemotron-h-4b", "jamba-v0.1", "lfm2-1.2b",
-              "qwen3-next-80b-a3b")
+              "qwen3-next-80b-a3b", "falcon-h1-0.5b")
 
 
 @functools.cache  # the folder is part of the package: read once per process (scenario validation calls `load`)
