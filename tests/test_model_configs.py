@@ -357,7 +357,7 @@ def test_a_gated_delta_net_model_runs_on_vllms_gdn_builder_and_its_mutants_are_f
         assert red, mutant.name
 
 
-def test_qwen3_next_mtp_drafter_layer_joins_the_attention_group():
+def test_qwen3_next_mtp_drafter_layer_joins_the_attention_group(monkeypatch):
     """With EAGLE-style drafts the engine core groups the drafter's layers with the target's: Qwen3-Next's MTP head
     (one full-attention decoder layer at the target's spec) makes its attention group 13 layers, no new group; n-gram
     drafting adds none."""
@@ -369,6 +369,7 @@ def test_qwen3_next_mtp_drafter_layer_joins_the_attention_group():
         name, blocks, _ = model_entry("qwen3-next-80b-a3b")
     except BadInput as exc:
         pytest.skip(f"Qwen3-Next on this release: {exc}")
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")  # vLLM's V1 runner, whatever an earlier test picked
     sizes = {}
     for eagle in (False, True):
         vc = vllm_config(8, 2048, 65536, blocks[1], blocks[1], 1, eagle, "v1")
