@@ -576,23 +576,47 @@ def _discards_by_count() -> bool:
 # builders get the spec-decode arguments in every step, gpu_model_runner.py:2188 and :4093; draftless decodes past the prompt
 # count 0 drafts, :2215-2227; a batch whose speculative rows all drafted nothing keeps the speculative path,
 # gdn_attn.py:340-352) --------------------------------------------------------------------------------------------
-def _draftless_decodes_speculative(original):
+def _draftless_steps_speculative(gdn: bool):
+    """make(original) for `_build_attention_metadata`, on GatedDeltaNet models only (`gdn`) or on every other
+    model, so the two issues' fixes never overlap."""
     import numpy as np
 
-    def _build_attention_metadata(self, *args, **kwargs):
-        call = bound_arguments(original, self, *args, **kwargs)
-        if self.speculative_config is not None and _gdn_only(self):
-            n, drafts = call.arguments["num_reqs"], self.num_decode_draft_tokens.np
-            if not call.arguments["use_spec_decode"]:
-                drafts[:n] = -1  # _prepare_inputs writes them only in a step with drafts scheduled
-            query = np.diff(self.query_start_loc.np[:n + 1])
-            past_prompt = self.input_batch.num_computed_tokens_cpu[:n] >= self.input_batch.num_prompt_tokens[:n]
-            rows = drafts[:n]
-            rows[(rows < 0) & past_prompt & (query == 1)] = 0
-            self.num_decode_draft_tokens.copy_to_gpu()
-            call.arguments["use_spec_decode"] = True
-        return original(*call.args, **call.kwargs)
-    return _build_attention_metadata
+    def make(original):
+        def _build_attention_metadata(self, *args, **kwargs):
+            call = bound_arguments(original, self, *args, **kwargs)
+            if self.speculative_config is not None and _gdn_only(self) == gdn:
+                n, drafts = call.arguments["num_reqs"], self.num_decode_draft_tokens.np
+                if not call.arguments["use_spec_decode"]:
+                    drafts[:n] = -1  # _prepare_inputs writes them only in a step with drafts scheduled
+                query = np.diff(self.query_start_loc.np[:n + 1])
+                past_prompt = self.input_batch.num_computed_tokens_cpu[:n] >= self.input_batch.num_prompt_tokens[:n]
+                rows = drafts[:n]
+                rows[(rows < 0) & past_prompt & (query == 1)] = 0
+                self.num_decode_draft_tokens.copy_to_gpu()
+                call.arguments["use_spec_decode"] = True
+            return original(*call.args, **call.kwargs)
+        return _build_attention_metadata
+    return make
+
+
+def _spec_arguments_every_step_fix() -> Mutant:
+    def owner():
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+        return GPUModelRunner
+
+    return _fix("fix-spec-arguments-every-step", owner, "_build_attention_metadata",
+                _draftless_steps_speculative(gdn=False), "the metadata builders get the spec-decode arguments in "
+                "every step where drafting is configured (0.32's rule)")
+
+
+def _spec_arguments_per_step() -> bool:
+    from harness.engine.runner_v1 import _spec_metadata_per_step
+
+    try:
+        return _spec_metadata_per_step()
+    except ImportError:  # no V1 GPU runner module here
+        return False
 
 
 def _keep_speculative_path(drafts):
@@ -619,7 +643,7 @@ def _gdn_draftless_fix() -> Mutant:
     def patch():
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-        undo_runner = wrap_method(GPUModelRunner, "_build_attention_metadata", _draftless_decodes_speculative)
+        undo_runner = wrap_method(GPUModelRunner, "_build_attention_metadata", _draftless_steps_speculative(gdn=True))
         undo_builder = wrap_method(_builder_class(), "build",
                                    _build_argument("num_decode_draft_tokens_cpu", _keep_speculative_path))
 
@@ -733,6 +757,25 @@ KNOWN_ISSUES = (
         runners=("v1", "v2"),  # scheduler code reached only under async scheduling (the engine tier's workers)
     ),
     KnownIssue(
+        id="v1-draftless-step-drops-accepted-offset",
+        summary="with speculative decoding, a step in which no request got drafts builds the attention metadata "
+                "without the spec-decode arguments (use_spec_decode = len(scheduled_spec_decode_tokens) > 0, "
+                "gpu_model_runner.py:4384 in 0.30.0), so the Mamba2 builder gets no accepted counts and the decode "
+                "kernels read the state at the row's first speculative column, while the previous step's accepted "
+                "state sits at column accepted - 1: the request continues from the state after the first token of "
+                "its previous step",
+        releases="seen on 0.26.0, 0.30.0 and 0.31.0 with vLLM's own V1 runner; 0.32.0 passes the arguments whenever "
+                 "drafting is configured (gpu_model_runner.py:4093 in 0.33.0)",
+        repro="scenarios/v1-draftless-step-drops-accepted-offset.json",
+        reached_by="a Mamba2 hybrid (or Mamba1/ShortConv where drafts run) with n-gram speculative decoding (K >= 1) on "
+                   "the V1 model runner (vLLM's default for hybrid models before 0.29; VLLM_USE_V2_MODEL_RUNNER=0 "
+                   "after): a step accepts a draft, the next step drafts nothing for any request in the batch (the "
+                   "n-gram drafter finds no match); the repro: one 2-token prompt, K = 1",
+        fix=_spec_arguments_every_step_fix(),
+        applies=_spec_arguments_per_step,
+        runners=("v1",),
+    ),
+    KnownIssue(
         id="gdn-draftless-decode-first-column",
         summary="with speculative decoding, a GatedDeltaNet decode step that got no drafts runs GDN's plain decode "
                 "path, which reads the state at the first speculative column (num_decode_draft_tokens -1, "
@@ -764,7 +807,9 @@ KNOWN_ISSUES = (
                    "that leaves a running request unscheduled for a step",
         fix=_keep_accepted_fix(),
         runners=("v1", "mirror"),  # V2 keeps the count per request slot (model_states/mamba_hybrid.py:112-115)
-        repro_from=(0, 27, 0),  # 0.26's chunk rule schedules nothing under the repro's 3-token budget
+        # 0.26's chunk rule schedules nothing under the repro's 3-token budget; 0.27-0.31: the repro's draftless step
+        # shows v1-draftless-step-drops-accepted-offset first
+        repro_from=(0, 32, 0),
     ),
     KnownIssue(
         id="v2-draftless-decode-after-prefill",
@@ -827,6 +872,7 @@ KNOWN_ISSUES = (
         fix=_recompute_as_prefill_fix(),
         applies=_runner_counts_drafts,
         runners=("v1",),
+        repro_from=(0, 32, 0),  # before, its draftless step builds no accepted counts (v1-draftless-step-...)
     ),
     KnownIssue(
         id="v1-async-accepted-copy-race",
@@ -869,6 +915,7 @@ KNOWN_ISSUES = (
                  "V1's batch reorder moves a padded prompt tail ahead of the prompt chunks it was ranked among"),
         applies=_builder_takes_draft_counts,  # the builder's padded-tail conversion (0.33.0: mamba_attn.py:426-445)
         runners=("v1",),
+        repro_from=(0, 32, 0),  # before, its draftless step builds no accepted counts (v1-draftless-step-...)
     ),
 )
 

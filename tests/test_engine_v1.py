@@ -288,7 +288,11 @@ def test_the_v1_runner_reorders_and_builds_its_own_mamba_metadata():
     builders = [type(group.get_metadata_builder()).__name__ for groups in runner.attn_groups for group in groups]
     assert "Mamba2AttentionMetadataBuilder" in builders
     assert runner.reorder_batch_threshold == 1 + scenario.geometry.num_speculative_tokens
-    assert judge(driver.run()) == []
+    found = judge(driver.run())
+    if known_issue_by_id("v1-draftless-step-drops-accepted-offset").applicable():  # 0.26-0.31: a draftless step
+        assert {f.signature for f in found} <= {"provenance:initial"}  # reads the state a token short (known)
+    else:
+        assert found == []
     if not installed_version().startswith("0.33."):
         return  # the mirror's scheduler loop is 0.33.0's (older releases: docs/engine-tier.md, "Releases before 0.33")
     for seed in range(40):  # mixed batches of decodes, extends and first chunks: same rows, same order
