@@ -572,10 +572,10 @@ def _discards_by_count() -> bool:
             and "async_tokens_to_discard" in _async_scheduler()._update_request_with_output.__code__.co_names)
 
 
-# -- fix: a GatedDeltaNet decode without drafts stays a speculative row of zero drafts, as 0.33.0 has it (the
-# builders get the spec-decode arguments in every step, gpu_model_runner.py:2188 and :4093; draftless decodes past the prompt
-# count 0 drafts, :2215-2227; a batch whose speculative rows all drafted nothing keeps the speculative path,
-# gdn_attn.py:340-352) --------------------------------------------------------------------------------------------
+# -- fixes: a step without drafts builds the spec-decode arguments as 0.32+ do (every step where drafting is
+# configured, gpu_model_runner.py:2188 and :4093 in 0.33.0; draftless decodes past the prompt count 0 drafts,
+# :2215-2227); for GatedDeltaNet also a batch whose speculative rows all drafted nothing keeps the speculative path
+# (gdn_attn.py:340-352) --------------------------------------------------------------------------------------------
 def _draftless_steps_speculative(gdn: bool):
     """make(original) for `_build_attention_metadata`, on GatedDeltaNet models only (`gdn`) or on every other
     model, so the two issues' fixes never overlap."""
@@ -619,14 +619,6 @@ def _spec_arguments_per_step() -> bool:
         return False
 
 
-def _keep_speculative_path(drafts):
-    """Only the >= 0 mask and the all-zero test read the builder's draft counts: a zero becomes 1 so a batch of
-    draftless speculative rows keeps the speculative path."""
-    drafts = drafts.clone()
-    drafts[drafts == 0] = 1
-    return drafts
-
-
 def _gdn_only(runner) -> bool:
     """Every Mamba-like group of the runner is GatedDeltaNet's: the fix changes no other model's metadata."""
     from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadataBuilder
@@ -638,14 +630,16 @@ def _gdn_only(runner) -> bool:
 
 
 def _gdn_draftless_fix() -> Mutant:
-    from harness.mutants.gdn import _build_argument, _builder_class
+    from harness.mutants.gdn import build_argument_changed, gdn_builder_class, zero_drafts_as
 
     def patch():
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
         undo_runner = wrap_method(GPUModelRunner, "_build_attention_metadata", _draftless_steps_speculative(gdn=True))
-        undo_builder = wrap_method(_builder_class(), "build",
-                                   _build_argument("num_decode_draft_tokens_cpu", _keep_speculative_path))
+        # only the >= 0 mask and the all-zero test read the builder's draft counts: a zero read as 1 keeps a batch of
+        # draftless speculative rows on the speculative path
+        undo_builder = wrap_method(gdn_builder_class(), "build",
+                                   build_argument_changed("num_decode_draft_tokens_cpu", zero_drafts_as(1)))
 
         def undo():
             undo_builder()
@@ -655,7 +649,7 @@ def _gdn_draftless_fix() -> Mutant:
     return Mutant(name="fix-gdn-draftless-decode-speculative", bug_class="fix: a GatedDeltaNet decode without drafts "
                   "runs the speculative path at its accepted offset", releases="where the issue is known",
                   origin="hybrid-harness (vLLM 0.33.0's rule)", patch=patch,
-                  is_applied=lambda: method_wrapped(_builder_class(), "build"))
+                  is_applied=lambda: method_wrapped(gdn_builder_class(), "build"))
 
 
 def _gdn_without_zero_draft_rows() -> bool:
@@ -767,8 +761,8 @@ KNOWN_ISSUES = (
         releases="seen on 0.26.0, 0.30.0 and 0.31.0 with vLLM's own V1 runner; 0.32.0 passes the arguments whenever "
                  "drafting is configured (gpu_model_runner.py:4093 in 0.33.0)",
         repro="scenarios/v1-draftless-step-drops-accepted-offset.json",
-        reached_by="a Mamba2 hybrid (or Mamba1/ShortConv where drafts run) with n-gram speculative decoding (K >= 1) on "
-                   "the V1 model runner (vLLM's default for hybrid models before 0.29; VLLM_USE_V2_MODEL_RUNNER=0 "
+        reached_by="a Mamba2 hybrid (or Mamba1/ShortConv where drafts run) with n-gram speculative decoding (K >= 1) "
+                   "on the V1 model runner (vLLM's default for hybrid models before 0.29; VLLM_USE_V2_MODEL_RUNNER=0 "
                    "after): a step accepts a draft, the next step drafts nothing for any request in the batch (the "
                    "n-gram drafter finds no match); the repro: one 2-token prompt, K = 1",
         fix=_spec_arguments_every_step_fix(),

@@ -150,8 +150,9 @@ def _changes_behaviour(corpus: Path, config: RunConfig, limit: int = 300) -> tup
 
 def mutant_config(name: str, tier: str | None = None) -> RunConfig:
     """The run configuration a mutant's campaigns use: worker code on the engine tier with its runner (and its
-    copy timing, where a copy-ordering bug needs late copies; its model, where only one model's layers run it), allocator code on `tier` (default symbolic); `make
-    fuzz`'s --checkpoints auto (on: every tier's worker runs prefill checkpoint geometries)."""
+    copy timing, where a copy-ordering bug needs late copies; its model, where only one model's layers run it),
+    allocator code on `tier` (default symbolic); `make fuzz`'s --checkpoints auto (on: every tier's worker runs
+    prefill checkpoint geometries)."""
     mutant = get_mutant(name)
     config = RunConfig(tier=mutant.tier if mutant.runner or mutant.engine_only else (tier or mutant.tier), mutant=name)
     if mutant.runner:

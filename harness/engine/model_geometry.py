@@ -89,12 +89,18 @@ class ModelGroups:
         return kind_indices(self.kinds, "mamba")
 
 
+def _module_names(model_cls, fragment: str) -> bool:
+    """Whether the module defining a vLLM model class names something containing `fragment` (the layer classes it
+    builds its decoder layers with)."""
+    import sys
+
+    return any(fragment in name for name in vars(sys.modules.get(model_cls.__module__)))
+
+
 def parallel_hybrid(model_cls) -> bool:
     """Whether every decoder layer of the vLLM model class runs attention and a Mamba mixer side by side (Falcon-H1:
     `FalconH1ParallelHybrid`, models/falcon_h1.py:313-365 in 0.33.0: a `self_attn` and a `mamba` per layer)."""
-    import sys
-
-    return any("ParallelHybrid" in name for name in vars(sys.modules.get(model_cls.__module__)))
+    return _module_names(model_cls, "ParallelHybrid")
 
 
 def layer_kinds(hf, parallel: bool = False) -> list[str]:
@@ -253,9 +259,10 @@ def decodes_with_accepted_counts(mixer: str) -> bool:
 
 def model_mixer(model_cls) -> str | None:
     """The Mamba type of a vLLM model class's Mamba layers: "mamba2" (`MambaMixer2`: Nemotron-H, granite-4.0-h),
-    "mamba1" (`MambaMixer`: Jamba), "short_conv" (`ShortConv`: LFM2), "gdn_attn" (GatedDeltaNet: Qwen3-Next),
-    None for the other families, read from the state copy functions the class declares and the mixer class its module builds its layers
-    with (a Mamba1 and a Mamba2 model declare the same copy functions: mamba_utils.py:403-408)."""
+    "mamba1" (`MambaMixer`: Jamba), "short_conv" (`ShortConv`: LFM2), "gdn_attn" (GatedDeltaNet: Qwen3-Next), None
+    for the other families, read from the state copy functions the class declares and the mixer class its module
+    builds its layers with (Mamba1, Mamba2 and GatedDeltaNet models declare the same copy functions:
+    mamba_utils.py:403-417)."""
     import sys
 
     from vllm.model_executor.layers.mamba.mamba_utils import MambaStateCopyFuncCalculator
@@ -270,7 +277,7 @@ def model_mixer(model_cls) -> str | None:
     module = sys.modules.get(model_cls.__module__)
     # GatedDeltaNet declares Mamba2's copy functions too (gated_delta_net_state_copy_func, mamba_utils.py:415-417):
     # its layer class (QwenGatedDeltaNetAttention, layers/mamba/gdn/ in 0.33.0) names it
-    if any("GatedDeltaNet" in name for name in vars(module)):
+    if _module_names(model_cls, "GatedDeltaNet"):
         return "gdn_attn"
     if hasattr(module, "MambaMixer2"):
         return "mamba2"

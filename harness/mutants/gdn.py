@@ -20,13 +20,13 @@ from harness.mutants.base import Mutant, bound_arguments, method_wrapped, wrap_m
 QWEN3_NEXT = "qwen3-next-80b-a3b"
 
 
-def _builder_class():
+def gdn_builder_class():
     from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadataBuilder
 
     return GDNAttentionMetadataBuilder
 
 
-def _build_argument(name: str, change):
+def build_argument_changed(name: str, change):
     """make(original) for `build`: vLLM's builder called with argument `name` replaced by change(value)."""
     def make(original):
         def build(self, *args, **kwargs):
@@ -38,16 +38,19 @@ def _build_argument(name: str, change):
     return make
 
 
-def _zero_drafts_plain(drafts):
-    drafts = drafts.clone()
-    drafts[drafts == 0] = -1  # the zero-draft decode mask undone
-    return drafts
+def zero_drafts_as(value: int):
+    """change() for the builder's draft counts: every zero (a speculative row with no drafts) becomes `value`."""
+    def change(drafts):
+        drafts = drafts.clone()
+        drafts[drafts == 0] = value
+        return drafts
+    return change
 
 
 def _gdn_mutant(name: str, bug_class: str, origin: str, make, runner: str) -> Mutant:
     return Mutant(name=name, bug_class=bug_class, releases="0.33.x", origin=origin,
-                  patch=lambda: wrap_method(_builder_class(), "build", make),
-                  is_applied=lambda: method_wrapped(_builder_class(), "build"), runner=runner,
+                  patch=lambda: wrap_method(gdn_builder_class(), "build", make),
+                  is_applied=lambda: method_wrapped(gdn_builder_class(), "build"), runner=runner,
                   model_config=QWEN3_NEXT)
 
 
@@ -56,10 +59,10 @@ GDN_MUTANTS = (
                 "runs as a plain decode, so its state is read where the last step wrote its first token's, not its "
                 "last accepted token's",
                 "vLLM's zero_draft_decode_mask (gpu_model_runner.py:2215-2227 in 0.33.0; V2 mamba_hybrid.py:281-300)",
-                _build_argument("num_decode_draft_tokens_cpu", _zero_drafts_plain), "v1"),
-    _gdn_mutant("gdn-spec-accepted-offset-dropped", "lost offset: GatedDeltaNet's speculative rows start from the first "
-                "speculative column, not the one the last step's accepted count names",
+                build_argument_changed("num_decode_draft_tokens_cpu", zero_drafts_as(-1)), "v1"),  # mask undone
+    _gdn_mutant("gdn-spec-accepted-offset-dropped", "lost offset: GatedDeltaNet's speculative rows start from the "
+                "first speculative column, not the one the last step's accepted count names",
                 "synthetic, in the accepted-count class of the bug history (gdn_attn.py:506-509 in 0.33.0 selects "
                 "the speculative rows' counts)",
-                _build_argument("num_accepted_tokens", lambda n: n.new_ones(n.shape)), "v1"),
+                build_argument_changed("num_accepted_tokens", lambda n: n.new_ones(n.shape)), "v1"),
 )
