@@ -24,7 +24,7 @@ def _config(args: argparse.Namespace, recorded: dict | None = None, **given):
     from harness.run_config import ENV, RunConfig
 
     fields = ("tier", "mutant", "model", "runner", "async_scheduling", "kernels", "forward", "copy_timing",
-              "model_config")
+              "model_config", "cache_mode")
     values = {k: os.environ.get(ENV[k]) or None for k in fields}
     if recorded:
         values.update({k: recorded.get(k) for k in ("tier", "mutant", "model") if recorded.get(k)})
@@ -462,6 +462,15 @@ def _known_fixes_flag(parser: argparse.ArgumentParser) -> None:
                         "confirm each finding on stock vLLM; off: replay stock and classify findings by the fixes")
 
 
+def _cache_mode_flag(parser: argparse.ArgumentParser) -> None:
+    from harness.run_config import CACHE_MODES
+
+    parser.add_argument("--mamba-cache-mode", dest="cache_mode", choices=CACHE_MODES,
+                        help="engine tier: every generated scenario in this Mamba cache mode (vLLM's "
+                        "--mamba-cache-mode; none and all with vLLM's runners, all on releases before 0.32 with its "
+                        "V1 runner); default: the modes the runner runs, drawn")
+
+
 def _engine_flags(parser: argparse.ArgumentParser) -> None:
     from harness.engine.options import ASYNC_MODES, COPY_TIMINGS, FORWARDS, KERNELS, RUNNERS
 
@@ -514,6 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--model", choices=MODELS, help=MODEL_HELP)
     _known_fixes_flag(sweep)
     _engine_flags(sweep)
+    _cache_mode_flag(sweep)
     sweep.set_defaults(func=_cmd_sweep)
     fuzz = sub.add_parser("fuzz", help="coverage-guided atheris campaign; exit 0 no finding, 1 finding(s)")
     fuzz.add_argument("--minutes", type=float)
@@ -535,6 +545,7 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--no-minimize", action="store_true", help="do not minimize new findings at the end")
     fuzz.add_argument("--no-progress", action="store_true")
     _engine_flags(fuzz)
+    _cache_mode_flag(fuzz)
     fuzz.set_defaults(func=_cmd_fuzz)
     mini = sub.add_parser("minimize", help="shrink a finding while its signature still fires")
     mini.add_argument("finding", help="finding folder or its finding.json (or a `run` artifact)")

@@ -183,9 +183,10 @@ def _configured(doc: dict, seed: int, modes: tuple[str, ...], models: tuple, mod
     """The draws of a generated scenario's configuration, each from a stream of its own so that the others stay
     what they were: the Mamba cache mode, a real model's geometry, the prefix-cache retention."""
     mode_draw = random.Random(f"{seed}:cache-mode")
-    if "none" in modes and mode_draw.random() < 0.25:
+    pinned = "align" not in modes  # --mamba-cache-mode none|all: every scenario
+    if "none" in modes and (pinned or mode_draw.random() < 0.25):
         without_prefix_caching(doc)
-    elif "all" in modes and mode_draw.random() < 0.25:  # a draw of its own: the none draws stay as they were
+    elif "all" in modes and (pinned or mode_draw.random() < 0.25):  # a draw of its own: the none draws stay
         return with_all_mode(doc)
     pick = random.Random(f"{seed}:model")
     if models and pick.random() < model_share:

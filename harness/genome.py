@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
+from harness.errors import BadInput
 from harness.generate import with_all_mode, with_model, without_drafts, without_prefix_caching
 from harness.scenario import Scenario, parse_scenario, scenario_to_json
 from harness.trace import largest_request
@@ -95,17 +96,20 @@ def geometry_from(r: _Reader, budget: Budget) -> dict:
         "eagle_block_drop": k > 0 and bool(flags & 2),
         "token_budget": budget_tokens,
         "kv_load_failure_policy": "recompute" if budget.load_failures and flags & 4 else "fail",
-        # flag bit 3: a mode other than align, bit 7 picks it where the release has two (none, all)
-        "mamba_cache_mode": _other_mode(budget.cache_modes, flags) if flags & 8 else "align",
+        "mamba_cache_mode": _mode_of(budget.cache_modes, flags),
         # flag bits 4-5 both set: a real model's geometry (bits 6-7 pick it); applied by `decode` (with_model)
         "model": (budget.models[(flags >> 6) % len(budget.models)]
                   if budget.models and (budget.model_always or flags & 48 == 48) else None),
     }
 
 
-def _other_mode(modes: tuple[str, ...], flags: int) -> str:
+def _mode_of(modes: tuple[str, ...], flags: int) -> str:
+    """Flag bit 3: a mode other than align, bit 7 picks it where the release has two (none, all); a budget
+    without align (`--mamba-cache-mode none|all`) is that one mode for every input."""
+    if "align" not in modes:
+        return modes[0]
     others = [m for m in modes if m != "align"]
-    return others[(flags >> 7) % len(others)] if others else "align"
+    return others[(flags >> 7) % len(others)] if others and flags & 8 else "align"
 
 
 # -- the generator inside the campaign ----------------------------------------------------------------------
@@ -376,17 +380,34 @@ def without_checkpoints(data: bytes) -> bytes:
     return bytes(buf)
 
 
+def _pinned_mode(mode: str, modes: tuple[str, ...], small: bool) -> str:
+    """`--mamba-cache-mode`: the mode, where this release and configuration run it."""
+    if mode in modes:
+        return mode
+    from harness.engine.config import has_cache_mode_all
+    from harness.vllm_adapter import installed_version
+
+    if mode == "all" and not has_cache_mode_all():
+        raise BadInput(f"--mamba-cache-mode all: vLLM {installed_version()}'s CacheConfig has no mode all (MambaCacheMode; "
+                       "releases before 0.32 have it)")
+    raise BadInput(f"--mamba-cache-mode {mode}: not run {'with the model forward' if small else 'here'} "
+                   f"(this configuration runs {', '.join(modes)})")
+
+
 def run_budget(config) -> Budget:
     """The budget a run configuration (harness.run_config.RunConfig) decodes inputs with."""
     return release_budget(small=config.runs_model, tier=config.tier, runner=config.engine.runner,
-                          model_config=config.model_config, eagle_drafts=config.engine.eagle_drafts_only)
+                          model_config=config.model_config, eagle_drafts=config.engine.eagle_drafts_only,
+                          cache_mode=config.cache_mode)
 
 
 def release_budget(small: bool = False, tier: str = "symbolic", runner: str = "mirror",
-                   model_config: str | None = None, eagle_drafts: bool = False) -> Budget:
+                   model_config: str | None = None, eagle_drafts: bool = False,
+                   cache_mode: str | None = None) -> Budget:
     """What the installed release can run for a tier and engine runner (with the bytes, all that decoding
     depends on): Mamba cache mode "none" on the engine tier with vLLM's own runners; real models' geometries on
-    the engine tier (the shipped ones now and then, or `model_config` always)."""
+    the engine tier (the shipped ones now and then, or `model_config` always). `cache_mode`: every input in
+    that mode (BadInput where the release or the configuration does not run it)."""
     from harness.vllm_adapter import (
         supports_failed_recving,
         supports_prefill_checkpoints,
@@ -403,6 +424,8 @@ def release_budget(small: bool = False, tier: str = "symbolic", runner: str = "m
         modes = ("align",) if runner == "mirror" else ("align", "none")
         if runner in ("v1", "auto") and has_cache_mode_all() and not small and not model_config:
             modes += ("all",)
+        if cache_mode is not None:
+            modes = (_pinned_mode(cache_mode, modes, small),)
         return Budget(checkpoints=supports_prefill_checkpoints(), small=small, align=True,
                       sub_block_hash=supports_prefix_match_unit(), load_failures=supports_failed_recving(),
                       cache_modes=modes, models=models, model_always=bool(model_config),

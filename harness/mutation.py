@@ -20,7 +20,7 @@ from pathlib import Path
 from harness.artifacts import write_json_atomic
 from harness.campaign import Campaign
 from harness.errors import BadInput, HarnessError
-from harness.genome import decode, release_budget
+from harness.genome import decode, run_budget
 from harness.known import fixes_applied, issues_for, judge_scenario
 from harness.minimize import minimize
 from harness.mutants import get_mutant, mutant_applied
@@ -124,7 +124,7 @@ def describe_scenario(doc: dict) -> str:
 def _changes_behaviour(corpus: Path, config: RunConfig, limit: int = 300) -> tuple[bool, int]:
     """Replay corpus inputs with and without the patch; compare every allocator call's result (and, on the
     engine tier, the worker's rows and the states it read)."""
-    mutant, tier = config.mutant, config.tier
+    mutant = config.mutant
 
     def calls(scenario, name):
         trace = replay(scenario, config=config.but(mutant=name))
@@ -134,8 +134,7 @@ def _changes_behaviour(corpus: Path, config: RunConfig, limit: int = 300) -> tup
     inputs = sorted(corpus.iterdir())[:limit]
     compared = 0
     for path in inputs:
-        scenario = decode(path.read_bytes(), release_budget(tier=tier, runner=config.engine.runner,
-                                                            model_config=config.model_config))
+        scenario = decode(path.read_bytes(), run_budget(config))
         stock = calls(scenario, None)
         try:
             with mutant_applied(mutant):
@@ -150,7 +149,8 @@ def _changes_behaviour(corpus: Path, config: RunConfig, limit: int = 300) -> tup
 
 def mutant_config(name: str, tier: str | None = None) -> RunConfig:
     """The run configuration a mutant's campaigns use: worker code on the engine tier with its runner (and its
-    copy timing, where a copy-ordering bug needs late copies; its model, where only one model's layers run it),
+    copy timing, where a copy-ordering bug needs late copies; its model, where only one model's layers run it; its
+    Mamba cache mode, where only one mode runs the patched code),
     allocator code on `tier` (default symbolic); `make fuzz`'s --checkpoints auto (on: every tier's worker runs
     prefill checkpoint geometries)."""
     mutant = get_mutant(name)
@@ -161,6 +161,8 @@ def mutant_config(name: str, tier: str | None = None) -> RunConfig:
         config = config.but(copy_timing=mutant.copy_timing)
     if mutant.model_config:
         config = config.but(model_config=mutant.model_config)
+    if mutant.cache_mode:
+        config = config.but(cache_mode=mutant.cache_mode)
     return config
 
 

@@ -19,7 +19,9 @@ read `HH_*` (`from_env`); campaign workers get theirs from `to_env`.
   bit where the tier cannot run them);
 - model_config: `--model-config NAME|PATH` (engine tier): every generated scenario, and a replayed one that
   names no model, on that real model's geometry (harness/engine/model_geometry.py); None: generated
-  scenarios draw from the shipped configs now and then.
+  scenarios draw from the shipped configs now and then;
+- cache_mode: `--mamba-cache-mode align|none|all` (vLLM's CacheConfig.mamba_cache_mode; sweep and fuzz): every
+  generated scenario in that mode; None: the engine tier draws the modes its runner runs (harness.genome).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ MODELS = ("random", "trained")
 ENV = {"tier": "HH_TIER", "mutant": "HH_MUTANT", "model": "HH_MODEL", "known_fixes": "HH_KNOWN_FIXES",
        "checkpoints": "HH_NO_CHECKPOINTS", "runner": "HH_ENGINE_RUNNER", "async_scheduling": "HH_ENGINE_ASYNC",
        "kernels": "HH_ENGINE_KERNELS", "forward": "HH_ENGINE_FORWARD", "copy_timing": "HH_ENGINE_COPY_TIMING",
-       "model_config": "HH_MODEL_CONFIG"}
+       "model_config": "HH_MODEL_CONFIG", "cache_mode": "HH_MAMBA_CACHE_MODE"}
+CACHE_MODES = ("align", "none", "all")
 
 
 @dataclass(frozen=True)
@@ -49,10 +52,12 @@ class RunConfig:
     known_fixes: bool = True
     checkpoints: bool = True
     model_config: str | None = None
+    cache_mode: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mutant", self.mutant or None)  # "" (an unset variable) is no mutant
         object.__setattr__(self, "model_config", self.model_config or None)
+        object.__setattr__(self, "cache_mode", self.cache_mode or None)
         if self.model_config and self.tier != "engine":
             raise BadInput("--model-config: a real model's KV cache groups are built on the engine tier (--tier engine)")
         if self.tier not in TIERS:
@@ -61,6 +66,25 @@ class RunConfig:
             raise BadInput(f"unknown model {self.model!r}: choose one of {', '.join(MODELS)}")
         if not isinstance(self.engine, EngineOptions):
             raise BadInput(f"engine options must be EngineOptions, not {type(self.engine).__name__}")
+        self._check_cache_mode()
+
+    def _check_cache_mode(self) -> None:
+        """Where a pinned Mamba cache mode runs (the release's own modes are checked by harness.genome): none
+        and all on the engine tier with vLLM's runners (the symbolic tier and the mirror worker follow align only),
+        all on its V1 runner (vLLM's pick there on the releases that have it) and the harness's two-group geometry."""
+        mode = self.cache_mode
+        if mode is not None and mode not in CACHE_MODES:
+            raise BadInput(f"unknown Mamba cache mode {mode!r}: choose one of {', '.join(CACHE_MODES)}")
+        if mode in (None, "align"):
+            return
+        if self.tier != "engine" or self.engine.runner == "mirror":
+            raise BadInput(f"--mamba-cache-mode {mode}: runs on the engine tier with vLLM's runners (--tier engine "
+                           "--runner v1|v2|auto); the symbolic tier and the mirror worker follow align only")
+        if mode == "all" and self.engine.runner == "v2":
+            raise BadInput("--mamba-cache-mode all: vLLM's V2 runner has no mode all; use --runner v1")
+        if mode == "all" and self.model_config:
+            raise BadInput("--mamba-cache-mode all with --model-config: a real model's geometry is not followed in "
+                           "mode all yet")
 
     @property
     def runs_model(self) -> bool:
@@ -93,7 +117,8 @@ class RunConfig:
     # -- artifacts ---------------------------------------------------------------------------------------
     def as_json(self) -> dict:
         return {"tier": self.tier, "mutant": self.mutant, "model": self.model, "engine": asdict(self.engine),
-                "known_fixes": self.known_fixes, "checkpoints": self.checkpoints, "model_config": self.model_config}
+                "known_fixes": self.known_fixes, "checkpoints": self.checkpoints, "model_config": self.model_config,
+                "cache_mode": self.cache_mode}
 
     @classmethod
     def from_json(cls, doc: Mapping) -> RunConfig:
@@ -109,7 +134,7 @@ class RunConfig:
         return cls(tier=doc.get("tier") or "symbolic", mutant=doc.get("mutant") or None,
                    model=doc.get("model") or "random", engine=engine_options(**engine),
                    known_fixes=bool(doc.get("known_fixes", True)), checkpoints=bool(doc.get("checkpoints", True)),
-                   model_config=doc.get("model_config") or None)
+                   model_config=doc.get("model_config") or None, cache_mode=doc.get("cache_mode") or None)
 
     # -- entry points --------------------------------------------------------------------------------------
     @classmethod
@@ -122,7 +147,7 @@ class RunConfig:
             raise BadInput(f"{ENV['known_fixes']}={known_fixes!r}: choose on or off")
         values = {"tier": given["tier"] or "symbolic", "mutant": given["mutant"], "model": given["model"] or "random",
                   "known_fixes": known_fixes != "off", "checkpoints": not given["checkpoints"],
-                  "model_config": given["model_config"]}
+                  "model_config": given["model_config"], "cache_mode": given["cache_mode"]}
         engine = {k: given[k] for k in CHOICES}
         for k, v in overrides.items():
             if v is None:
@@ -134,9 +159,9 @@ class RunConfig:
         """The variables a worker process's entry point reads back into this configuration (`from_env`)."""
         env = {ENV["tier"]: self.tier, ENV["mutant"]: self.mutant or "", ENV["model"]: self.model,
                ENV["known_fixes"]: "on" if self.known_fixes else "off", ENV["checkpoints"]: "" if self.checkpoints else "1",
-               ENV["model_config"]: self.model_config or ""}
+               ENV["model_config"]: self.model_config or "", ENV["cache_mode"]: self.cache_mode or ""}
         env.update({ENV[k]: v for k, v in asdict(self.engine).items()})
         return env
 
 
-__all__ = ["ENV", "MODELS", "RunConfig", "TIERS"]
+__all__ = ["CACHE_MODES", "ENV", "MODELS", "RunConfig", "TIERS"]

@@ -186,3 +186,42 @@ def test_a_replay_does_not_depend_on_the_one_before_it_in_the_process():
     first = signatures(True)
     assert first and signatures(False) == set()
     assert signatures(True) == first
+
+
+def test_a_pinned_mamba_cache_mode_puts_every_generated_input_in_it():
+    """`--mamba-cache-mode none|all` (sweep, fuzz): every generated scenario and every byte-genome input in that
+    mode, for a nightly job per mode; where the tier, runner or release does not run it, bad input naming why."""
+    import random as rnd
+
+    from harness.genome import decode, generator_input, random_bytes, run_budget
+
+    config = _engine("v1").but(cache_mode="none")
+    budget = run_budget(config)
+    assert budget.cache_modes == ("none",)
+    rng = rnd.Random(0)
+    generated = [decode(generator_input(rng, seed=s), budget) for s in range(20)]
+    genomes = [decode(random_bytes(rng), budget) for _ in range(40)]
+    assert {s.geometry.mamba_cache_mode for s in generated + genomes} == {"none"}
+    # drawn by default: both modes among the same inputs
+    drawn = {decode(random_bytes(rnd.Random(s)), run_budget(_engine("v1"))).geometry.mamba_cache_mode for s in range(80)}
+    assert {"align", "none"} <= drawn
+    assert RunConfig.from_json(config.as_json()) == config and RunConfig.from_env(config.to_env()) == config
+    with pytest.raises(BadInput, match="engine tier with vLLM's runners"):
+        RunConfig(tier="symbolic", cache_mode="none")
+    with pytest.raises(BadInput, match="engine tier with vLLM's runners"):
+        _engine("mirror").but(cache_mode="none")
+    with pytest.raises(BadInput, match="unknown Mamba cache mode"):
+        RunConfig(cache_mode="sometimes")
+    if _has_all():
+        assert {decode(random_bytes(rng), run_budget(_engine("v1").but(cache_mode="all"))).geometry.mamba_cache_mode
+                for _ in range(20)} == {"all"}
+    else:
+        with pytest.raises(BadInput, match="has no mode all"):
+            run_budget(_engine("v1").but(cache_mode="all"))
+
+
+def test_a_mutant_of_one_mode_runs_its_campaigns_in_that_mode():
+    from harness.mutation import mutant_config
+
+    config = mutant_config("mamba-none-spec-blocks-dropped")
+    assert config.tier == "engine" and config.cache_mode == "none"

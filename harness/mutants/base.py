@@ -30,6 +30,8 @@ class Mutant:
     # the real model (`--model-config`, harness/model_configs) whose layers run the patched code: its campaigns run
     # every input on that model (None: the harness's own geometry and the generators' draw)
     model_config: str | None = None
+    # the Mamba cache mode its campaigns pin (`--mamba-cache-mode`): the only mode whose code it patches (None: drawn)
+    cache_mode: str | None = None
 
     @property
     def tier(self) -> str:

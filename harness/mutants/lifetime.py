@@ -69,4 +69,5 @@ MAMBA_ADMISSION_UNCAPPED = mamba_mutant(
 MAMBA_NONE_SPEC_BLOCKS_DROPPED = replace(mamba_mutant(
     "mamba-none-spec-blocks-dropped", "sizing in mode none: a request's speculative state blocks are never allocated "
     "(prefix caching off), so the decode kernels' per-draft states land in the null block",
-    "allocate_new_blocks", _no_spec_blocks_without_caching, releases="0.26.0-0.33.x"), engine_only=True)
+    "allocate_new_blocks", _no_spec_blocks_without_caching, releases="0.26.0-0.33.x"), engine_only=True,
+    cache_mode="none")
