@@ -27,10 +27,12 @@ sys.path.insert(0, str(ROOT))
 TABLE = (("mirror", "torch", 300), ("v1", "torch", 300), ("v2", "torch", 300), ("v2", "triton", 6))
 
 
-def measure(runner: str, kernels: str, count: int, seed: int = 0, model_config: str | None = None) -> dict:
+def measure(runner: str, kernels: str, count: int, seed: int = 0, model_config: str | None = None,
+            cache_mode: str | None = None) -> dict:
     from harness.run_config import RunConfig
 
-    config = RunConfig(tier="engine", model_config=model_config).but(runner=runner, kernels=kernels)
+    config = RunConfig(tier="engine", model_config=model_config, cache_mode=cache_mode).but(runner=runner,
+                                                                                            kernels=kernels)
     from harness.errors import BadInput
     from harness.generate import random_scenario
     from harness.oracles import judge
@@ -47,7 +49,10 @@ def measure(runner: str, kernels: str, count: int, seed: int = 0, model_config: 
     started = None
     for s in range(seed, seed + count + 1):
         try:
-            trace = replay(random_scenario(s, checkpoints=False, models=models, model_share=1.0), config=config)
+            # --mamba-cache-mode: every scenario in that mode (random_scenario pins a mode given alone)
+            scenario = random_scenario(s, checkpoints=False, models=models, model_share=1.0,
+                                       modes=(cache_mode,) if cache_mode else ("align",))
+            trace = replay(scenario, config=config)
             judge(trace)
         except BadInput:
             skipped += 1
@@ -128,11 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--counts", default="", help="with --table: RUNNER:KERNELS=N,... overrides")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--model-config", default=None, help="every scenario on this real model's geometry (engine tier)")
+    ap.add_argument("--mamba-cache-mode", dest="cache_mode", choices=("align", "none", "all"), default=None,
+                    help="every scenario in this Mamba cache mode (default align)")
     args = ap.parse_args(argv)
     if args.table:
         counts = {k: int(v) for k, v in (p.split("=") for p in args.counts.split(",") if p)}
         return table(args.core, args.out, counts)
-    r = measure(args.runner, args.kernels, args.count, args.seed, args.model_config)
+    r = measure(args.runner, args.kernels, args.count, args.seed, args.model_config, args.cache_mode)
     print(json.dumps(r) if args.json else _line(r))
     return 0
 
