@@ -29,8 +29,8 @@ def _scenario_file(folder: Path) -> Path:
 
 
 def _inputs(paths: list[str]) -> list[Path]:
-    """Scenario or artifact files given directly, finding folders (their minimized scenario), or every
-    `finding-*` folder under a campaign's findings directory."""
+    """Scenario or artifact files given directly, finding folders (their minimized scenario), every `finding-*`
+    folder under a campaign's findings directory, or else every JSON file of a directory."""
     found = []
     for p in map(Path, paths):
         if p.is_file():
@@ -38,7 +38,8 @@ def _inputs(paths: list[str]) -> list[Path]:
         elif (p / "finding.json").exists():
             found.append(_scenario_file(p))
         else:
-            found.extend(_scenario_file(f) for f in sorted(p.glob("finding-*")) if (f / "finding.json").exists())
+            folders = [f for f in sorted(p.glob("finding-*")) if (f / "finding.json").exists()]
+            found.extend(map(_scenario_file, folders) if folders else sorted(p.glob("*.json")))
     return found
 
 
@@ -85,14 +86,19 @@ def _key(version: str) -> tuple[int, ...]:
     return tuple(int(x) for x in version.split(".")[:3])
 
 
-def first_clean(verdicts: list[str]) -> str | None:
-    """Index of the first release from which every later tested release is clean (None: the last one is not)."""
-    if not verdicts or verdicts[-1] != "clean":
+def first_clean(verdicts: list[str]) -> int | None:
+    """Index of the first release from which every later tested release that can express the scenario is clean
+    (a later release's bad input, e.g. a Mamba cache mode it removed, neither fixes nor keeps it); None: the last
+    release that expresses it is not clean."""
+    expressed = [i for i, v in enumerate(verdicts) if v != "bad input"]
+    if not expressed or verdicts[expressed[-1]] != "clean":
         return None
-    i = len(verdicts)
-    while i > 0 and verdicts[i - 1] == "clean":
-        i -= 1
-    return i
+    first = expressed[-1]
+    for i in reversed(expressed):
+        if verdicts[i] != "clean":
+            break
+        first = i
+    return first
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     if not files:
         print("no findings or scenarios found", file=sys.stderr)
         return 2
-    venvs = [Path(v) for v in args.venvs] if args.venvs else sorted(p for p in ROOT.glob(".venv*") if (p / "bin/python").exists())
+    venvs = ([Path(v) for v in args.venvs] if args.venvs else
+             sorted(p for p in ROOT.glob(".venv*") if (p / "bin/python").exists()))
     releases = sorted(((r, v) for v in venvs if (r := _release(v))), key=lambda rv: _key(rv[0]))
     verdicts: dict[str, dict[str, str]] = {f: {} for f in files}
     for version, venv in releases:

@@ -304,13 +304,12 @@ def _recomputes_behind_decodes(original):
     return _may_reorder_batch
 
 
-def _draftless_extends_prefill(draft_counts: list):
-    """The Mamba2 builder's split with a draft-less multi-token row counted as prefilling: a request resumed
-    after its prompt recomputes its last tokens, which only the prefill kernels advance from its running state
-    to its last (the decode kernels write one state per token and the next step starts from column
-    num_accepted - 1 = 0: the state after the first recomputed token). The draft counts are the runner's
-    (`num_decode_draft_tokens`, gpu_model_runner.py:2205-2235 in 0.33.0), which releases before 0.33 do not
-    hand the builder: `draft_counts` holds them while the runner builds its metadata."""
+def _builder_rows(draft_counts: list, rule):
+    """The Mamba builder's `_compute_common_metadata` with its rows' prefilling flags first changed by
+    `rule(query_lens, drafts, prefilling, metadata)` (the new flags, or None: unchanged). The draft counts are the
+    runner's (`num_decode_draft_tokens`, gpu_model_runner.py:2205-2235 in 0.33.0), which older releases do not
+    always hand the Mamba builder: `draft_counts` holds them while the runner builds its metadata
+    (`_runner_draft_counts`)."""
     def make(original):
         def _compute_common_metadata(self, common_attn_metadata, *args, **kwargs):
             drafts = kwargs.get("num_decode_draft_tokens_cpu")
@@ -321,14 +320,35 @@ def _draftless_extends_prefill(draft_counts: list):
 
                 query_lens = torch.diff(common_attn_metadata.query_start_loc_cpu)
                 n = len(query_lens)
-                rows = (query_lens > 1) & (drafts[:n] < 0) & ~prefilling[:n]
-                if bool(rows.any()):
+                changed = rule(query_lens, drafts[:n], prefilling[:n], common_attn_metadata)
+                if changed is not None:
                     prefilling = prefilling.clone()
-                    prefilling[:n] |= rows
+                    prefilling[:n] = changed
                     common_attn_metadata = common_attn_metadata.replace(is_prefilling=prefilling)
             return original(self, common_attn_metadata, *args, **kwargs)
         return _compute_common_metadata
     return make
+
+
+def _draftless_extends_prefill(query_lens, drafts, prefilling, metadata):
+    """A draft-less multi-token row counted as prefilling: a request resumed after its prompt recomputes its last
+    tokens, which only the prefill kernels advance from its running state to its last (the decode kernels write one
+    state per token and the next step starts from column num_accepted - 1 = 0: the state after the first
+    recomputed token)."""
+    rows = (query_lens > 1) & (drafts < 0) & ~prefilling
+    return prefilling | rows if bool(rows.any()) else None
+
+
+def _padded_tails_decode(query_lens, drafts, prefilling, metadata):
+    """0.30.0's rule (mamba_attn.py:489-510 in 0.30.0): a stateful prompt row scheduled as its last token plus the
+    scheduler's placeholder drafts (query = drafts + 1) is a speculative decode: the decode kernels keep the prompt's
+    state in the running column and each draft's in its own, where the prefill kernels return only the state
+    after the placeholders."""
+    seq_lens = getattr(metadata, "seq_lens_cpu_upper_bound", None)
+    seq_lens = metadata.seq_lens_cpu if seq_lens is None else seq_lens
+    n = len(query_lens)
+    rows = prefilling & (seq_lens[:n] > query_lens) & (drafts >= 0) & (query_lens == drafts + 1)
+    return prefilling & ~rows if bool(rows.any()) else None
 
 
 def _runner_draft_counts(draft_counts: list):
@@ -351,10 +371,22 @@ def _recompute_as_prefill_fix() -> Mutant:
         return undo_all([wrap_method(_v1_runner_class(), "_may_reorder_batch", _recomputes_behind_decodes),
                          wrap_method(_v1_runner_class(), "_build_attention_metadata", _runner_draft_counts(draft_counts)),
                          wrap_method(_mamba_builder_class(), "_compute_common_metadata",
-                                     _draftless_extends_prefill(draft_counts))])
+                                     _builder_rows(draft_counts, _draftless_extends_prefill))])
 
     return Mutant(name="fix-recompute-as-prefill", bug_class="fix: a resumed request's draft-less recompute runs "
                   "through the prefill kernels", releases="where the issue is known", origin="hybrid-harness",
+                  patch=patch, is_applied=lambda: method_wrapped(_mamba_builder_class(), "_compute_common_metadata"))
+
+
+def _padded_tail_decode_fix() -> Mutant:
+    def patch():
+        counts: list = []
+        return undo_all([wrap_method(_v1_runner_class(), "_build_attention_metadata", _runner_draft_counts(counts)),
+                         wrap_method(_mamba_builder_class(), "_compute_common_metadata",
+                                     _builder_rows(counts, _padded_tails_decode))])
+
+    return Mutant(name="fix-padded-tail-decode", bug_class="fix: the Mamba builder runs a padded prompt tail through "
+                  "the decode kernels (0.30.0's rule)", releases="where the issue is known", origin="hybrid-harness",
                   patch=patch, is_applied=lambda: method_wrapped(_mamba_builder_class(), "_compute_common_metadata"))
 
 
@@ -410,6 +442,24 @@ def _runner_counts_drafts() -> bool:
         return _v1_reorders() and hasattr(_v1_runner_class(), "_build_attention_metadata")
     except ImportError:
         return False
+
+
+def _builder_prefills_padded_tails() -> bool:
+    """V1's Mamba builder without 0.30's padded-tail rule (its `_compute_common_metadata` takes no draft counts),
+    beside a runner that counts the drafts it pads."""
+    from harness.vllm_adapter import parameters
+
+    try:
+        return _runner_counts_drafts() and "num_decode_draft_tokens_cpu" not in parameters(
+            _mamba_builder_class()._compute_common_metadata)
+    except ImportError:
+        return False
+
+
+def _padded_tails_reach_decodes() -> bool:
+    """A padded prompt tail becomes a decode row: the builder's own rule (0.30+) or, before, the fix of
+    v1-padded-prompt-tail-prefilled; either way V1's reorder ranks it."""
+    return _builder_takes_draft_counts() or _builder_prefills_padded_tails()
 
 
 def _builder_takes_draft_counts() -> bool:
@@ -758,8 +808,8 @@ KNOWN_ISSUES = (
                 "kernels read the state at the row's first speculative column, while the previous step's accepted "
                 "state sits at column accepted - 1: the request continues from the state after the first token of "
                 "its previous step",
-        releases="seen on 0.26.0, 0.30.0 and 0.31.0 with vLLM's own V1 runner; 0.32.0 passes the arguments whenever "
-                 "drafting is configured (gpu_model_runner.py:4093 in 0.33.0)",
+        releases="seen on 0.26.0, 0.28.0, 0.30.0 and 0.31.0 with vLLM's own V1 runner; 0.32.0 passes the arguments "
+                 "whenever drafting is configured (gpu_model_runner.py:4093 in 0.33.0)",
         repro="scenarios/v1-draftless-step-drops-accepted-offset.json",
         reached_by="a Mamba2 hybrid (or Mamba1/ShortConv where drafts run) with n-gram speculative decoding (K >= 1) "
                    "on the V1 model runner (vLLM's default for hybrid models before 0.29; VLLM_USE_V2_MODEL_RUNNER=0 "
@@ -777,8 +827,8 @@ KNOWN_ISSUES = (
                 "spec-decode arguments, :4384, and a batch whose speculative rows all drafted nothing drops the "
                 "speculative path, gdn_attn.py:234-243), while the last step's accepted state sits at column "
                 "accepted - 1: the request continues from the state after the first token of its previous step",
-        releases="seen on 0.26.0, 0.30.0 and 0.31.0 with vLLM's own V1 runner; 0.32.0 and 0.33.0 count such rows "
-                 "as speculative rows with zero drafts (gpu_model_runner.py:2215-2227 in 0.33.0) and keep their path "
+        releases="seen on 0.26.0, 0.28.0, 0.30.0 and 0.31.0 with vLLM's own V1 runner; 0.32.0 and 0.33.0 count such "
+                 "rows as speculative rows with zero drafts (gpu_model_runner.py:2215-2227 in 0.33.0) and keep their path "
                  "(gdn_attn.py:340-352)",
         repro="scenarios/gdn-draftless-decode-first-column.json",
         reached_by="a GatedDeltaNet model (Qwen3-Next) with n-gram speculative decoding (K >= 1) on the V1 model "
@@ -894,6 +944,27 @@ KNOWN_ISSUES = (
         runners=("v1",),
     ),
     KnownIssue(
+        id="v1-padded-prompt-tail-prefilled",
+        summary="with speculative decoding the scheduler pads a stateful request's one-token prompt tail with K "
+                "placeholder drafts when it is admitted beside running decodes (scheduler.py:934-950 in 0.28.0: the "
+                "uniform 1+K decode graph), but V1's Mamba metadata builder turns only one-token prefills into decode "
+                "rows (mamba_attn.py:462-472 in 0.28.0), so the padded tail runs through the prefill kernels, whose "
+                "final state includes the unverified placeholder draft; that state lands in the running block, which "
+                "the prefix cache keys for the prompt: a later request hitting the prompt starts from a state with a "
+                "token no request has",
+        releases="seen on 0.26.0 and 0.28.0 with vLLM's own V1 runner (engine tier, --runner v1; release group g01 "
+                 "also on 0.27.1); 0.30.0's builder makes such rows speculative decodes (mamba_attn.py:489-510 in "
+                 "0.30.0)",
+        repro="scenarios/v1-padded-prompt-tail-prefilled.json",
+        reached_by="the V1 model runner (vLLM's default for hybrid models before 0.29) with n-gram speculative "
+                   "decoding (K >= 1), prefix caching in align mode and a KV connector: an external hit leaves a "
+                   "one-token prompt tail, admitted in a step with a running decode; the repro: a 2-token prompt "
+                   "beside a 2-token prompt with a 1-token async external hit, K = 1",
+        fix=_padded_tail_decode_fix(),
+        applies=_builder_prefills_padded_tails,
+        runners=("v1",),
+    ),
+    KnownIssue(
         id="v1-padded-prompt-tail-after-short-extend",
         summary="V1's decode-first batch reorder ranks a padded prompt tail (the last prompt token of a stateful "
                 "request plus the scheduler's placeholder drafts) among the short extends; the Mamba2 builder then "
@@ -907,7 +978,9 @@ KNOWN_ISSUES = (
                    "request's prompt chunk of <= 1+K tokens",
         fix=_fix("fix-prompt-tails-with-decodes", _v1_runner_class, "_may_reorder_batch", _prompt_tails_with_decodes,
                  "V1's batch reorder moves a padded prompt tail ahead of the prompt chunks it was ranked among"),
-        applies=_builder_takes_draft_counts,  # the builder's padded-tail conversion (0.33.0: mamba_attn.py:426-445)
+        # the builder's padded-tail conversion (0.33.0: mamba_attn.py:426-445), or before 0.30 the fix of
+        # v1-padded-prompt-tail-prefilled (the two together then remove it)
+        applies=_padded_tails_reach_decodes,
         runners=("v1",),
         repro_from=(0, 32, 0),  # before, its draftless step builds no accepted counts (v1-draftless-step-...)
     ),

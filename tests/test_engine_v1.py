@@ -264,6 +264,9 @@ def test_known_issues_rejudged_on_the_v1_runner(capsys):
     expected = [k.id for k in KNOWN_ISSUES if k.repro_expected() and k.runs_on("engine", "v1")]
     assert ("async-prompt-tail-rekeyed" in expected) == installed_version().startswith(("0.28.", "0.29.", "0.30.",
                                                                                         "0.31."))
+    # the builder's own padded-tail rule arrived in 0.30.0: before, the fix of v1-padded-prompt-tail-prefilled
+    assert ("v1-padded-prompt-tail-prefilled" in expected) == installed_version().startswith(("0.26.", "0.27.",
+                                                                                              "0.28.", "0.29."))
     for issue in expected:
         line = next(ln for ln in out.splitlines() if ln.startswith(issue))
         # 0.27.1: v1-readd's repro stops at that release's spec-decode padding bug first (docs/known-issues.md)
