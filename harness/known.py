@@ -547,6 +547,60 @@ def _has_checkpoints() -> bool:
     return supports_prefill_checkpoints()
 
 
+# -- fix: a padded prompt tail that the Mamba split clips loses its padding (scheduler.py:1093-1104 in 0.30.0) -----
+def _padding_dropped_when_clipped(original):
+    """`_mamba_block_aligned_split` where the scheduler had padded a one-token prompt tail to 1 + K (scheduler.py:
+    934-950 in 0.28.0) and the split would clip it: one token, and the request is marked so its K placeholder drafts
+    are dropped before the SchedulerOutput is made (`_placeholders_dropped`), as 0.30.0 drops the padding."""
+    def _mamba_block_aligned_split(self, request, num_new_tokens, *args, **kwargs):
+        out = original(self, request, num_new_tokens, *args, **kwargs)
+        b = bound_arguments(original, self, request, num_new_tokens, *args, **kwargs).arguments
+        computed = (request.num_computed_tokens + b.get("num_new_local_computed_tokens", 0)
+                    + b.get("num_external_computed_tokens", 0))
+        k = self.num_spec_tokens
+        padded = (k > 0 and num_new_tokens == 1 + k and request.num_tokens - computed == 1
+                  and request.status.name != "RUNNING")  # the waiting queue's branch: the only one that pads
+        if padded and 0 < out != 1 + k:
+            self.__dict__.setdefault("_hh_unpadded", set()).add(request.request_id)
+            return 1
+        return out
+    return _mamba_block_aligned_split
+
+
+def _placeholders_dropped(original):
+    def _make_cached_request_data(self, *args, **kwargs):
+        # the step's spec-token dict, before the SchedulerOutput and _update_after_schedule read it
+        drafts = bound_arguments(original, self, *args, **kwargs).arguments["spec_decode_tokens"]
+        for rid in self.__dict__.pop("_hh_unpadded", ()):
+            drafts.pop(rid, None)
+        return original(self, *args, **kwargs)
+    return _make_cached_request_data
+
+
+def _padding_dropped_fix() -> Mutant:
+    def patch():
+        return undo_all([wrap_method(_scheduler(), "_mamba_block_aligned_split", _padding_dropped_when_clipped),
+                         wrap_method(_scheduler(), "_make_cached_request_data", _placeholders_dropped)])
+
+    return Mutant(name="fix-clipped-padding-dropped", bug_class="fix: a padded prompt tail the Mamba split clips is "
+                  "scheduled as one token without placeholder drafts (0.30.0's rule)", releases="where the issue is "
+                  "known", origin="hybrid-harness", patch=patch,
+                  is_applied=lambda: method_wrapped(_scheduler(), "_make_cached_request_data"))
+
+
+def _scheduler_keeps_clipped_padding() -> bool:
+    """The scheduler pads prompt tails and lets the Mamba split clip them (0.30.0 resets `pad_spec_decode` after
+    the split, a second assignment to False)."""
+    import inspect
+
+    try:
+        source = inspect.getsource(_scheduler().schedule)
+    except (ImportError, OSError, TypeError):
+        return False
+    return ("pad_spec_decode = True" in source and source.count("pad_spec_decode = False") == 1
+            and hasattr(_scheduler(), "_make_cached_request_data"))
+
+
 # -- fix: key the prompt-end tail only while it is being computed (single_type_kv_cache_manager.py:2039-2117 in
 # 0.30.0; 0.32 moved the tail to P-1, which no call after the prompt reaches) ------------------------------------
 def _tail_keyed_while_computing(original):
@@ -942,6 +996,25 @@ KNOWN_ISSUES = (
         fix=_copy_layout_fix(),
         applies=_v1_gathers_accepted_by_prev_rows,
         runners=("v1",),
+    ),
+    KnownIssue(
+        id="spec-padding-clipped-by-mamba-split",
+        summary="with speculative decoding the scheduler pads a one-token prompt tail to 1 + K tokens with K "
+                "placeholder drafts (scheduler.py:934-950 in 0.28.0), then the Mamba block-aligned split clips the "
+                "chunk (:970-978) and keeps the placeholders (:1137-1140): the SchedulerOutput schedules as many "
+                "spec-decode tokens as tokens, leaving no row for the sampled token, which no model runner can "
+                "execute",
+        releases="seen on 0.26.0 and 0.28.0 (release groups g02 on 0.27.1-0.28.0 and g03 on 0.26.0); 0.30.0 drops "
+                 "the padding when the split clips it (scheduler.py:1093-1104 in 0.30.0)",
+        repro="scenarios/spec-padding-clipped-by-mamba-split.json",
+        reached_by="speculative decoding (K >= 1) with prefix caching in Mamba align mode and a KV connector: an "
+                   "external hit leaves a one-token prompt tail, admitted beside running decodes where the split stops "
+                   "the chunk early (a shared-prefix junction or tail-hash boundary); any model runner (the "
+                   "scheduler's output)",
+        fix=_padding_dropped_fix(),
+        applies=_scheduler_keeps_clipped_padding,
+        # 0.26's split does not clip the repro's tail (group g03's sync-hit form shows it there, the fix removes it)
+        repro_from=(0, 27, 0),
     ),
     KnownIssue(
         id="v1-padded-prompt-tail-prefilled",
