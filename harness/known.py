@@ -862,7 +862,7 @@ KNOWN_ISSUES = (
                 "kernels read the state at the row's first speculative column, while the previous step's accepted "
                 "state sits at column accepted - 1: the request continues from the state after the first token of "
                 "its previous step",
-        releases="seen on 0.26.0, 0.28.0, 0.30.0 and 0.31.0 with vLLM's own V1 runner; 0.32.0 passes the arguments "
+        releases="seen on 0.26.0-0.28.0, 0.30.0 and 0.31.0 with vLLM's own V1 runner; 0.32.0 passes the arguments "
                  "whenever drafting is configured (gpu_model_runner.py:4093 in 0.33.0)",
         repro="scenarios/v1-draftless-step-drops-accepted-offset.json",
         reached_by="a Mamba2 hybrid (or Mamba1/ShortConv where drafts run) with n-gram speculative decoding (K >= 1) "
@@ -881,7 +881,7 @@ KNOWN_ISSUES = (
                 "spec-decode arguments, :4384, and a batch whose speculative rows all drafted nothing drops the "
                 "speculative path, gdn_attn.py:234-243), while the last step's accepted state sits at column "
                 "accepted - 1: the request continues from the state after the first token of its previous step",
-        releases="seen on 0.26.0, 0.28.0, 0.30.0 and 0.31.0 with vLLM's own V1 runner; 0.32.0 and 0.33.0 count such "
+        releases="seen on 0.26.0-0.28.0, 0.30.0 and 0.31.0 with vLLM's own V1 runner; 0.32.0 and 0.33.0 count such "
                  "rows as speculative rows with zero drafts (gpu_model_runner.py:2215-2227 in 0.33.0) and keep their path "
                  "(gdn_attn.py:340-352)",
         repro="scenarios/gdn-draftless-decode-first-column.json",
@@ -1004,7 +1004,7 @@ KNOWN_ISSUES = (
                 "chunk (:970-978) and keeps the placeholders (:1137-1140): the SchedulerOutput schedules as many "
                 "spec-decode tokens as tokens, leaving no row for the sampled token, which no model runner can "
                 "execute",
-        releases="seen on 0.26.0 and 0.28.0 (release groups g02 on 0.27.1-0.28.0 and g03 on 0.26.0); 0.30.0 drops "
+        releases="seen on 0.26.0-0.28.0 (release groups g02 on 0.27.1-0.28.0 and g03 on 0.26.0); 0.30.0 drops "
                  "the padding when the split clips it (scheduler.py:1093-1104 in 0.30.0)",
         repro="scenarios/spec-padding-clipped-by-mamba-split.json",
         reached_by="speculative decoding (K >= 1) with prefix caching in Mamba align mode and a KV connector: an "
@@ -1025,9 +1025,8 @@ KNOWN_ISSUES = (
                 "final state includes the unverified placeholder draft; that state lands in the running block, which "
                 "the prefix cache keys for the prompt: a later request hitting the prompt starts from a state with a "
                 "token no request has",
-        releases="seen on 0.26.0 and 0.28.0 with vLLM's own V1 runner (engine tier, --runner v1; release group g01 "
-                 "also on 0.27.1); 0.30.0's builder makes such rows speculative decodes (mamba_attn.py:489-510 in "
-                 "0.30.0)",
+        releases="seen on 0.26.0-0.28.0 with vLLM's own V1 runner (engine tier, --runner v1; release groups g01 "
+                 "and g16); 0.30.0's builder makes such rows speculative decodes (mamba_attn.py:489-510 in 0.30.0)",
         repro="scenarios/v1-padded-prompt-tail-prefilled.json",
         reached_by="the V1 model runner (vLLM's default for hybrid models before 0.29) with n-gram speculative "
                    "decoding (K >= 1), prefix caching in align mode and a KV connector: an external hit leaves a "
