@@ -649,6 +649,32 @@ def _sparse_retention_checkpoints() -> bool:
     return _has_checkpoints() and supports_retention()
 
 
+# -- fix: with EAGLE, sparse retention also keeps the block below a shared-prefix junction (single_type_kv_cache_
+# manager.py:513-520 in 0.33.0: a sibling diverging right after the junction hits one block lower) -------------------
+def _eagle_junction_block_retained(original):
+    def cache_blocks(self, request, num_tokens, *args, **kwargs):
+        junction = getattr(request, "shared_prefix_boundary", None)
+        if self.use_eagle and junction and "replay_boundaries" in kwargs:
+            kwargs["replay_boundaries"] = [*kwargs["replay_boundaries"], junction - self.block_size]
+        return original(self, request, num_tokens, *args, **kwargs)
+    return cache_blocks
+
+
+def _eagle_junction_block_unretained() -> bool:
+    """Sparse retention whose `cache_blocks` keeps only the junction itself (0.30-0.32), not 0.33.0's block below
+    it with EAGLE."""
+    import inspect
+
+    from harness.vllm_adapter import parameters, supports_retention
+
+    try:
+        base = inspect.getsource(_mamba_manager().__mro__[1].cache_blocks)
+        return (supports_retention() and "replay_boundaries" in parameters(_mamba_manager().cache_blocks)
+                and "shared_prefix_boundary - self.block_size" not in base)
+    except (ImportError, OSError, TypeError):
+        return False
+
+
 # -- fix: 0.26.0's async discard counts frames: one frame in flight per step without pipeline parallelism, so the
 # first stale frame drains the counter (async_scheduler.py:53-59 drops one frame per call; scheduler.py:2353 set it
 # to num_output_placeholders, 1 + K tokens per step) -------------------------------------------------------------
@@ -996,6 +1022,24 @@ KNOWN_ISSUES = (
         fix=_copy_layout_fix(),
         applies=_v1_gathers_accepted_by_prev_rows,
         runners=("v1",),
+    ),
+    KnownIssue(
+        id="eagle-junction-block-not-retained",
+        summary="under sparse prefix-cache retention with an EAGLE drafter, cache_blocks retains the Mamba state at a "
+                "shared-prefix junction (request.shared_prefix_boundary, single_type_kv_cache_manager.py:498-503 in "
+                "0.30.0) but not the block below it, where a sibling diverging right after the junction hits (EAGLE's "
+                "block drop matches one block past the candidate and drops it): the state is written and never keyed, "
+                "so the sibling, or the request itself resumed after a preemption, recomputes the prefix",
+        releases="seen on 0.30.0 and 0.32.0 (allocator code: every tier and runner); 0.33.0 retains "
+                 "the junction minus one block with EAGLE (single_type_kv_cache_manager.py:513-520 in 0.33.0)",
+        repro="scenarios/eagle-junction-block-not-retained.json",
+        reached_by="sparse prefix-cache retention (CacheConfig.prefix_cache_retention_interval, default 0) with an "
+                   "EAGLE/MTP drafter in Mamba align mode, prefix caching on, and a request whose lookup finds a "
+                   "shared-prefix junction (the repro: one 65-token prompt, 16-token blocks and budget, K = 1 with "
+                   "EAGLE's block drop, preempted after three chunks and resumed; found on Falcon-H1's geometry)",
+        fix=_fix("fix-eagle-junction-block-retained", _mamba_manager, "cache_blocks", _eagle_junction_block_retained,
+                 "with EAGLE, sparse retention keeps the block below a shared-prefix junction"),
+        applies=_eagle_junction_block_unretained,
     ),
     KnownIssue(
         id="spec-padding-clipped-by-mamba-split",
