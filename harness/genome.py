@@ -388,8 +388,8 @@ def _pinned_mode(mode: str, modes: tuple[str, ...], small: bool) -> str:
     from harness.vllm_adapter import installed_version
 
     if mode == "all" and not has_cache_mode_all():
-        raise BadInput(f"--mamba-cache-mode all: vLLM {installed_version()}'s CacheConfig has no mode all (MambaCacheMode; "
-                       "releases before 0.32 have it)")
+        raise BadInput(f"--mamba-cache-mode all: vLLM {installed_version()}'s CacheConfig has no mode all "
+                       "(MambaCacheMode; releases before 0.32 have it)")
     raise BadInput(f"--mamba-cache-mode {mode}: not run {'with the model forward' if small else 'here'} "
                    f"(this configuration runs {', '.join(modes)})")
 

@@ -908,8 +908,8 @@ KNOWN_ISSUES = (
                 "speculative path, gdn_attn.py:234-243), while the last step's accepted state sits at column "
                 "accepted - 1: the request continues from the state after the first token of its previous step",
         releases="seen on 0.26.0-0.28.0, 0.30.0 and 0.31.0 with vLLM's own V1 runner; 0.32.0 and 0.33.0 count such "
-                 "rows as speculative rows with zero drafts (gpu_model_runner.py:2215-2227 in 0.33.0) and keep their path "
-                 "(gdn_attn.py:340-352)",
+                 "rows as speculative rows with zero drafts (gpu_model_runner.py:2215-2227 in 0.33.0) and keep their "
+                 "path (gdn_attn.py:340-352)",
         repro="scenarios/gdn-draftless-decode-first-column.json",
         reached_by="a GatedDeltaNet model (Qwen3-Next) with n-gram speculative decoding (K >= 1) on the V1 model "
                    "runner, any Mamba cache mode: a step accepts a draft, the next drafts nothing (the n-gram "
