@@ -143,7 +143,7 @@ def _check_all_mode(g) -> None:
 
 
 def has_cache_mode_all() -> bool:
-    """Whether this release has Mamba cache mode "all" (0.26-0.32) and the V1 runner runs it here."""
+    """Whether this release has Mamba cache mode "all" (0.26-0.31) and the V1 runner runs it here."""
     return "all" in _cache_modes()
 
 
