@@ -69,8 +69,11 @@ def _count_external_block(original):
         n = original(self, *args, **kwargs)
         b = bound_arguments(original, self, *args, **kwargs).arguments
         external = b["total_computed_tokens"] - b["num_local_computed_tokens"]
-        # the physical-block cap (:1785-1790) leaves out the block allocate_external_computed_blocks takes
-        if (self.mamba_cache_mode == "align" and external > 0 and n <= self.block_pool.num_gpu_blocks
+        # the physical-block cap (:1785-1790) leaves out the block allocate_external_computed_blocks takes when
+        # the same call allocates the continuation's block: a sync hit's. An async load comes with no new tokens
+        # (scheduler.py's load_kv_async branch sets num_new_tokens = 0), and its count is right.
+        continues = b["num_tokens_main_model"] > b["total_computed_tokens"]
+        if (self.mamba_cache_mode == "align" and external > 0 and continues and n <= self.block_pool.num_gpu_blocks
                 and b["request_id"] not in self._allocated_block_reqs):
             return n + 1
         return n
@@ -557,7 +560,7 @@ def _padding_dropped_when_clipped(original):
         b = bound_arguments(original, self, request, num_new_tokens, *args, **kwargs).arguments
         computed = (request.num_computed_tokens + b.get("num_new_local_computed_tokens", 0)
                     + b.get("num_external_computed_tokens", 0))
-        k = self.num_spec_tokens
+        k = getattr(self, "num_spec_tokens", 0)  # the mirror's split shim has none: its driver never pads
         padded = (k > 0 and num_new_tokens == 1 + k and request.num_tokens - computed == 1
                   and request.status.name != "RUNNING")  # the waiting queue's branch: the only one that pads
         if padded and 0 < out != 1 + k:

@@ -243,3 +243,26 @@ def test_the_kill_rule_counts_a_bug_revealed_behind_a_known_one():
     assert kills(doc, config=RunConfig(mutant=mutant)) is not None
     stock_only = scenario_to_json(load_scenario(ROOT / "scenarios" / "seed-external-hit-same-block.json"))
     assert kills(stock_only, config=RunConfig(mutant=mutant)) is None  # no effect there: no kill
+
+
+
+def test_the_admission_undercount_fix_counts_only_a_call_that_continues_past_the_hit():
+    """The undercount is the continuation's block, allocated beside the external one by the same allocate_slots (a
+    sync hit's per-step call, and any full-sequence check). An async load's per-step call comes with no new tokens
+    (scheduler.py's load_kv_async branch: num_new_tokens = 0) and its count is right: the fix added a block there
+    too and delayed a Falcon-H1 0.26.0 request by a step (a harness error, 'known fixes misbehave')."""
+    from harness.vllm_adapter import Allocator, supported_kwargs
+
+    geometry = load_scenario(ROOT / "scenarios" / "sync-external-admission-undercount.json").geometry
+    manager = Allocator(geometry).mamba_manager
+
+    def count(main_model_tokens):  # a fresh request, a 64-token external hit, nothing local
+        return manager.get_num_blocks_to_allocate(**supported_kwargs(
+            manager.get_num_blocks_to_allocate, request_id="r", num_tokens=main_model_tokens, new_computed_blocks=[],
+            total_computed_tokens=64, num_local_computed_tokens=0, num_tokens_main_model=main_model_tokens))
+
+    stock = {n: count(n) for n in (64, 65)}
+    fix = [k for k in KNOWN_ISSUES if k.id == "sync-external-admission-undercount"]
+    with fixes_applied(fix):
+        fixed = {n: count(n) for n in (64, 65)}
+    assert fixed == {64: stock[64], 65: stock[65] + 1}, (stock, fixed)
