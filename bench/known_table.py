@@ -74,9 +74,12 @@ def readme_table(issues=None) -> str:
     return "\n".join(rows)
 
 
-def _shows_on(runners) -> str:
+def _shows_on(issue) -> str:
     """Where the code carrying the bug runs (KnownIssue.runs_on): the mirrored tiers' worker shadow ("mirror")
     and the engine tier's model runners."""
+    runners = issue.runners
+    if issue.engine_only:
+        return "engine tier, every runner (vLLM's own Scheduler code)"
     if runners is None:
         return "every tier (scheduler or allocator code)"
     where = ["symbolic and model tiers (the mirror)"] if "mirror" in runners else []
@@ -95,7 +98,7 @@ def docs_table(issues=None) -> str:
     rows = [GENERATED, "",
             "| known issue | releases | shows on | repro | fix (run-time patch) |", "|---|---|---|---|---|"]
     for k in issues:
-        rows.append(f"| [`{k.id}`](#{k.id}) | {_md(_short_releases(k.releases))} | {_shows_on(k.runners)} | "
+        rows.append(f"| [`{k.id}`](#{k.id}) | {_md(_short_releases(k.releases))} | {_shows_on(k)} | "
                     f"[`{k.repro}`](../{k.repro}) | `{k.fix.name}` |")
     for k in issues:
         repro = f"[`{k.repro}`](../{k.repro})"
@@ -105,7 +108,7 @@ def docs_table(issues=None) -> str:
                  f"- **What goes wrong:** {_md(k.summary)}.",
                  f"- **Reached by:** {_md(k.reached_by)}.",
                  f"- **Releases:** {_md(k.releases)}.",
-                 f"- **Shows on:** {_shows_on(k.runners)}.",
+                 f"- **Shows on:** {_shows_on(k)}.",
                  f"- **Repro:** {repro}.",
                  f"- **Fix:** `{k.fix.name}`: {_md(k.fix.bug_class.removeprefix('fix: '))}."]
     return "\n".join(rows)

@@ -43,13 +43,25 @@ class KnownIssue:
     repro_from: tuple = (0, 26, 0)  # first release whose scheduler lets the repro reach the bug
     # the model runners whose code carries the bug (engine tier); None: scheduler/allocator code, every runner
     runners: tuple | None = None
+    # scheduler code only vLLM's own Scheduler runs (the engine tier, any runner): the mirrored tiers' scheduler
+    # loop does not follow it
+    engine_only: bool = False
 
     def applicable(self) -> bool:
         return self.applies is None or bool(self.applies())
 
+    @property
+    def code(self) -> str:
+        """Whose code carries the bug, for messages."""
+        if self.runners is None:
+            return "vLLM's own Scheduler" if self.engine_only else "scheduler or allocator"
+        return "/".join(self.runners)
+
     def runs_on(self, tier: str, runner: str = "auto") -> bool:
         """Whether the code carrying the bug runs on this tier: the mirrored tiers run the harness's V1 worker
         shadow ("mirror"); the engine tier runs `runner` ("auto" may pick either of vLLM's runners)."""
+        if self.engine_only and tier != "engine":
+            return False
         if self.runners is None:
             return True
         if tier != "engine":
@@ -80,25 +92,43 @@ def _count_external_block(original):
     return get_num_blocks_to_allocate
 
 
-# -- fix: keep the mid-block stop with internal checkpoints (scheduler.py:644-648 in 0.33.0) ---------------
-def _stop_at_next_block_boundary(original):
-    def _mamba_block_aligned_split(self, request, num_new_tokens, num_new_local_computed_tokens=0,
-                                   num_external_computed_tokens=0):
-        n = original(self, request, num_new_tokens, num_new_local_computed_tokens, num_external_computed_tokens)
-        start = request.num_computed_tokens + num_new_local_computed_tokens + num_external_computed_tokens
-        prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
-        # only where the bug can be (use_internal_checkpoint: checkpoint blocks and a chunk *asked for* up to the
-        # prompt's end, `end >= prefill_end` with end = start + num_new_tokens before any stop clips it,
-        # scheduler.py:586-605): elsewhere vLLM's schedule stands, so the fix never hides a finding by moving it.
-        # (Judged on the returned n, the fix missed chunks that another stop clipped short of the prompt's end.)
-        if not getattr(self, "mamba_has_prefill_checkpoint_blocks", False) or start + num_new_tokens < prefill_end:
+# -- fix: a chunk starting mid-block stops at the next block boundary, where the release drops that stop ---------
+def _stop_at_next_block_boundary(dropped=None):
+    """make(original) for `_mamba_block_aligned_split`: `dropped(self, request, start, num_new_tokens)` says where
+    the release's split drops the mid-block stop (the bug); only there is its schedule changed, so the fix never
+    hides a finding by moving it. None: wherever the chunk runs past the boundary (a stop vLLM kept leaves none)."""
+    def make(original):
+        def _mamba_block_aligned_split(self, request, num_new_tokens, num_new_local_computed_tokens=0,
+                                       num_external_computed_tokens=0):
+            n = original(self, request, num_new_tokens, num_new_local_computed_tokens, num_external_computed_tokens)
+            start = request.num_computed_tokens + num_new_local_computed_tokens + num_external_computed_tokens
+            if dropped is not None and not dropped(self, request, start, num_new_tokens):
+                return n
+            block_size = self.cache_config.block_size
+            boundary = (start // block_size + 1) * block_size
+            if start % block_size and start < boundary < start + n:
+                return boundary - start  # the chunk stops at the boundary, whose state is then written
             return n
-        block_size = self.cache_config.block_size
-        boundary = (start // block_size + 1) * block_size
-        if start % block_size and start < boundary < start + n:
-            return boundary - start  # a prompt-final chunk starting mid-block stops at the boundary
-        return n
-    return _mamba_block_aligned_split
+        return _mamba_block_aligned_split
+    return make
+
+
+def _checkpoint_prompt_final_chunk(self, request, start, num_new_tokens) -> bool:
+    """0.33.0 drops the stop under use_internal_checkpoint (scheduler.py:644-648): checkpoint blocks and a chunk
+    *asked for* up to the prompt's end (`end >= prefill_end` with end = start + num_new_tokens before any stop
+    clips it, scheduler.py:586-605). (Judged on the returned n, the fix missed chunks that another stop clipped
+    short of the prompt's end.)"""
+    prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
+    return getattr(self, "mamba_has_prefill_checkpoint_blocks", False) and start + num_new_tokens >= prefill_end
+
+
+def _split_drops_stop_past_cacheable_range() -> bool:
+    """0.26.0 keeps the mid-block stop only while the boundary is <= last_cache_position (scheduler.py:400-406),
+    which an EAGLE drafter backs off one block (:383-385); 0.27.1 stops every chunk starting mid-block
+    (scheduler.py:418-420 in 0.27.1)."""
+    import inspect
+
+    return "next_block_boundary <= last_cache_position" in inspect.getsource(_scheduler()._mamba_block_aligned_split)
 
 
 # -- fix: V1 re-add keeps num_accepted for running rows (as V2 does, model_states/mamba_hybrid.py:112-115) --
@@ -646,6 +676,118 @@ def _coordinator():
     return coordinator_class()
 
 
+# -- fix: a KV connector's local lookup reports the full-attention hit and reconciles a diverged one (0.27.1:
+# kv_cache_manager.py:297-342 get_computed_blocks_for_connector, scheduler.py:743-821) ---------------------------
+_SCHEDULING: list = []  # the Scheduler whose schedule() runs: the coordinator's lookup alone cannot see it
+
+
+def _scheduling(original):
+    def schedule(self, *args, **kwargs):
+        _SCHEDULING.append(self)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _SCHEDULING.pop()
+    return schedule
+
+
+def _looked_up(scheduler, block_hashes):
+    """The request whose block hashes the scheduler's lookup was given (scheduler.py:726-727 in 0.26.0)."""
+    return next(r for r in scheduler.requests.values() if r.block_hashes is block_hashes)
+
+
+def _wrapped_by(cls, method: str, make) -> bool:
+    """`make`'s wrapper is somewhere in cls.<method>'s stack of patches (two fixes wrap the same lookup)."""
+    fn = getattr(cls, method)
+    while fn is not None:
+        if fn.__qualname__.startswith(make.__name__ + "."):
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+    return False
+
+
+def _lookup_reconciled(original):
+    """0.26.0's connector path resumes a request at max(per_group_hits) (scheduler.py:725-742), a boundary where a
+    group that hit less has no state. 0.27.1 resumes at the full-attention hit, and at the boundary every group
+    agrees on (`get_computed_blocks`) where a group hit deeper, or where the hit diverged and the connector loads
+    nothing past it. Departure: the 0.26 path zeroes shared_prefix_boundary after the lookup, so a reconciled hit
+    pins no junction here (0.27.1 keeps get_computed_blocks' junction)."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    def find_longest_cache_hit_per_group(self, block_hashes, max_length):
+        computed, hits = original(self, block_hashes, max_length)
+        first = self.attention_groups[0]  # full attention sorts first (kv_cache_coordinator.py:631-635)
+        if not _SCHEDULING or not isinstance(first.spec, FullAttentionSpec):
+            return computed, hits
+        scheduler = _SCHEDULING[-1]
+        full = hits[first.group_ids[0]]
+        request = _looked_up(scheduler, block_hashes)
+        # the harness's connector answers from its plan alone: asking it first changes nothing the scheduler's own
+        # call (with the same count) does not redo
+        unbacked = min(hits) < full and scheduler.connector.get_num_new_matched_tokens(request, full)[0] == 0
+        if any(hit > full for hit in hits) or unbacked:
+            blocks, num_computed, _ = scheduler.kv_cache_manager.get_computed_blocks(request)
+            return blocks.blocks, [num_computed] * len(hits)
+        return computed, hits
+    return find_longest_cache_hit_per_group
+
+
+def _hybrid_coordinator():
+    from harness.vllm_adapter import hybrid_coordinator_class
+
+    return hybrid_coordinator_class()
+
+
+def _connector_lookup_fix(name: str, make, what: str) -> Mutant:
+    """A fix of the scheduler's connector-path lookup: `make` wraps the coordinator's per-group lookup, which
+    learns the running scheduler from a wrap of schedule()."""
+    def patch():
+        undo_schedule = wrap_method(_scheduler(), "schedule", _scheduling)
+        undo_lookup = wrap_method(_hybrid_coordinator(), "find_longest_cache_hit_per_group", make)
+
+        def undo():
+            undo_lookup()
+            undo_schedule()
+        return undo
+
+    return Mutant(name=name, bug_class=f"fix: {what}", releases="where the issue is known",
+                  origin="hybrid-harness (vLLM 0.27.1's rule)", patch=patch,
+                  is_applied=lambda: _wrapped_by(_hybrid_coordinator(), "find_longest_cache_hit_per_group", make))
+
+
+# -- fix: a remote hit longer than a local sub-block tail supersedes it (0.27.1: scheduler.py:771-810,
+# kv_cache_manager.py:777-794 truncate_computed_blocks) ------------------------------------------------------------
+def _tail_superseded(original):
+    """0.26.0 asks the connector for what lies past the whole local hit, a sub-block tail included (scheduler.py:
+    766-780): the tail's copy-on-write (a private copy of the cached partial state) and the load that continues
+    past it fill the same Mamba block, and the request resumes from the copy. 0.27.1 asks from the block-aligned
+    hit and, where the remote hit exceeds the tail, drops the tail from the lookup so no copy is made and the load
+    covers it. Applied after the lookup reconcile (KNOWN_ISSUES order), as 0.27.1 does."""
+    def find_longest_cache_hit_per_group(self, block_hashes, max_length):
+        computed, hits = original(self, block_hashes, max_length)
+        if not _SCHEDULING:
+            return computed, hits
+        scheduler = _SCHEDULING[-1]
+        local = max(hits)
+        aligned = local - local % scheduler.block_size
+        if aligned == local:
+            return computed, hits
+        # the harness's connector answers from its plan alone (see _lookup_reconciled)
+        remote = scheduler.connector.get_num_new_matched_tokens(_looked_up(scheduler, block_hashes), aligned)[0]
+        if remote is None or remote <= local - aligned:
+            return computed, hits  # the tail stands, and the scheduler's own call finds nothing past it
+        truncated = tuple(list(blocks[:aligned // manager.block_size])
+                          for blocks, manager in zip(computed, self.single_type_managers))
+        return truncated, [min(hit, aligned) for hit in hits]
+    return find_longest_cache_hit_per_group
+
+
+def _connector_lookup_takes_max() -> bool:
+    """The scheduler's connector path does its own per-group lookup (0.26.0); 0.27.1 moved it into
+    KVCacheManager.get_computed_blocks_for_connector."""
+    return "find_longest_cache_hit_per_group" in _scheduler().schedule.__code__.co_names
+
+
 def _sparse_retention_checkpoints() -> bool:
     from harness.vllm_adapter import supports_retention
 
@@ -842,7 +984,8 @@ KNOWN_ISSUES = (
         repro="scenarios/checkpoint-midblock-start.json",
         reached_by="Mamba2 defaults (num_prefill_checkpoint_blocks=1), prefix caching in align mode, a sub-block "
                    "partial hit or an external hit followed by a prompt-final chunk",
-        fix=_fix("fix-midblock-stop", _scheduler, "_mamba_block_aligned_split", _stop_at_next_block_boundary,
+        fix=_fix("fix-midblock-stop", _scheduler, "_mamba_block_aligned_split",
+                 _stop_at_next_block_boundary(_checkpoint_prompt_final_chunk),
                  "a prompt-final chunk starting mid-block stops at the next block boundary (checkpoint geometries)"),
         applies=_has_checkpoints,
     ),
@@ -882,6 +1025,64 @@ KNOWN_ISSUES = (
                  "the first stale frame drains the discard counter (one frame in flight per step)"),
         applies=_discards_by_count,
         runners=("v1", "v2"),  # scheduler code reached only under async scheduling (the engine tier's workers)
+    ),
+    KnownIssue(
+        id="connector-lookup-deepest-group-hit",
+        summary="with a KV connector configured on a hybrid model, the scheduler's local prefix lookup resumes a "
+                "request at the deepest group's hit, max(per_group_hits) (scheduler.py:725-745 in 0.26.0): where a "
+                "group hit less (a Mamba state that was never cached at the full-attention boundary, or a Mamba hit "
+                "deeper than full attention's), that group has no state at the resume boundary, and the request "
+                "continues from the zero state, from a block nobody wrote, or trips _apply_cow's assertions",
+        releases="seen on 0.26.0 (engine tier, every runner: vLLM's Scheduler); 0.27.1 reports the full-attention "
+                 "hit and reconciles a diverged one (kv_cache_manager.py:297-342 and scheduler.py:743-821 in 0.27.1, "
+                 "vLLM #46453); release groups g06, g07 and g09",
+        repro="scenarios/connector-lookup-deepest-group-hit.json",
+        reached_by="any KV connector (kv_transfer_config, e.g. kv_role kv_both) with prefix caching in Mamba align "
+                   "mode, no external hit needed: a request whose local prefix hit differs between groups (the repro: "
+                   "b's 21-token prompt is a's prefix, a ran its 32 tokens in one chunk, so full attention hits 16 "
+                   "tokens and Mamba none)",
+        fix=_connector_lookup_fix("fix-connector-lookup-reconciled", _lookup_reconciled, "a KV connector's local "
+                                  "prefix lookup resumes at the full-attention hit, reconciled where the groups' "
+                                  "hits diverge"),
+        applies=_connector_lookup_takes_max,
+        engine_only=True,
+    ),
+    KnownIssue(
+        id="connector-load-over-partial-tail",
+        summary="with a KV connector configured, the scheduler asks the connector for what lies past the whole local "
+                "prefix hit, a sub-block partial tail included (scheduler.py:764-780 in 0.26.0): a remote hit longer "
+                "than the tail is loaded into the same Mamba block that the tail's copy-on-write fills with the "
+                "cached partial state, and the request resumes at the remote hit's end from the shorter local state",
+        releases="seen on 0.26.0 (engine tier, every runner: vLLM's Scheduler); 0.27.1 asks from the block-aligned "
+                 "local hit and drops the tail where the remote hit exceeds it (scheduler.py:771-810 and "
+                 "kv_cache_manager.py:777-794 truncate_computed_blocks in 0.27.1)",
+        repro="scenarios/connector-load-over-partial-tail.json",
+        reached_by="a KV connector with a remote hit, prefix caching in Mamba align mode with partial-tail hashes "
+                   "(a prefix-match unit below the block), and a local hit ending mid-block below the remote one (the "
+                   "repro: a finished 24-token prompt, b sharing it with a 32-token sync hit, 16-token blocks, "
+                   "8-token hash units; an async hit shows it too; found on Falcon-H1's geometry)",
+        fix=_connector_lookup_fix("fix-remote-hit-supersedes-tail", _tail_superseded, "a remote hit longer than a "
+                                  "local sub-block tail supersedes it (the connector is asked from the block-aligned "
+                                  "local hit)"),
+        applies=_connector_lookup_takes_max,
+        engine_only=True,
+    ),
+    KnownIssue(
+        id="eagle-midblock-stop-dropped",
+        summary="the Mamba block-aligned split keeps a mid-block chunk's stop at the next block boundary only while "
+                "that boundary is <= last_cache_position (scheduler.py:400-406 in 0.26.0), which an EAGLE drafter "
+                "backs off one block (:383-385): a chunk resumed mid-block in the prompt's last block runs past the "
+                "boundary, and cache_blocks keys the boundary's block for a state no forward wrote there (the state "
+                "at the chunk's start)",
+        releases="seen on 0.26.0; 0.27.1 stops every chunk starting mid-block at the next boundary (scheduler.py:"
+                 "418-420 in 0.27.1); release group g08",
+        repro="scenarios/eagle-midblock-stop-dropped.json",
+        reached_by="an EAGLE/MTP drafter (use_eagle) with prefix caching in Mamba align mode and a KV connector or a "
+                   "sub-block prefix hit that leaves the prompt resuming mid-block in its last block (the repro: a "
+                   "49-token prompt, an async external hit of 47 tokens, 16-token blocks, K = 1)",
+        fix=_fix("fix-midblock-stop-every-chunk", _scheduler, "_mamba_block_aligned_split",
+                 _stop_at_next_block_boundary(), "a chunk starting mid-block stops at the next block boundary"),
+        applies=_split_drops_stop_past_cacheable_range,
     ),
     KnownIssue(
         id="v1-draftless-step-drops-accepted-offset",
@@ -1376,7 +1577,7 @@ def check_known(replay_findings, runner: str | None = None, picked=None) -> list
             continue
         if not issue.runs_on("engine" if runner else "symbolic", runner):
             where = f"with runner {runner}" if runner else "on the mirrored tiers (the V1 worker shadow)"
-            rows.append({"id": issue.id, "status": f"not expected {where} (in {'/'.join(issue.runners)} code)"})
+            rows.append({"id": issue.id, "status": f"not expected {where} (in {issue.code} code)"})
             continue
         try:
             shown = [f.signature for f in replay_findings(issue.repro, [])]

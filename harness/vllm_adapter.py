@@ -503,6 +503,13 @@ def coordinator_class():
     return KVCacheCoordinator
 
 
+def hybrid_coordinator_class():
+    """vLLM's HybridKVCacheCoordinator (several KV cache groups), for known issues' fixes of its lookups."""
+    from vllm.v1.core.kv_cache_coordinator import HybridKVCacheCoordinator
+
+    return HybridKVCacheCoordinator
+
+
 def block_pool_class():
     """vLLM's BlockPool class, for mutants that patch it at run time."""
     from vllm.v1.core.block_pool import BlockPool

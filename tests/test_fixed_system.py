@@ -266,3 +266,36 @@ def test_the_admission_undercount_fix_counts_only_a_call_that_continues_past_the
     with fixes_applied(fix):
         fixed = {n: count(n) for n in (64, 65)}
     assert fixed == {64: stock[64], 65: stock[65] + 1}, (stock, fixed)
+
+
+def test_the_midblock_stop_fix_clips_only_a_chunk_running_past_its_next_boundary():
+    """Both mid-block stop fixes (0.33.0's checkpoint rule, 0.26.0's cacheable-range rule) share one wrapper: a
+    chunk starting mid-block stops at the next boundary; an aligned start, a chunk short of the boundary and a
+    call the release's rule does not drop are left as vLLM scheduled them."""
+    from types import SimpleNamespace
+
+    from harness.known import _stop_at_next_block_boundary
+
+    split = _stop_at_next_block_boundary()(lambda self, request, n, local, external: n)
+    never = _stop_at_next_block_boundary(lambda *_: False)(lambda self, request, n, local, external: n)
+    sched = SimpleNamespace(cache_config=SimpleNamespace(block_size=16))
+
+    def chunk(fn, computed, n, external=0):
+        return fn(sched, SimpleNamespace(num_computed_tokens=computed), n, 0, external)
+
+    assert chunk(split, 0, 2, external=47) == 1  # 47 -> 48, then on (the eagle-midblock-stop-dropped repro)
+    assert chunk(split, 47, 20) == 1
+    assert chunk(split, 32, 20) == 20  # an aligned start
+    assert chunk(split, 40, 8) == 8  # ends at the boundary
+    assert chunk(split, 40, 5) == 5  # short of it
+    assert chunk(never, 47, 20) == 20
+
+
+def test_an_engine_only_issue_is_judged_on_every_engine_runner_and_never_on_the_mirrored_tiers():
+    """connector-lookup-deepest-group-hit is in vLLM's Scheduler code, which the mirrored tiers' scheduler loop does
+    not follow: every engine runner (mirror worker included) runs it, the symbolic and model tiers never do."""
+    issue = next(k for k in KNOWN_ISSUES if k.id == "connector-lookup-deepest-group-hit")
+    assert issue.engine_only and issue.runners is None
+    assert all(issue.runs_on("engine", r) for r in ("auto", "v1", "v2", "mirror"))
+    assert not issue.runs_on("symbolic") and not issue.runs_on("model")
+    assert issue not in issues_for("symbolic")

@@ -32,7 +32,7 @@ def _sigs(findings) -> set[str]:
 @pytest.mark.parametrize("issue", KNOWN_ISSUES, ids=lambda k: k.id)
 def test_each_known_issue_repro_shows_it_and_its_fix_removes_it(issue):
     if not issue.runs_on("symbolic"):
-        pytest.skip(f"{issue.id}: in {'/'.join(issue.runners)} code, judged on the engine tier (tests/test_engine_v2.py)")
+        pytest.skip(f"{issue.id}: in {issue.code} code, judged on the engine tier (tests/test_engine*.py)")
     if not issue.repro_expected():
         pytest.skip(f"{issue.id}: not reachable by its repro on this vLLM release (fix target or scheduler rule)")
     trace, findings = run(ROOT / issue.repro)
