@@ -782,6 +782,40 @@ def _tail_superseded(original):
     return find_longest_cache_hit_per_group
 
 
+# -- fix: a truncated lookup keeps a Mamba group that ends before the endpoint (0.28.0: kv_cache_manager.py:785-803) --
+def _kv_cache_manager():
+    from harness.vllm_adapter import kv_cache_manager_class
+
+    return kv_cache_manager_class()
+
+
+def _short_mamba_group_kept(original):
+    """0.27.1's truncate_computed_blocks asserts that every group covers the block-aligned endpoint (kv_cache_manager.
+    py:790-792 in 0.27.1), but a local Mamba hit may end below it where the remote hit that supersedes the tail
+    supplies the final state; 0.28.0 keeps such a Mamba group's blocks as they are. vLLM's own slicing runs
+    wherever no Mamba group is short."""
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    def truncate_computed_blocks(self, blocks, num_computed_tokens):
+        managers = self.coordinator.single_type_managers
+        specs = [group.kv_cache_spec for group in self.kv_cache_config.kv_cache_groups]
+        short = [len(group_blocks) < num_computed_tokens // manager.block_size
+                 for group_blocks, manager in zip(blocks.blocks, managers)]
+        if not any(is_short and isinstance(spec, MambaSpec) for is_short, spec in zip(short, specs)):
+            return original(self, blocks, num_computed_tokens)
+        assert not any(is_short and not isinstance(spec, MambaSpec) for is_short, spec in zip(short, specs))
+        return self.create_kv_cache_blocks(tuple(list(group_blocks[:num_computed_tokens // manager.block_size])
+                                                 for group_blocks, manager in zip(blocks.blocks, managers)))
+    return truncate_computed_blocks
+
+
+def _truncate_asserts_every_group() -> bool:
+    import inspect
+
+    truncate = getattr(_kv_cache_manager(), "truncate_computed_blocks", None)
+    return truncate is not None and "MambaSpec" not in inspect.getsource(truncate)
+
+
 def _connector_lookup_takes_max() -> bool:
     """The scheduler's connector path does its own per-group lookup (0.26.0); 0.27.1 moved it into
     KVCacheManager.get_computed_blocks_for_connector."""
@@ -1065,6 +1099,24 @@ KNOWN_ISSUES = (
                                   "local sub-block tail supersedes it (the connector is asked from the block-aligned "
                                   "local hit)"),
         applies=_connector_lookup_takes_max,
+        engine_only=True,
+    ),
+    KnownIssue(
+        id="truncated-lookup-asserts-short-mamba-hit",
+        summary="where a remote hit supersedes a local sub-block tail, the scheduler truncates the lookup at the "
+                "block-aligned hit (scheduler.py:796-803 in 0.27.1), and truncate_computed_blocks asserts that every "
+                "group covers it (kv_cache_manager.py:790-792); a local Mamba hit that ends below that boundary (the "
+                "remote hit supplies the final state) raises AssertionError out of schedule(): the engine core dies",
+        releases="seen on 0.27.1 (its truncation arrived in 0.27.1, with the fix of connector-load-over-partial-tail); "
+                 "0.28.0 keeps a short Mamba group's blocks (kv_cache_manager.py:785-803 in 0.28.0); release group g10",
+        repro="scenarios/truncated-lookup-asserts-short-mamba-hit.json",
+        reached_by="a KV connector with a remote hit longer than a local sub-block tail, prefix caching in Mamba "
+                   "align mode with partial-tail hashes, and a local Mamba hit below the full-attention one (the "
+                   "repro: d shares 41 tokens with b, whose 31-token async hit was loaded; 16-token blocks, 8-token "
+                   "hash units, K = 1 with EAGLE's block drop)",
+        fix=_fix("fix-short-mamba-group-kept", _kv_cache_manager, "truncate_computed_blocks", _short_mamba_group_kept,
+                 "a truncated lookup keeps a Mamba group that ends before the endpoint"),
+        applies=_truncate_asserts_every_group,
         engine_only=True,
     ),
     KnownIssue(

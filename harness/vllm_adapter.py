@@ -525,6 +525,11 @@ def async_scheduler_class():
     return AsyncScheduler
 
 
+def kv_cache_manager_class():
+    """vLLM's KVCacheManager class, for known issues' fixes of its lookup views."""
+    return _vllm().KVCacheManager
+
+
 def scheduler_class():
     """vLLM's Scheduler class, for patches of its chunk rule (`_mamba_block_aligned_split`)."""
     return _vllm().Scheduler
