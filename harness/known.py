@@ -1069,7 +1069,7 @@ KNOWN_ISSUES = (
                 "continues from the zero state, from a block nobody wrote, or trips _apply_cow's assertions",
         releases="seen on 0.26.0 (engine tier, every runner: vLLM's Scheduler); 0.27.1 reports the full-attention "
                  "hit and reconciles a diverged one (kv_cache_manager.py:297-342 and scheduler.py:743-821 in 0.27.1, "
-                 "vLLM #46453); release groups g06, g07 and g09",
+                 "vLLM #46453); release groups g06, g07, g09 and g13 (mode all)",
         repro="scenarios/connector-lookup-deepest-group-hit.json",
         reached_by="any KV connector (kv_transfer_config, e.g. kv_role kv_both) with prefix caching in Mamba align "
                    "mode, no external hit needed: a request whose local prefix hit differs between groups (the repro: "
@@ -1315,6 +1315,7 @@ KNOWN_ISSUES = (
         applies=_scheduler_keeps_clipped_padding,
         # 0.26's split does not clip the repro's tail (group g03's sync-hit form shows it there, the fix removes it)
         repro_from=(0, 27, 0),
+        engine_only=True,  # the padding is the Scheduler's (scheduler.py:934-950); the mirrored driver never pads
     ),
     KnownIssue(
         id="v1-padded-prompt-tail-prefilled",
