@@ -519,6 +519,30 @@ def _v2_gather_exists() -> bool:
         return False
 
 
+# -- fix: the align-mode early return marks the request allocated (single_type_kv_cache_manager.py:1526-1529 in
+# 0.26.0 returns without it; 0.28.0 adds `self._allocated_block_reqs.add(request_id)` there, :1572-1574) -------
+def _marked_on_early_return(original):
+    def allocate_new_blocks(self, request_id, num_tokens, num_tokens_main_model):
+        # the early return's own condition (0.26.0 :1521-1528): nothing to allocate and no partial hit to copy
+        early = (self.mamba_cache_mode == "align" and request_id not in self._partial_hit_reqs
+                 and -(-num_tokens_main_model // self.block_size) + self.num_speculative_blocks
+                 <= len(self.req_to_blocks[request_id]))
+        returned = original(self, request_id, num_tokens, num_tokens_main_model)
+        if early:
+            self._allocated_block_reqs.add(request_id)
+        return returned
+    return allocate_new_blocks
+
+
+def _early_return_unmarked() -> bool:
+    """The release's align-mode early return leaves the request unmarked (0.26.0-0.27.1)."""
+    import inspect
+
+    body = inspect.getsource(_mamba_manager().allocate_new_blocks)
+    early = body.split("and not has_partial_hit:", 1)
+    return len(early) == 2 and early[1].lstrip().startswith("return []")
+
+
 # -- fix: full-sequence admission counts a partial hit's shared tail block once (single_type_kv_cache_manager.py:
 # 253-265 in 0.33.0: the touched tail block, if evictable, and the copy-on-write block that replaces it are both
 # counted; the request holds only the copy, so admission asks one block more than the request ever holds) ---------
@@ -975,6 +999,25 @@ def _gdn_without_zero_draft_rows() -> bool:
 
 KNOWN_ISSUES = (
     KnownIssue(
+        id="seed-external-hit-unmarked",
+        summary="after an external (connector) hit whose first continuation stays inside one Mamba block, "
+                "MambaManager.allocate_new_blocks takes its align-mode early return (nothing to allocate) without "
+                "adding the request to _allocated_block_reqs; the next partial-tail copy-on-write then takes the "
+                "first-allocation branch and replaces the block in the core's table while the worker appends the "
+                "returned id: core and worker disagree on the live state column and the request continues from "
+                "another state (the README's seed bug; users see repeated text)",
+        releases="0.26.0-0.27.1; 0.28.0 marks the request on the early return (single_type_kv_cache_manager.py:"
+                 "1572-1574 in 0.28.0, vLLM PR #51766)",
+        repro="scenarios/seed-external-hit-same-block.json",
+        reached_by="prefix caching in Mamba align mode with a KV connector whose hit leaves the request's first "
+                   "continuation inside one Mamba block, then a partial-tail hit of another request on that prefix "
+                   "(the repro: a 15-token prompt with a 10-token async external hit, chunks of 4 and 1, 8-token "
+                   "Mamba blocks; b shares 14 tokens); any model runner",
+        fix=_fix("fix-marked-on-early-return", _mamba_manager, "allocate_new_blocks", _marked_on_early_return,
+                 "the align-mode early return marks the request allocated (0.28.0's line)"),
+        applies=_early_return_unmarked,
+    ),
+    KnownIssue(
         id="sync-external-admission-undercount",
         summary="MambaManager.get_num_blocks_to_allocate caps new blocks at 1 and does not count the external "
                 "block of a sync connector hit whose continuation crosses a Mamba block; allocate_slots admits the "
@@ -1221,7 +1264,7 @@ KNOWN_ISSUES = (
                 "appended; AsyncScheduler's num_computed_tokens - num_output_placeholders), so the running block is "
                 "re-keyed after the next forward advanced it, and copied a second time into a block keyed with a "
                 "state one token too far: a later request sharing the prompt starts from it",
-        releases="seen on 0.28.0-0.31.x (provenance on 0.29-0.31; cache integrity on 0.28); 0.32.0 keys the tail at "
+        releases="seen on 0.26.0-0.31.x (provenance on 0.26 and 0.29-0.31; cache integrity on 0.26-0.28); 0.32.0 keys the tail at "
                  "P - 1 (get_mamba_prefill_checkpoint_position), which no later call reaches",
         repro="scenarios/async-prompt-tail-rekeyed.json",
         reached_by="async scheduling (vLLM's default decision) with prefix caching in Mamba align mode and a "
@@ -1234,7 +1277,6 @@ KNOWN_ISSUES = (
         # scheduler code, but reached only under async scheduling: the engine tier's V1/V2 workers follow it,
         # the mirrored tiers are synchronous
         runners=("v1", "v2"),
-        repro_from=(0, 28, 0),  # 0.26-0.27: the seed bug's findings come first
     ),
     KnownIssue(
         id="v1-resumed-recompute-as-decode",
@@ -1615,6 +1657,26 @@ def _mutant_shows(scenario, signatures, issues, config: RunConfig) -> bool:
 BLOCKED = "REPRO STOPS AT ANOTHER FINDING (the fix changes nothing)"
 
 
+def _left_to_other_issues(issue: KnownIssue, replay_findings, runner: str | None) -> list[str] | None:
+    """A repro that reaches a second known bug (0.26.0's seed repro under async scheduling also re-keys the prompt
+    tail): the known issues whose fixes, on top of this one's, remove what this fix leaves, judged as any finding
+    is (`classify`), provided their fixes alone do not remove this issue's part. None: something is left that no
+    known fix explains, or this issue's fix is not needed."""
+    others = [k for k in issues_for("engine" if runner else "symbolic", runner or "auto") if k is not issue]
+
+    def signatures(issues):
+        return {f.signature for f in replay_findings(issue.repro, list(issues))}
+
+    left = signatures([issue])
+    verdict = classify(sorted(left), lambda extra: signatures([issue, *extra]), others)
+    if verdict.unexplained or verdict.revealed or not verdict.known:
+        return None
+    needed = sorted({i for ids in verdict.known.values() for i in ids.split("+")})
+    if not signatures([k for k in others if k.id in needed]):
+        return None
+    return needed
+
+
 def check_known(replay_findings, runner: str | None = None, picked=None) -> list[dict]:
     """For every known issue the installed release should show: does its repro still show it, and does its
     fix remove it? `replay_findings(path, issues)` replays a repro with those fixes applied. `runner`: the
@@ -1643,7 +1705,11 @@ def check_known(replay_findings, runner: str | None = None, picked=None) -> list
                                                    f"in {'/'.join(issue.runners)} code)"})
             continue
         fixed = [f.signature for f in replay_findings(issue.repro, [issue])]
+        rest = (_left_to_other_issues(issue, replay_findings, runner)
+                if shown and fixed and set(shown) != set(fixed) else None)
         status = ("reproduces, fix removes it" if shown and not fixed else
+                  f"reproduces, fix removes it (what remains is {', '.join(rest)}, which the repro also reaches)"
+                  if rest else
                   "NO LONGER REPRODUCES" if not shown else
                   # the fix changes nothing: the repro stops at another finding before reaching the issue (e.g.
                   # an earlier release's own bug), which says nothing about the fix

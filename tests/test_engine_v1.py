@@ -252,8 +252,8 @@ def test_async_only_worker_mutant_killed_under_async_scheduling_only():
 
 def test_known_issues_rejudged_on_the_v1_runner(capsys):
     """`known check --tier engine --runner v1` (async scheduling as vLLM decides, which the V1 worker follows
-    without drafts): every repro in code the V1 runner runs shows its issue and its fix removes it; 0.28-0.31's
-    async-prompt-tail-rekeyed among them."""
+    without drafts): every repro in code the V1 runner runs shows its issue and its fix removes it; 0.26-0.31's
+    async-prompt-tail-rekeyed among them (0.26.0-0.27.1's seed repro reaches it too under async scheduling)."""
     from harness.cli import main
     from harness.known import BLOCKED, KNOWN_ISSUES
 
@@ -262,8 +262,8 @@ def test_known_issues_rejudged_on_the_v1_runner(capsys):
     main(["known", "check", "--tier", "engine", "--runner", "v1"])
     out = capsys.readouterr().out
     expected = [k.id for k in KNOWN_ISSUES if k.repro_expected() and k.runs_on("engine", "v1")]
-    assert ("async-prompt-tail-rekeyed" in expected) == installed_version().startswith(("0.28.", "0.29.", "0.30.",
-                                                                                        "0.31."))
+    assert ("async-prompt-tail-rekeyed" in expected) == installed_version().startswith(("0.26.", "0.27.", "0.28.",
+                                                                                        "0.29.", "0.30.", "0.31."))
     # the builder's own padded-tail rule arrived in 0.30.0: before, the fix of v1-padded-prompt-tail-prefilled
     assert ("v1-padded-prompt-tail-prefilled" in expected) == installed_version().startswith(("0.26.", "0.27.",
                                                                                               "0.28.", "0.29."))

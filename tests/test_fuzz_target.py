@@ -9,10 +9,16 @@ import sys
 
 from harness.cli import main
 
+import pytest
+
 from testlib import ROOT, seed_bug_release
 
 SEED_INPUT = ROOT / "fuzz" / "corpus" / "symbolic" / "seed-external-hit-same-block"
-MUTANT = "" if seed_bug_release else "seed-unmarked-early-return"
+MUTANT = "seed-unmarked-early-return"
+# 0.26.0-0.27.1 ship the seed bug, a known issue there: the campaigns fuzz the fixed release (its fix applied),
+# where the mutant, which the fix overrides, is not a new bug (test_seed.py judges the published one)
+needs_seed_mutant = pytest.mark.skipif(seed_bug_release, reason="0.26.0-0.27.1: the seed bug is known issue "
+                                       "seed-external-hit-unmarked there, the mutant brings back nothing new")
 
 
 def _replay(tmp_path, mutant: str) -> subprocess.CompletedProcess:
@@ -23,20 +29,24 @@ def _replay(tmp_path, mutant: str) -> subprocess.CompletedProcess:
 
 
 def test_crash_file_replays_and_keeps_the_finding(tmp_path):
-    bad = _replay(tmp_path, MUTANT)
-    assert bad.returncode != 0 and "live-column" in bad.stdout + bad.stderr
+    """A new finding crashes the target (libFuzzer keeps the input); on a release that ships the seed bug the
+    same input's finding is kept too, judged known by its fix, and is no crash."""
+    bad = _replay(tmp_path, "" if seed_bug_release else MUTANT)
+    assert (bad.returncode == 0) == seed_bug_release
     (folder,) = (tmp_path / "art").glob("finding-*")
     doc = json.loads((folder / "finding.json").read_text())
     assert doc["signature"].startswith("live-column") and (folder / "input.bin").read_bytes() == SEED_INPUT.read_bytes()
-    if not seed_bug_release:
+    if seed_bug_release:
+        assert not doc["verdict"]["new"] and set(doc["verdict"]["known"].values()) == {"seed-external-hit-unmarked"}
+    else:
+        assert "live-column" in bad.stdout + bad.stderr and doc["verdict"]["new"]
         assert _replay(tmp_path / "clean", "").returncode == 0
 
 
+@needs_seed_mutant
 def test_short_campaign_keeps_minimizes_and_exits_1(tmp_path, capsys):
     args = ["fuzz", "--runs", "20", "--seed-corpus", "--artifacts", str(tmp_path), "--no-progress",
-            "--checkpoints", "off"]
-    if MUTANT:
-        args += ["--mutant", MUTANT]
+            "--checkpoints", "off", "--mutant", MUTANT]
     assert main(args) == 1
     out = capsys.readouterr().out
     assert "live-column" in out
@@ -45,6 +55,7 @@ def test_short_campaign_keeps_minimizes_and_exits_1(tmp_path, capsys):
     assert (tmp_path / "campaign.json").exists() and (tmp_path / "stats.jsonl").read_text()
 
 
+@needs_seed_mutant
 def test_model_target_replays_in_the_model_tier(tmp_path):
     env = dict(os.environ, HH_ARTIFACTS=str(tmp_path / "art"), HH_MUTANT=MUTANT, PYTHONPATH=str(ROOT))
     bad = subprocess.run([sys.executable, str(ROOT / "fuzz" / "model_target.py"), str(SEED_INPUT)],
@@ -58,6 +69,7 @@ def test_model_target_replays_in_the_model_tier(tmp_path):
     assert outputs["generations"] >= 2 and outputs["diverged"] >= 1
 
 
+@needs_seed_mutant
 def test_engine_target_replays_on_vllms_scheduler_and_records_the_worker(tmp_path):
     """The engine target decodes the seed input to its align-mode form and replays it on vLLM's Scheduler:
     the mutant's finding is kept with the engine options it was found with."""
@@ -79,7 +91,7 @@ def test_campaign_without_checkpoints_passes_over_checkpoint_inputs(tmp_path):
     passed over unrun, not turned into bad input (a harness error) nor decoded otherwise; without the bit it
     runs."""
     from harness.cli import _checkpoints
-    from harness.fuzzing import Finding, Target
+    from harness.fuzzing import Target
     from harness.run_config import RunConfig
     from harness.genome import FLAGS_BYTE, without_checkpoints
 
@@ -88,10 +100,7 @@ def test_campaign_without_checkpoints_passes_over_checkpoint_inputs(tmp_path):
     data[FLAGS_BYTE] |= 1
     target(bytes(data))
     assert target.execs == 0 and not (tmp_path / "art" / "harness-errors").exists()
-    try:
-        target(without_checkpoints(bytes(data)))
-    except Finding:  # 0.26-0.27: the seed bug itself
-        assert seed_bug_release
+    target(without_checkpoints(bytes(data)))  # stock: nothing new (0.26.0-0.27.1: the seed bug, a known issue)
     assert target.execs == 1
     assert _checkpoints("auto") and _checkpoints("on") and not _checkpoints("off")
 

@@ -45,3 +45,26 @@ def test_mutant_is_undone_after_use():
     run(SEED, "seed-unmarked-early-return")
     _, findings = run(SEED)
     assert bool(findings) == seed_bug_release
+
+
+def test_seed_bug_is_a_known_issue_recognised_by_its_fix():
+    """0.26.0-0.27.1: every seed finding is credited to the seed bug's known issue, and 0.28.0's line (mark the
+    request on the early return), applied as the fix, removes them all. Later releases have the line: the issue
+    does not apply there, and the seed mutant's findings stay new."""
+    from harness.known import fixes_applied, known_issue_by_id, replay_and_judge
+    from harness.scenario import load_scenario
+    from testlib import SCENARIOS, mutant
+
+    issue = known_issue_by_id("seed-external-hit-unmarked")
+    assert issue.applicable() == seed_bug_release
+    scenario = load_scenario(SCENARIOS / SEED)
+    if seed_bug_release:
+        _, _, verdict = replay_and_judge(scenario, known_fixes=False)
+        assert not verdict.is_new and set(verdict.known.values()) == {issue.id}, verdict.to_json()
+        with fixes_applied([issue]):
+            _, findings = run(SEED)
+        assert findings == []
+    else:
+        with mutant("seed-unmarked-early-return"):
+            _, _, verdict = replay_and_judge(scenario, "seed-unmarked-early-return", known_fixes=False)
+        assert verdict.is_new and "live-column:RUNNING" in verdict.unexplained
