@@ -14,7 +14,8 @@ seed = trial), with `make fuzz`'s settings (prefill checkpoints on where the rel
 start-up. Random: `harness.genome.random_bytes` inputs through the same decoder, replay and oracles in one
 process (start-up paid once). A trial that finds nothing within the budget counts as the budget (censored,
 marked). Both strategies detect by one rule (`detects`): without a mutant, an input with a finding the seed
-bug's known issue (`seed-external-hit-unmarked`) explains, the guided target replaying stock (HH_KNOWN_FIXES=off); with a mutant, `harness.mutation.kills` (fires with the patch, not on stock, not known).
+bug's known issue (`seed-external-hit-unmarked`) explains, the guided target replaying stock
+(HH_KNOWN_FIXES=off); with a mutant, `harness.mutation.kills` (fires with the patch, not on stock, not known).
 """
 
 from __future__ import annotations

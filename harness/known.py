@@ -522,10 +522,12 @@ def _v2_gather_exists() -> bool:
 # -- fix: the align-mode early return marks the request allocated (single_type_kv_cache_manager.py:1526-1529 in
 # 0.26.0 returns without it; 0.28.0 adds `self._allocated_block_reqs.add(request_id)` there, :1572-1574) -------
 def _marked_on_early_return(original):
+    from harness.worker import cdiv
+
     def allocate_new_blocks(self, request_id, num_tokens, num_tokens_main_model):
         # the early return's own condition (0.26.0 :1521-1528): nothing to allocate and no partial hit to copy
         early = (self.mamba_cache_mode == "align" and request_id not in self._partial_hit_reqs
-                 and -(-num_tokens_main_model // self.block_size) + self.num_speculative_blocks
+                 and cdiv(num_tokens_main_model, self.block_size) + self.num_speculative_blocks
                  <= len(self.req_to_blocks[request_id]))
         returned = original(self, request_id, num_tokens, num_tokens_main_model)
         if early:
@@ -1264,8 +1266,8 @@ KNOWN_ISSUES = (
                 "appended; AsyncScheduler's num_computed_tokens - num_output_placeholders), so the running block is "
                 "re-keyed after the next forward advanced it, and copied a second time into a block keyed with a "
                 "state one token too far: a later request sharing the prompt starts from it",
-        releases="seen on 0.26.0-0.31.x (provenance on 0.26 and 0.29-0.31; cache integrity on 0.26-0.28); 0.32.0 keys the tail at "
-                 "P - 1 (get_mamba_prefill_checkpoint_position), which no later call reaches",
+        releases="seen on 0.26.0-0.31.x (provenance on 0.26 and 0.29-0.31; cache integrity on 0.26-0.28); 0.32.0 "
+                 "keys the tail at P - 1 (get_mamba_prefill_checkpoint_position), which no later call reaches",
         repro="scenarios/async-prompt-tail-rekeyed.json",
         reached_by="async scheduling (vLLM's default decision) with prefix caching in Mamba align mode and a "
                    "prefix_match_unit smaller than the block; any model runner (the scheduler's code): V1 is the "
@@ -1657,17 +1659,16 @@ def _mutant_shows(scenario, signatures, issues, config: RunConfig) -> bool:
 BLOCKED = "REPRO STOPS AT ANOTHER FINDING (the fix changes nothing)"
 
 
-def _left_to_other_issues(issue: KnownIssue, replay_findings, runner: str | None) -> list[str] | None:
+def _left_to_other_issues(issue: KnownIssue, left: set, replay_findings, runner: str | None) -> list[str] | None:
     """A repro that reaches a second known bug (0.26.0's seed repro under async scheduling also re-keys the prompt
     tail): the known issues whose fixes, on top of this one's, remove what this fix leaves, judged as any finding
     is (`classify`), provided their fixes alone do not remove this issue's part. None: something is left that no
-    known fix explains, or this issue's fix is not needed."""
+    known fix explains, or this issue's fix is not needed. `left`: the repro's signatures with this issue's fix."""
     others = [k for k in issues_for("engine" if runner else "symbolic", runner or "auto") if k is not issue]
 
     def signatures(issues):
         return {f.signature for f in replay_findings(issue.repro, list(issues))}
 
-    left = signatures([issue])
     verdict = classify(sorted(left), lambda extra: signatures([issue, *extra]), others)
     if verdict.unexplained or verdict.revealed or not verdict.known:
         return None
@@ -1705,7 +1706,7 @@ def check_known(replay_findings, runner: str | None = None, picked=None) -> list
                                                    f"in {'/'.join(issue.runners)} code)"})
             continue
         fixed = [f.signature for f in replay_findings(issue.repro, [issue])]
-        rest = (_left_to_other_issues(issue, replay_findings, runner)
+        rest = (_left_to_other_issues(issue, set(fixed), replay_findings, runner)
                 if shown and fixed and set(shown) != set(fixed) else None)
         status = ("reproduces, fix removes it" if shown and not fixed else
                   f"reproduces, fix removes it (what remains is {', '.join(rest)}, which the repro also reaches)"

@@ -7,9 +7,9 @@ import os
 import subprocess
 import sys
 
-from harness.cli import main
-
 import pytest
+
+from harness.cli import main
 
 from testlib import ROOT, seed_bug_release
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from testlib import by_oracle, run, seed_bug_release
+from testlib import SCENARIOS, by_oracle, mutant, run, seed_bug_release
 
 SEED = "seed-external-hit-same-block.json"
 
@@ -53,7 +53,6 @@ def test_seed_bug_is_a_known_issue_recognised_by_its_fix():
     does not apply there, and the seed mutant's findings stay new."""
     from harness.known import fixes_applied, known_issue_by_id, replay_and_judge
     from harness.scenario import load_scenario
-    from testlib import SCENARIOS, mutant
 
     issue = known_issue_by_id("seed-external-hit-unmarked")
     assert issue.applicable() == seed_bug_release
