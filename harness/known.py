@@ -23,7 +23,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.mutants.base import Mutant, bound_arguments, method_wrapped, wrap_method
+from harness.mutants.base import Mutant, bound_arguments, method_wrapped, recompiled_with, wrap_method
 from harness.patches import patch_attr, undo_all
 from harness.run_config import RunConfig
 
@@ -696,6 +696,52 @@ def _checkpoint_every_chunk(original):
     return get_num_blocks_to_allocate
 
 
+# -- fix: a preemption that frees nothing now is not made (scheduler.py:755-757 in 0.30.0, :940-942 in 0.33.0) ---
+def _victim_freeable(scheduler) -> bool:
+    """Whether preempting the request the running loop picks next (scheduler.py:576-601 in 0.27.1: the lowest
+    priority, or the last running) gives its blocks back now. With deferred frees (a KV consumer connector under
+    async scheduling or PP, :150-156) a request scheduled in the step still in flight keeps them out of the pool
+    until that step's output (:2341-2354): 0.30.0's `_request_blocks_can_be_freed`."""
+    running = scheduler.running
+    victim = (max(running, key=lambda r: (r.priority, r.arrival_time)) if scheduler.policy.name == "PRIORITY"
+              else running[-1])
+    return not scheduler.defer_block_free or victim.last_sched_seq <= scheduler.processed_step_seq
+
+
+def _allocated(node) -> bool:
+    """The running loop's `if new_blocks is not None: break` (scheduler.py:584-586 in 0.27.1)."""
+    import ast
+
+    test = getattr(node, "test", None)
+    return (isinstance(node, ast.If) and isinstance(test, ast.Compare) and isinstance(test.left, ast.Name)
+            and test.left.id == "new_blocks" and isinstance(test.ops[0], ast.IsNot))
+
+
+def _unfreeable_preemption_skipped_fix() -> Mutant:
+    """0.30.0's rule inside the release's own allocation loop: where the next victim's free would be deferred, the
+    running request waits for this step (break) instead of preempting every request down to itself."""
+    def make(original):
+        return recompiled_with(original, _allocated, "if not _victim_freeable(self):\n    break",
+                               {"_victim_freeable": _victim_freeable})
+
+    return Mutant(name="fix-unfreeable-preemption-skipped", bug_class="fix: the scheduler preempts no request whose "
+                  "blocks a step in flight keeps (0.30.0's rule)", releases="where the issue is known",
+                  origin="hybrid-harness (vLLM 0.30.0's rule)", patch=lambda: wrap_method(_scheduler(), "schedule", make),
+                  is_applied=lambda: method_wrapped(_scheduler(), "schedule"))
+
+
+def _preempts_unfreeable() -> bool:
+    """Deferred frees (0.26.0+) without 0.30.0's check before a preemption."""
+    import inspect
+
+    try:
+        source = inspect.getsource(_scheduler().schedule)
+        defers = "defer_block_free" in inspect.getsource(_scheduler()._free_request_blocks)
+    except (AttributeError, ImportError, OSError, TypeError):
+        return False
+    return defers and "_request_blocks_can_be_freed" not in source
+
+
 def _coordinator():
     from harness.vllm_adapter import coordinator_class
 
@@ -1104,6 +1150,26 @@ KNOWN_ISSUES = (
                  "the first stale frame drains the discard counter (one frame in flight per step)"),
         applies=_discards_by_count,
         runners=("v1", "v2"),  # scheduler code reached only under async scheduling (the engine tier's workers)
+    ),
+    KnownIssue(  # before the connector-lookup fixes, whose wrap of schedule() must sit above the recompiled one
+        id="deferred-free-preemption-livelock",
+        summary="with deferred block frees (a KV consumer connector under async scheduling, scheduler.py:150-156 in "
+                "0.27.1) a running request that needs a block preempts the last running request, whose blocks the "
+                "step in flight keeps out of the pool (:2341-2354), so nothing is freed and the loop goes on down to "
+                "the request itself (:584-626): every running request is preempted, all are readmitted in the next "
+                "step from their prefix hits, fill the pool again, and the cycle repeats without progress "
+                "(liveness:livelock: vLLM hangs)",
+        releases="seen on 0.27.1 and 0.28.0 (the loop is in 0.26.0-0.29.x; 0.30.0 breaks before a preemption that "
+                 "frees nothing: scheduler.py:755-757 in 0.30.0)",
+        repro="scenarios/deferred-free-preemption-livelock.json",
+        reached_by="a KV connector in a consumer role (kv_both or kv_consumer) with async scheduling (V1 with EAGLE "
+                   "drafts, where vLLM runs async) and prefix caching: two requests readmitted together from prefix "
+                   "hits that fill the pool; the repro: a 49-token prompt beside two 3-token prompts with the same "
+                   "first tokens, one with a 2-token async external hit, 24 blocks of 4, K = 2",
+        fix=_unfreeable_preemption_skipped_fix(),
+        applies=_preempts_unfreeable,
+        runners=("v1", "v2"),  # scheduler code reached only under async scheduling (the engine tier's workers)
+        repro_from=(0, 27, 0),  # 0.26.0 schedules the repro otherwise
     ),
     KnownIssue(
         id="connector-lookup-deepest-group-hit",

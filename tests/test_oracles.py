@@ -203,16 +203,20 @@ def test_only_computing_past_a_high_water_mark_is_progress():
     assert _computed_past(high, reqs(a=9, b=0)) and high["a"] == 9
 
 
-@pytest.mark.skipif(not release_in("0.27.0-0.28.x"), reason="the livelock is 0.27.x-0.28.x's (0.26.0 and 0.31.0 "
-                    "schedule this input otherwise)")
-def test_a_preemption_thrash_is_a_livelock_the_known_admission_fix_removes():
-    """vLLM 0.27.1's V1 engine: the admission undercount lets two requests preempt each other for ever (366 steps
-    without progress); the run used to end at the step limit as "all oracles hold", so with the known fixes
-    applied the draft state the fixed run reads (release group g01) was reported as a harness error."""
+@pytest.mark.skipif(not release_in("0.27.0-0.28.x"), reason="the livelock is 0.27.x-0.28.x's (0.26.0 schedules this "
+                    "input otherwise; 0.30.0 makes no preemption that frees nothing)")
+def test_a_preemption_thrash_is_a_livelock_the_known_deferred_free_fix_removes():
+    """vLLM 0.27.1's V1 engine under async scheduling with a KV consumer connector: preempting a request the step in
+    flight holds frees nothing, so two requests preempt each other and themselves for ever (366 steps without
+    progress). The run used to end at the step limit as "all oracles hold"; the thrash was first credited to the
+    admission undercount, whose broader early fix only moved the schedule. The known issue is recognised by 0.30.0's
+    rule (deferred-free-preemption-livelock), and with every known fix the run finishes clean."""
     from harness.known import replay_and_judge
     from harness.run_config import RunConfig
 
     sc = load_scenario(SCENARIOS / "findings/admission-livelock-hides-draft-state.json")
-    _, _, verdict = replay_and_judge(sc, config=RunConfig(tier="engine", known_fixes=True).but(runner="v1"))
-    assert verdict.known == {"liveness:livelock": "sync-external-admission-undercount"}
-    assert verdict.revealed == ["provenance:initial"] and verdict.is_new
+    v1 = RunConfig(tier="engine").but(runner="v1")
+    _, findings, verdict = replay_and_judge(sc, config=v1.but(known_fixes=False))
+    assert verdict.known == {"liveness:livelock": "deferred-free-preemption-livelock"} and not verdict.is_new
+    _, findings, verdict = replay_and_judge(sc, config=v1.but(known_fixes=True))
+    assert findings == [] and verdict is None

@@ -116,3 +116,37 @@ def test_suspended_takes_a_label_out_and_puts_it_back():
     undo_b()
     undo_a()
     assert Owner.x == 1 and not hasattr(Owner, "y")
+
+
+def _tries(limit):
+    tried = []
+    while True:
+        tried.append(len(tried))
+        if len(tried) >= limit:
+            break
+    return tried
+
+
+def test_recompiled_with_inserts_a_check_in_the_functions_own_loop():
+    """A fix that adds a check inside vLLM's own loop (deferred-free-preemption-livelock's) recompiles the installed
+    source: the statement lands after each anchor, names come from the module plus the fix's, tracebacks keep the
+    file and line, and a function already wrapped or without the anchor is refused rather than patched wrongly."""
+    import ast
+
+    from harness.mutants.base import recompiled_with
+
+    def appended(node):
+        return isinstance(node, ast.Expr) and "tried.append" in ast.unparse(node)
+
+    stop_early = recompiled_with(_tries, appended, "if _enough(tried):\n    break", {"_enough": lambda t: len(t) == 2})
+    assert _tries(5) == [0, 1, 2, 3, 4] and stop_early(5) == [0, 1]
+    assert stop_early.__code__.co_filename == __file__
+    assert stop_early.__code__.co_firstlineno == _tries.__code__.co_firstlineno
+
+    def wrapper(limit):
+        return _tries(limit)
+    wrapper.__wrapped__ = _tries
+    with pytest.raises(RuntimeError, match="wrapped already"):
+        recompiled_with(wrapper, appended, "pass", {})
+    with pytest.raises(RuntimeError, match="no statement"):
+        recompiled_with(_tries, lambda node: False, "pass", {})

@@ -65,6 +65,42 @@ def wrap_method(cls, method_name: str, make) -> Callable[[], None]:
     return patch_attr(cls, method_name, patched)
 
 
+def recompiled_with(original, insert_after, statement: str, names: dict):
+    """vLLM's own `original`, recompiled from its installed source (read at run time, never copied here) with
+    `statement` inserted after each statement of a block that `insert_after(node)` accepts (one at least), in the
+    module's globals plus `names`. For a fix that adds a check inside a loop, where no wrapper reaches. The new code
+    keeps the file's name and line numbers, so a traceback still points at vLLM's line. `original` must be vLLM's
+    own function: a wrapper below it would be lost."""
+    import ast
+    import sys
+    import textwrap
+
+    if hasattr(original, "__wrapped__"):
+        raise RuntimeError(f"{original.__qualname__} is wrapped already: a recompiled method must be patched first")
+    lines, first = inspect.getsourcelines(original)
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    ast.increment_lineno(tree, first - 1)
+    inserted = 0
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if not isinstance(block, list):
+                continue
+            for i in reversed(range(len(block))):
+                if isinstance(block[i], ast.stmt) and insert_after(block[i]):
+                    new = ast.parse(statement).body
+                    for n in (n for stmt in new for n in ast.walk(stmt)):
+                        n.lineno = n.end_lineno = block[i].lineno
+                        n.col_offset, n.end_col_offset = 0, 0
+                    block[i + 1:i + 1] = new
+                    inserted += 1
+    if not inserted:
+        raise RuntimeError(f"{original.__qualname__}: no statement to insert after in this release")
+    namespace = dict(vars(sys.modules[original.__module__]), **names)
+    exec(compile(tree, inspect.getsourcefile(original), "exec"), namespace)
+    return namespace[original.__name__]
+
+
 def method_wrapped(cls, method_name: str) -> bool:
     fn = getattr(cls, method_name)
     return getattr(getattr(fn, "__func__", fn), _MARK, False)
