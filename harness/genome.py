@@ -11,6 +11,7 @@ An input starting with GENERATOR_MAGIC is instead the sweep generator's scenario
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, replace
 
@@ -75,6 +76,9 @@ class Budget:
     # async scheduling asked of vLLM's V1 runner (EngineOptions.eagle_drafts_only): drafts are EAGLE's (align mode,
     # its block drop), none in the other modes, where the harness drafts n-gram only (`_drafts_for`)
     eagle_drafts: bool = False
+    # an align-mode token budget below the block: 0.26.0 refuses it at engine start (vllm_adapter.
+    # supports_budget_below_block); there the decoder raises the budget to the block (the same bytes consumed)
+    budget_below_block: bool = True
 
 
 def geometry_from(r: _Reader, budget: Budget) -> dict:
@@ -188,7 +192,23 @@ def budget_scenario(seed: int, budget: Budget, checkpoints: bool) -> Scenario:
     scenario = random_scenario(seed, checkpoints=checkpoints, small=budget.small, modes=budget.cache_modes,
                                models=budget.models, model_share=1.0 if budget.model_always else 0.2,
                                retention=budget.retention)
-    return parse_scenario(_drafts_for(scenario_to_json(scenario), budget)) if budget.eagle_drafts else scenario
+    if budget.eagle_drafts or _budget_raised(scenario.geometry, budget):
+        return parse_scenario(_within_release(_drafts_for(scenario_to_json(scenario), budget), budget))
+    return scenario
+
+
+def _budget_raised(geometry, budget: Budget) -> bool:
+    return (not budget.budget_below_block and geometry.mamba_cache_mode == "align"
+            and geometry.token_budget < geometry.scheduler_block_size)
+
+
+def _within_release(doc: dict, budget: Budget) -> dict:
+    """The scenario document with what the release refuses at engine start made what it accepts: an align-mode
+    token budget below the block becomes the block (0.26.0)."""
+    g = doc["geometry"]
+    if not budget.budget_below_block and g.get("mamba_cache_mode", "align") == "align":
+        g["token_budget"] = max(g["token_budget"], math.lcm(g["attn_block_size"], g["mamba_block_size"]))
+    return doc
 
 
 def _decode_generated(data: bytes, budget: Budget) -> Scenario:
@@ -230,7 +250,7 @@ def _decode_generated(data: bytes, budget: Budget) -> Scenario:
             other = next(r for r in doc["requests"] if r["id"] == share["request"])
             share["tokens"] = max(1, min(share["tokens"], other["prompt"]["length"], req["prompt"]["length"]))
     doc["name"] = f"generator-{seed}-swarm-{mask}"
-    return parse_scenario(doc)
+    return parse_scenario(_within_release(doc, budget))
 
 
 def _drafts_for(doc: dict, budget: Budget) -> dict:
@@ -295,8 +315,8 @@ def decode(data: bytes, budget: Budget = Budget()) -> Scenario:
     if model is not None:
         with_model(doc, model, drop_drafts=budget.model_always)
     # the same bytes, mode none's features dropped (the bytes that chose them are still consumed)
-    return parse_scenario(_drafts_for(without_prefix_caching(doc) if geo["mamba_cache_mode"] == "none" else doc,
-                                      budget))
+    return parse_scenario(_within_release(_drafts_for(
+        without_prefix_caching(doc) if geo["mamba_cache_mode"] == "none" else doc, budget), budget))
 
 
 # -- structure-aware mutation ------------------------------------------------------------------------------
@@ -409,6 +429,7 @@ def release_budget(small: bool = False, tier: str = "symbolic", runner: str = "m
     the engine tier (the shipped ones now and then, or `model_config` always). `cache_mode`: every input in
     that mode (BadInput where the release or the configuration does not run it)."""
     from harness.vllm_adapter import (
+        supports_budget_below_block,
         supports_failed_recving,
         supports_prefill_checkpoints,
         supports_prefix_match_unit,
@@ -429,5 +450,7 @@ def release_budget(small: bool = False, tier: str = "symbolic", runner: str = "m
         return Budget(checkpoints=supports_prefill_checkpoints(), small=small, align=True,
                       sub_block_hash=supports_prefix_match_unit(), load_failures=supports_failed_recving(),
                       cache_modes=modes, models=models, model_always=bool(model_config),
-                      retention=supports_retention(), eagle_drafts=eagle_drafts)
-    return Budget(checkpoints=supports_prefill_checkpoints(), small=small, retention=supports_retention())
+                      retention=supports_retention(), eagle_drafts=eagle_drafts,
+                      budget_below_block=supports_budget_below_block())
+    return Budget(checkpoints=supports_prefill_checkpoints(), small=small, retention=supports_retention(),
+                  budget_below_block=supports_budget_below_block())

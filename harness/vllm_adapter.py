@@ -161,6 +161,7 @@ class Allocator:
         v = _vllm()
         self.v = v
         self.geometry = g = geometry
+        refuse_budget_below_block(g)
         K = g.num_speculative_tokens
         mamba_kwargs = dict(
             block_size=g.mamba_block_size, shapes=((1, 1),), dtypes=(v.torch.float32,),
@@ -422,6 +423,30 @@ def supports_prefix_match_unit() -> bool:
     from vllm.config import CacheConfig
 
     return "prefix_match_unit" in CacheConfig.__dataclass_fields__
+
+
+@functools.lru_cache(maxsize=None)
+def supports_budget_below_block() -> bool:
+    """A token budget below the Mamba block in align mode: 0.27.0+ advance a block too wide for one chunk sub-block
+    (scheduler.py:396-409 in 0.27.1); 0.26.0 refuses the config when the engine starts (`validate_block_size`:
+    block_size <= max_num_batched_tokens, config/vllm.py:2264-2271, called by v1/engine/core.py:321), since its split
+    can never reach the next boundary and the request would wait for ever."""
+    from vllm.config import VllmConfig
+
+    check = getattr(VllmConfig, "validate_block_size", None)
+    try:
+        return check is None or "max_num_batched_tokens" not in inspect.getsource(check)
+    except (OSError, TypeError):
+        return True
+
+
+def refuse_budget_below_block(geometry: Geometry) -> None:
+    """BadInput where the release refuses the geometry's token budget below its Mamba block at engine start."""
+    block = geometry.scheduler_block_size
+    if geometry.mamba_cache_mode == "align" and geometry.token_budget < block and not supports_budget_below_block():
+        raise BadInput(f"geometry.token_budget {geometry.token_budget} < block {block}: vLLM {installed_version()} "
+                       "refuses the config at engine start (align mode: block_size <= max_num_batched_tokens, "
+                       "VllmConfig.validate_block_size; sub-block chunks arrive in 0.27.0)")
 
 
 def supports_retention() -> bool:

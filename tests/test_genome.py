@@ -54,3 +54,26 @@ def test_seed_corpus_encodes_the_seed_scenario():
     a, b = sc.requests
     assert (a.prompt.length, a.external.tokens, a.external.async_load) == (15, 10, True)
     assert (b.prompt.length, b.prompt.share.tokens, b.arrival_step) == (20, 14, 3)
+
+
+def test_the_decoder_raises_a_budget_the_release_refuses_to_the_block():
+    """vLLM 0.26.0 refuses an align-mode token budget below the Mamba block at engine start (its split could never
+    reach the next boundary: the request would wait for ever, a false liveness finding). Where the release refuses
+    it the decoder raises the budget to the block, for byte and generator inputs alike; elsewhere nothing changes."""
+    from dataclasses import replace
+
+    from harness.genome import Budget, generator_input
+
+    rng = random.Random(7)
+    inputs = [random_bytes(rng) if i % 2 else generator_input(rng) for i in range(600)]
+
+    def below(budget):
+        out = []
+        for data in inputs:
+            g = decode(data, budget).geometry
+            out.append(g.mamba_cache_mode == "align" and g.token_budget < g.scheduler_block_size)
+        return out
+
+    accepted, refused = Budget(), replace(Budget(), budget_below_block=False)
+    assert any(below(accepted)) and not any(below(refused))
+    assert [decode(d, accepted).requests for d in inputs] == [decode(d, refused).requests for d in inputs]

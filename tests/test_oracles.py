@@ -220,3 +220,24 @@ def test_a_preemption_thrash_is_a_livelock_the_known_deferred_free_fix_removes()
     assert verdict.known == {"liveness:livelock": "deferred-free-preemption-livelock"} and not verdict.is_new
     _, findings, verdict = replay_and_judge(sc, config=v1.but(known_fixes=True))
     assert findings == [] and verdict is None
+
+
+def test_a_budget_below_the_block_is_bad_input_where_the_release_refuses_it(tmp_path):
+    """A token budget below the Mamba block (align mode): vLLM 0.26.0's engine start refuses it
+    (`VllmConfig.validate_block_size`), so a request it would never schedule is no liveness finding but bad input
+    (exit 2), on the mirrored tier and on the engine tier (vLLM's own check); 0.27.0+ chunk sub-block and run it."""
+    import json
+
+    from harness.cli import main
+    from harness.vllm_adapter import supports_budget_below_block
+
+    doc = {"version": 1, "name": "budget-below-block", "max_steps": 40,
+           "geometry": {"hash_block_size": 16, "attn_block_size": 16, "mamba_block_size": 16, "num_blocks": 96,
+                        "max_model_len": 512, "token_budget": 9},
+           "requests": [{"id": "b", "prompt": {"length": 21, "seed": 2}, "max_tokens": 2}]}
+    path = tmp_path / "budget.json"
+    path.write_text(json.dumps(doc))
+    expected = 0 if supports_budget_below_block() else 2
+    assert supports_budget_below_block() == (version_tuple() >= (0, 27))
+    for tier in ("symbolic", "engine"):
+        assert main(["run", str(path), "--tier", tier, "--artifacts", str(tmp_path / tier)]) == expected, tier

@@ -327,6 +327,9 @@ def vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: i
                                   kv_transfer_config=KVTransferConfig(**kv_kwargs), **extra)
             if len(decided) == recorded:  # no platform hook ran (releases < 0.28 here): the config's own decision
                 decided.append(vc.scheduler_config.async_scheduling)
+            # the check EngineCore runs at start, once the block size is final (v1/engine/core.py:321 in 0.26.0): 0.26
+            # refuses an align-mode budget below the block
+            vc.validate_block_size()
             return vc
 
         # an EAGLE config asking for async scheduling is validated below as EAGLE (this one says n-gram)
