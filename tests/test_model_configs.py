@@ -215,6 +215,7 @@ def test_a_short_conv_model_keeps_a_conv_window_only_and_is_judged_with_drafts()
     from harness.engine.model_catalog import model_entry
     from harness.engine.model_geometry import decodes_with_accepted_counts, group_mixers, model_groups
     from harness.mutants import mutant_applied
+    from harness.vllm_adapter import supports_budget_below_block
     from testlib import seed_bug_release
 
     try:
@@ -226,7 +227,8 @@ def test_a_short_conv_model_keeps_a_conv_window_only_and_is_judged_with_drafts()
     K = 1 if drafts else 0
     vc = vllm_config(8, 2048, 65536, blocks[K], blocks[K], K, False, "v1")
     assert set(group_mixers(model_groups(name, vc, blocks[K], "align", K).groups)) == {"attention", "short_conv"}
-    budget = Budget(align=True, models=(model_entry("lfm2-1.2b"),), model_always=True)
+    budget = Budget(align=True, models=(model_entry("lfm2-1.2b"),), model_always=True,
+                    budget_below_block=supports_budget_below_block())
     scenarios = [sc for sc in (decode(random_bytes(random.Random(s)), budget) for s in range(24))
                  if sc.geometry.model == name]
     assert any(sc.geometry.num_speculative_tokens for sc in scenarios) == drafts

@@ -94,8 +94,8 @@ def test_provenance_and_cache_trip_on_checkpoint_mid_block_start():
     assert prov and prov[0].request == "c" and "b[:48]" in prov[0].expected
 
 
-@pytest.mark.skipif(version_tuple() < (0, 27), reason="vLLM 0.26.0 never schedules this scenario: its 3-token "
-                    "budget cannot reach a 4-token Mamba block boundary (sub-block chunks since 0.27.0)")
+@pytest.mark.skipif(version_tuple() < (0, 27), reason="vLLM 0.26.0 refuses this scenario at engine start: its "
+                    "3-token budget is below the 4-token Mamba block (sub-block chunks since 0.27.0)")
 def test_provenance_names_the_v1_accepted_reset():
     """A real V1 behaviour (protocol doc §6.6): re-adding a skipped spec-decode row resets num_accepted."""
     _, findings = run("spec-unscheduled-accepted-reset.json")
