@@ -241,3 +241,19 @@ def test_a_budget_below_the_block_is_bad_input_where_the_release_refuses_it(tmp_
     assert supports_budget_below_block() == (version_tuple() >= (0, 27))
     for tier in ("symbolic", "engine"):
         assert main(["run", str(path), "--tier", tier, "--artifacts", str(tmp_path / tier)]) == expected, tier
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not release_in("0.26.0-0.29.x"), reason="the fix of deferred-free-preemption-livelock applies "
+                    "where the scheduler has no check of its own (0.30.0+)")
+def test_a_step_the_deferred_free_fix_leaves_empty_is_no_stall():
+    """With the fix of deferred-free-preemption-livelock (0.30.0's rule) on 0.26-0.29, a running request whose victim's
+    blocks the step in flight keeps waits a step: that step schedules nothing but takes the step in flight's output,
+    after which the request preempts itself and resumes from its prefix. The step loop counts the processed step as a
+    change (`processed_step_seq`); before, a Falcon-H1 0.26.0 campaign kept that empty step as a NEW liveness:stuck."""
+    from harness.known import replay_and_judge
+    from harness.run_config import RunConfig
+
+    sc = load_scenario(SCENARIOS / "findings/unfreeable-preemption-waits-a-step.json")
+    _, findings, _ = replay_and_judge(sc, config=RunConfig(tier="engine", known_fixes=True).but(runner="v1"))
+    assert findings == []

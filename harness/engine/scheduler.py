@@ -227,11 +227,15 @@ class EngineDriver:
         """What a step can change that the next one schedules by: each request's status, computed and known tokens,
         outputs in flight, whether its blocks can be freed now (a request in the step still in flight is not
         preempted, scheduler.py:940-941, 3077-3082 in 0.33.0), the free blocks and the deferred frees."""
-        freeable = getattr(self.sched, "_request_blocks_can_be_freed", None)  # 0.33: a preemption waits for it
+        freeable = getattr(self.sched, "_request_blocks_can_be_freed", None)  # 0.30+: a preemption waits for it
+        # the steps whose output the scheduler has processed: with deferred frees (0.26+) a request of the step in
+        # flight becomes freeable when it advances (0.26-0.29 have no `_request_blocks_can_be_freed`, but the fix
+        # of deferred-free-preemption-livelock waits for the same thing)
+        processed = getattr(self.sched, "processed_step_seq", None)
         return (tuple((r.vreq.status, r.vreq.num_computed_tokens, r.vreq.num_tokens,
                        getattr(r.vreq, "num_output_placeholders", 0), freeable and freeable(r.vreq))
                       for r in self.reqs.values()),
-                self.alloc.block_pool.get_num_free_blocks(), len(getattr(self.sched, "deferred_frees", ())))
+                self.alloc.block_pool.get_num_free_blocks(), len(getattr(self.sched, "deferred_frees", ())), processed)
 
     def _unfinished(self) -> dict[str, str]:
         # (a request vLLM finished itself, e.g. FINISHED_ERROR after a failed load, is finished)
