@@ -17,6 +17,7 @@ import sys
 from importlib import metadata
 from types import SimpleNamespace
 
+import harness.vllm_env  # noqa: F401  (the environment vLLM reads at import, set before it is imported here)
 from harness.errors import BadInput
 from harness.scenario import Geometry
 

@@ -19,6 +19,8 @@ from harness.replay import replay
 from harness.run_config import RunConfig
 from harness.scenario import load_scenario, parse_scenario, scenario_to_json
 
+from testlib import fixed_system
+
 DATA = Path(__file__).parent / "data"
 SCENARIO = DATA / "model-granitemoehybrid-tiny.json"
 
@@ -236,7 +238,8 @@ def test_a_short_conv_model_keeps_a_conv_window_only_and_is_judged_with_drafts()
     for sc in scenarios:
         for runner in ("v1", "v2"):
             try:
-                found = judge(replay(sc, config=_engine(runner)))
+                with fixed_system(_engine(runner)):
+                    found = judge(replay(sc, config=_engine(runner)))
             except BadInput as exc:  # vLLM's V2 runner where the release has none the harness follows (< 0.32)
                 assert runner == "v2", exc
                 continue
@@ -244,7 +247,7 @@ def test_a_short_conv_model_keeps_a_conv_window_only_and_is_judged_with_drafts()
             if runner == "v1":
                 stock = {(f.signature, f.group) for f in found}
         config = _engine("v1").but(mutant="mamba-copies-first-group-only")
-        with mutant_applied("mamba-copies-first-group-only"):
+        with mutant_applied("mamba-copies-first-group-only"), fixed_system(config):
             red |= {f.group for f in judge(replay(sc, config=config))
                     if f.oracle == "provenance" and (f.signature, f.group) not in stock}
     assert red and min(red) > 0  # the first conv group is copied; the later ones are not
@@ -404,9 +407,10 @@ def test_a_parallel_hybrid_runs_attention_and_mamba_in_every_layer():
     assert any(sc.geometry.num_speculative_tokens for sc in scenarios)
     red = []
     for sc in scenarios:
-        stock = {f.signature for f in judge(replay(sc, config=config))}
+        with fixed_system(config):
+            stock = {f.signature for f in judge(replay(sc, config=config))}
         assert seed_bug_release or not stock, (sc.name, stock)
-        with mutant_applied("v1-accepted-count-lost"):
+        with mutant_applied("v1-accepted-count-lost"), fixed_system(config):
             found = {f.signature for f in judge(replay(sc, config=config.but(mutant="v1-accepted-count-lost")))}
         red += [sc.name] if found - stock else []
     assert red

@@ -75,3 +75,22 @@ def test_both_tiers_implement_the_step_loops_contract():
     wanted = {n for n, v in vars(Tier).items() if inspect.isfunction(v) and not n.startswith("__")}
     for cls in (Driver, EngineDriver):
         assert wanted <= {n for n in dir(cls) if callable(getattr(cls, n))}, (cls, wanted - set(dir(cls)))
+
+
+def test_either_door_into_vllm_sets_its_environment_first():
+    """vLLM resolves its platform once, at first use: a process that imports vLLM through the symbolic tier's door
+    (`harness.vllm_adapter`) sees the same platform as one through the engine tier's (it once saw another, whose
+    Mamba state dtype halved real models' block sizes in the shared model-geometry cache)."""
+    import subprocess
+    import sys
+
+    import os
+
+    probe = "import {}; from vllm.platforms import current_platform; print(type(current_platform).__name__)"
+    # a fresh process's environment: this one's has them set (the test session imported the harness)
+    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_TARGET_DEVICE", "CUDA_VISIBLE_DEVICES",
+                                                           "TRITON_INTERPRET")}
+    seen = {door: subprocess.run([sys.executable, "-c", probe.format(door)], capture_output=True, text=True,
+                                 check=True, env=env).stdout.strip().splitlines()[-1]
+            for door in ("harness.vllm_adapter", "harness.engine")}
+    assert seen["harness.vllm_adapter"] == seen["harness.engine"], seen

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import re
 from pathlib import Path
 
@@ -56,6 +58,17 @@ def by_oracle(findings, oracle):
 needs_checkpoints = pytest.mark.skipif(
     not supports_prefill_checkpoints(), reason="this vLLM release has no Mamba prefill checkpoint blocks")
 seed_bug_release = (0, 26, 0) <= version_tuple() < (0, 28, 0)
+
+
+@contextlib.contextmanager
+def fixed_system(config):
+    """The fixes of the known issues this run configuration can reach, in force: where a release ships known bugs
+    (0.28.0's V1 runner: v1-draftless-step-drops-accepted-offset, ...), "stock is clean" means the fixed system,
+    which is what campaigns fuzz."""
+    from harness.known import fixes_applied, issues_for
+
+    with fixes_applied(issues_for(config.tier, config.engine.runner)):
+        yield
 
 
 def run_emitted(source: str) -> None:

@@ -9,18 +9,7 @@ imports nothing from vLLM (it sets the environment vLLM reads on import).
 
 from __future__ import annotations
 
-import os as _os
-
-# Before vLLM is imported (the CLI imports this package to set the engine options before any tier runs):
-# CPU device inference, and vLLM's Triton check accepting a driverless machine (CUDA_VISIBLE_DEVICES set and
-# empty, vllm/triton_utils/importing.py) so vLLM picks its model runner as on a GPU host (--runner auto / v2);
-# Triton kernels without a harness replacement run in Triton's interpreter.
-# Only on a machine without an NVIDIA driver: on a GPU host the model tier's kernels need the GPU, and vLLM
-# finds Triton and the device by itself.
-if not _os.path.exists("/proc/driver/nvidia/version"):
-    _os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    _os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-    _os.environ.setdefault("TRITON_INTERPRET", "1")
+import harness.vllm_env  # noqa: F401  (before vLLM is imported: the CLI imports this package before any tier runs)
 
 
 def replay(scenario, mutant: str | None = None, options=None, model: str = "random"):
