@@ -414,3 +414,14 @@ def test_a_parallel_hybrid_runs_attention_and_mamba_in_every_layer():
             found = {f.signature for f in judge(replay(sc, config=config.but(mutant="v1-accepted-count-lost")))}
         red += [sc.name] if found - stock else []
     assert red
+
+
+def test_a_config_is_validated_for_the_runner_asked_for(monkeypatch):
+    """vLLM validates a config for the model runner it will pick (0.26.0's V2 refuses n-gram drafts). A model-catalog
+    build asks for V1; it once inherited the environment's V2 pick instead (another test had imported Triton), so
+    every shipped model was left out of the fuzzers' draw for the rest of that process."""
+    from harness.engine.config import vllm_config
+
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    for K in (0, 1, 2):
+        vllm_config(8, 2048, 65536, 16, 16, K, False, "v1")  # BadInput before

@@ -290,6 +290,9 @@ def vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: i
     from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, SchedulerConfig, VllmConfig
 
     _quiet_vllm()
+    # vLLM validates the config for the runner it will pick (0.26: V2 refuses n-gram drafts): the runner asked for,
+    # not whatever the process's environment last said (a model-catalog build once inherited vLLM's own V2 pick)
+    _pick_runner(runner)
     decided: list = []
     try:
         align = mamba_cache_mode == "align"
