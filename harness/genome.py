@@ -192,14 +192,9 @@ def budget_scenario(seed: int, budget: Budget, checkpoints: bool) -> Scenario:
     scenario = random_scenario(seed, checkpoints=checkpoints, small=budget.small, modes=budget.cache_modes,
                                models=budget.models, model_share=1.0 if budget.model_always else 0.2,
                                retention=budget.retention)
-    if budget.eagle_drafts or _budget_raised(scenario.geometry, budget):
+    if budget.eagle_drafts or not budget.budget_below_block:
         return parse_scenario(_within_release(_drafts_for(scenario_to_json(scenario), budget), budget))
     return scenario
-
-
-def _budget_raised(geometry, budget: Budget) -> bool:
-    return (not budget.budget_below_block and geometry.mamba_cache_mode == "align"
-            and geometry.token_budget < geometry.scheduler_block_size)
 
 
 def _within_release(doc: dict, budget: Budget) -> dict:

@@ -291,7 +291,8 @@ def vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: i
 
     _quiet_vllm()
     # vLLM validates the config for the runner it will pick (0.26: V2 refuses n-gram drafts): the runner asked for,
-    # not whatever the process's environment last said (a model-catalog build once inherited vLLM's own V2 pick)
+    # not whatever the process's environment last said (a model-catalog build once inherited vLLM's own V2 pick).
+    # Only a build runs it (this function is cached): build_scheduler sets the switch itself for its Scheduler
     _pick_runner(runner)
     decided: list = []
     try:

@@ -31,9 +31,8 @@ _ENTRIES: dict[str, tuple] = {}  # per config (its JSON): what vLLM built for it
 
 
 CACHE = Path(__file__).resolve().parents[2] / "artifacts" / "cache" / "model-geometries.json"
-# what decides an entry besides the config and the release: the code that builds it
-# the code an entry depends on: a change to any of them builds the entries anew (vllm_env.py: the platform vLLM
-# resolves, hence the Mamba state dtype; entries written before it was set for every process are not reused)
+# what decides an entry besides the config and the release: the code that builds it, and vllm_env.py (the platform
+# vLLM resolves, hence the Mamba state dtype: entries written before it was set in every process are not reused)
 _BUILDERS = ("model_catalog.py", "model_geometry.py", "config.py", "../vllm_env.py")
 
 
