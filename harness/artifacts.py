@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from harness.oracles import Finding
+from harness.release import vllm_source
 from harness.run_config import RunConfig
 from harness.scenario import Scenario, scenario_to_json
 
@@ -34,6 +35,7 @@ def finding_artifact(scenario: Scenario, findings: list[Finding], vllm_version: 
     config = config.with_resolved(trace)
     artifact = {
         "kind": "hybrid-harness-finding",
+        **vllm_source().as_json(),
         "vllm_version": vllm_version,
         "mutant": config.mutant,
         "tier": config.tier,

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from harness.artifacts import write_json_atomic
 from harness.known import new_signatures
+from harness.release import TREE_ENV, child_pythonpath, vllm_source
 from harness.run_config import RunConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,13 +117,13 @@ class Campaign:
         return self._owners[folder.name]
 
     def _judged_here(self, folder: Path) -> bool:
-        from harness.vllm_adapter import installed_version
-
+        source = vllm_source()
         try:
             doc = json.loads((folder / "finding.json").read_text())
         except (OSError, json.JSONDecodeError):
             return True  # unreadable: judged (and reported) as this campaign's, never silently dropped
-        return (doc.get("vllm_version", installed_version()) == installed_version()
+        return (doc.get("vllm_version", source.version) == source.version
+                and doc.get("vllm_commit") == source.commit
                 and (doc.get("mutant") or None) == (self.mutant or None)
                 and doc.get("tier", self.target) == self.target)
 
@@ -140,7 +141,13 @@ class Campaign:
         if self.runs is not None:
             cmd.append(f"-runs={max(1, self.runs // self.jobs - w.execs_done)}")
         # the worker's entry point reads its run configuration back from these (RunConfig.from_env)
-        env = dict(os.environ, HH_ARTIFACTS=str(self.findings_dir), PYTHONPATH=str(ROOT), HH_KEEP_GOING="1")
+        # the user's PYTHONPATH kept (the repository appended), and the vLLM tree this campaign runs passed on
+        # explicitly, so every worker imports the vLLM the campaign judged with (harness/release.py)
+        env = dict(os.environ, HH_ARTIFACTS=str(self.findings_dir), PYTHONPATH=child_pythonpath(str(ROOT)),
+                   HH_KEEP_GOING="1")
+        source = vllm_source()
+        if source.kind != "installed":
+            env[TREE_ENV] = source.path
         env.update(self.config.to_env())
         if w.restarts == 0:  # a restarted worker goes straight back to libFuzzer
             count, seconds = ((10**9, OPENING_SHARE * self.seconds) if self.seconds is not None
@@ -265,6 +272,7 @@ class Campaign:
                    findings_other_configurations=[p.name for p in self.foreign_findings()],
                    verdicts={p.name: finding_verdict(p) for p in found}, outputs=self.outputs())
         out["config"] = self.config.as_json()
+        out.update(vllm_source().as_json())
         if self.target == "engine":  # the options the workers ran with
             out["engine"] = self.config.engine.as_json()
         out["findings_new_signatures"] = sorted({s for v in out["verdicts"].values() if v["new"]

@@ -40,6 +40,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.known import judge_scenario
     from harness.mutants import mutant_applied
     from harness.oracles import describe_outputs, judge, output_summary
+    from harness.release import vllm_source
     from harness.scenario import load_scenario
     from harness.vllm_adapter import check_supported, installed_version
 
@@ -67,14 +68,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
                                       finding_artifact(scenario, findings, version, config, verdict, trace))
     if args.json:
         print(json.dumps({
-            "scenario": str(args.scenario), "vllm_version": version, "mutant": args.mutant,
+            "scenario": str(args.scenario), **vllm_source().as_json(), "mutant": args.mutant,
             "tier": tier, "steps": trace.steps_run, "ok": not findings, "outputs": _outputs_json(trace),
             "artifact": str(artifact_path) if artifact_path else None,
             "findings": [f.to_json() for f in findings], "verdict": verdict.to_json() if verdict else None,
             "unjudged": trace.unjudged,
         }, indent=1, default=str))
     else:
-        label = f"vLLM {version}" + (f" + mutant {args.mutant}" if args.mutant else "") + f", {_tier_label(config)}"
+        label = f"vLLM {vllm_source().describe()}" + (f" + mutant {args.mutant}" if args.mutant else "") + f", {_tier_label(config)}"
         if trace.outputs is not None:
             print(f"outputs: {describe_outputs(output_summary(trace))}")
         if not findings:
@@ -448,11 +449,10 @@ def _cmd_workload(args: argparse.Namespace) -> int:
 
 
 def _cmd_version(args: argparse.Namespace) -> int:
-    from harness.vllm_adapter import check_supported, installed_version
+    from harness.release import vllm_release
 
-    version = installed_version()
-    check_supported(version)
-    print(f"vllm {version}")
+    release = vllm_release()  # the version floor and every API the harness needs (exit 2 naming a missing one)
+    print(f"vllm {release.source.describe()}")
     return EXIT_OK
 
 
@@ -500,6 +500,9 @@ def _engine_flags(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The command line. Long: one flat declaration per subcommand and flag, read top to bottom like --help."""
     parser = argparse.ArgumentParser(prog="hybrid-harness", description=__doc__)
+    parser.add_argument("--vllm", metavar="PATH", help="import vLLM from this tree (a source checkout or an unpacked "
+                        "wheel) instead of the installed release, in this process and every worker it starts "
+                        "(HH_VLLM); its version and commit are recorded in every artifact and report")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="replay one scenario (or finding artifact); exit 0 ok, 1 finding, 2 bad input")
     run.add_argument("scenario", help="scenario JSON, or a finding artifact JSON")
@@ -598,7 +601,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="make a chat workload file (HF datasets: .jsonl/.json/.parquet) or a scenario using one")
     work.add_argument("rest", nargs=argparse.REMAINDER)
     work.set_defaults(func=_cmd_workload)
-    ver = sub.add_parser("vllm-version", help="print the installed vLLM release (exit 2 if unsupported)")
+    ver = sub.add_parser("vllm-version", help="print the vLLM release (or --vllm tree) this harness imports; exit 2 "
+                         "if it is older than 0.26.0 or lacks an API the harness needs")
     ver.set_defaults(func=_cmd_version)
     return parser
 
@@ -606,6 +610,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.vllm:
+            from harness.release import use_tree
+
+            use_tree(args.vllm)
         return args.func(args)
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -25,6 +25,7 @@ from harness.scenario import RequestSpec, Scenario
 from harness.states import SymbolicStates, chain
 from harness.tokens import RequestTruth, drafts_wanted, propose, verify
 from harness.trace import CacheRecorder, Call, Retention, Trace, VllmException, VllmRaised, run_steps
+from harness.release import vllm_source
 from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, Allocator, exception_site, installed_version
 from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow
 
@@ -88,7 +89,7 @@ class Driver:
         # an async load's reservation of the blocks one spec-decode step needs in the non-Mamba groups
         # (Scheduler._spec_decode_step_blocks, scheduler.py:371-380)
         self.spec_step_blocks = -(-(1 + self.K + self.lookahead) // g.attn_block_size) if self.K else 0
-        self.trace = Trace(vllm_version=installed_version(), mutant=mutant, retention=Retention.of(scenario.geometry))
+        self.trace = Trace(**vllm_source().as_json(), mutant=mutant, retention=Retention.of(scenario.geometry))
         self.states = SymbolicStates(self.K)
         ckpt = (self.alloc.checkpoint_position, self.alloc.checkpoint_valid) if g.prefill_checkpoint else None
         self.backend = backend

@@ -36,6 +36,7 @@ from harness.errors import BadInput, HarnessError
 from harness.genome import decode, generator_input, run_budget, without_checkpoints
 from harness.known import Verdict, replay_and_judge
 from harness.oracles import merge_output_summaries, output_summary
+from harness.release import vllm_source
 from harness.run_config import RunConfig
 from harness.scenario import scenario_to_json
 
@@ -172,7 +173,7 @@ class Target:
         write_json_atomic(folder / f"{digest}.json", {
             "kind": "hybrid-harness-error", "error": repr(exc),
             "traceback": "".join(traceback.format_exception(exc)), "scenario": scenario_to_json(scenario),
-            "vllm_version": self.version, "config": self.config.as_json()})  # `run FILE` replays it as it ran
+            **vllm_source().as_json(), "config": self.config.as_json()})  # `run FILE` replays it as it ran
 
 
 def opening_sweep(target: Target, seed: int, count: int, seconds: float, first: list[Path] = ()) -> int:

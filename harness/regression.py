@@ -282,15 +282,21 @@ def test_{func}():
         for rid, request in reqs.items():
             for k, block_hash in enumerate(request.block_hashes):
                 owners.setdefault(bytes(block_hash), PREFIX_STATES[rid][(k + 1) * HASH_BLOCK_SIZE])
-        for key, value in manager.block_pool.cached_block_hash_to_block._cache.items():
+        cached = manager.block_pool.cached_block_hash_to_block
+        dup_ids = getattr(cached, "_dup_ids", {{}})  # vLLM 0.34+: keys map to block ids, a key's several in _dup_ids
+        for key, value in cached._cache.items():
             if kv_cache_utils.get_group_id(key) != MAMBA:
                 continue
             seen_keys.add(bytes(key))
             want = owners[bytes(kv_cache_utils.get_block_hash(key))]
-            for block in value.values() if isinstance(value, dict) else [value]:
-                conv, ssm = pages.page(block.block_id)
+            if isinstance(value, int):
+                block_ids = list(dup_ids.get(key, (value,)))
+            else:  # earlier releases: a block, or a dict of the blocks cached under one key
+                block_ids = [b.block_id for b in (value.values() if isinstance(value, dict) else [value])]
+            for block_id in block_ids:
+                conv, ssm = pages.page(block_id)
                 assert conv[0] == want and ssm == want, (
-                    f"cached block {{block.block_id}} holds conv {{conv[0]}}, ssm {{ssm}}; its key names {{want}}")
+                    f"cached block {{block_id}} holds conv {{conv[0]}}, ssm {{ssm}}; its key names {{want}}")
 
     def check_retained(rid, num_tokens):  # sparse retention keeps a prompt's replay-boundary state cached
         key = kv_cache_utils.make_block_hash_with_group_id(

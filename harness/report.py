@@ -59,6 +59,13 @@ def _plot(samples: list[dict], directory: Path) -> list[str]:
     return names
 
 
+def _vllm_label(summary: dict) -> str:
+    """'0.34.0', or a tree's '0.35.0.dev0 (checkout /src/vllm, commit 1a2b3c4d5e6f)' (harness/release.py)."""
+    from harness.release import VllmSource
+
+    return VllmSource.from_json(summary).describe()
+
+
 def render(directory: str | Path) -> tuple[Path, Path]:
     directory = Path(directory)
     samples = _samples(directory)
@@ -87,6 +94,8 @@ def render(directory: str | Path) -> tuple[Path, Path]:
     head = (f"{last.get('execs', 0)} execs over {last.get('t', 0):.0f} s; coverage {last.get('cov', 0)}; corpus "
             f"{last.get('corpus', 0)}; {len(findings)} finding(s); harness errors {last.get('harness_errors', 0)}; "
             f"vLLM mutant: {summary.get('mutant') or 'none'}")
+    if summary.get("vllm_version"):  # the vLLM the campaign ran (a tree: its path and commit)
+        head = f"vLLM {_vllm_label(summary)}; " + head
     if other:
         head += f"; {len(other)} more kept by campaigns of another configuration (not judged here)"
     if summary.get("engine"):

@@ -130,6 +130,10 @@ class Retention:
 class Trace:
     vllm_version: str
     mutant: str | None
+    # where that vLLM came from (harness/release.py VllmSource): its directory, kind and a git checkout's commit
+    vllm_source: str | None = None
+    vllm_kind: str | None = None
+    vllm_commit: str | None = None
     calls: list[Call] = field(default_factory=list)
     rows: list[RowView] = field(default_factory=list)
     reads: list[Read] = field(default_factory=list)

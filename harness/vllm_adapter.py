@@ -12,51 +12,39 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-import re
 import sys
-from importlib import metadata
 from types import SimpleNamespace
 
 import harness.vllm_env  # noqa: F401  (the environment vLLM reads at import, set before it is imported here)
 from harness.errors import BadInput
+from harness.release import check_version, parse_version, vllm_release, vllm_source
 from harness.scenario import Geometry
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "CRITICAL")
 
-MIN_VERSION = (0, 26, 0)
-MAX_VERSION = (0, 33)  # any 0.33.x
 ATTN_GROUP = 0
 MAMBA_GROUP = 1
 
 
 def _parse_version(text: str) -> tuple[int, ...]:
-    m = re.match(r"(\d+)\.(\d+)\.(\d+)", text)
-    if not m:
-        raise BadInput(f"cannot parse the installed vLLM version {text!r}")
-    return tuple(int(x) for x in m.groups())
+    return parse_version(text)
 
 
-@functools.cache
 def installed_version() -> str:
-    try:
-        return metadata.version("vllm")
-    except metadata.PackageNotFoundError:
-        raise BadInput("vLLM is not installed in this environment; run `make venv` (or `make venv VLLM=0.27.1`)") from None
+    """The version of the vLLM this process imports (an installed release or the tree --vllm names)."""
+    return vllm_source().version
 
 
 def check_supported(version: str) -> None:
-    v = _parse_version(version)
-    if not (MIN_VERSION <= v and v[:2] <= MAX_VERSION):
-        raise BadInput(
-            f"vLLM {version} is not supported: hybrid-harness drives releases 0.26.0 to 0.33.x "
-            "(mamba_cache_mode='align' with partial-tail hashes)"
-        )
+    """The version floor (harness/release.py); what a newer tree lacks is found by its feature probes."""
+    check_version(version)
 
 
 @functools.cache
 def _vllm() -> SimpleNamespace:
-    """Import vLLM's allocator pieces once (slow: torch)."""
+    """Import vLLM's allocator pieces once (slow: torch); BadInput where the tree lacks an API the harness needs."""
     check_supported(installed_version())
+    vllm_release()
     import torch
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
@@ -352,15 +340,10 @@ class Allocator:
         """Every prefix-cache key of the Mamba groups and the block it resolves to (block_pool.py:56-130)."""
         suffixes = self._mamba_key_suffixes
         out = []
-        for key, value in self.block_pool.cached_block_hash_to_block._cache.items():
+        for key, block_id in cache_map_entries(self.block_pool.cached_block_hash_to_block):
             suffix = next((x for x in suffixes if key.endswith(x)), None)
-            if suffix is None:
-                continue
-            h = bytes(key[:-len(suffix)])
-            if isinstance(value, dict):
-                out.extend((h, b.block_id) for b in value.values())
-            else:
-                out.append((h, value.block_id))
+            if suffix is not None:
+                out.append((bytes(key[:-len(suffix)]), block_id))
         return out
 
     def pool_snapshot(self) -> dict:
@@ -405,6 +388,20 @@ def exception_site(exc: BaseException) -> tuple[bool, str]:
     frozen = not os.path.isabs(path) and path.startswith("vllm" + os.sep)
     short = path[len(os.path.dirname(prefix.rstrip(os.sep))) + 1:] if inside else path
     return inside or frozen, f"{short}:{last.tb_lineno} in {frame.f_code.co_name}"
+
+
+def cache_map_entries(cache_map) -> list[tuple[bytes, int]]:
+    """(key, block id) for every block a BlockHashToBlockMap caches, in either layout: 0.34+ maps a key to a
+    block id, several under `_dup_ids` (block_pool.py:56-64 in 0.34.0); earlier a block, several as a dict."""
+    out = []
+    if vllm_release().block_map_ids:
+        dups = cache_map._dup_ids
+        for key, block_id in cache_map._cache.items():
+            out.extend((key, b) for b in (dups[key] if key in dups else (block_id,)))
+        return out
+    for key, value in cache_map._cache.items():
+        out.extend((key, b.block_id) for b in (value.values() if isinstance(value, dict) else (value,)))
+    return out
 
 
 def full_attention_manager_class():
@@ -453,7 +450,7 @@ def refuse_budget_below_block(geometry: Geometry) -> None:
 def supports_retention() -> bool:
     """KVCacheConfig.prefix_cache_retention_interval (0.33.0, kv_cache_interface.py:1541): sparse Mamba prefix-cache
     retention, which the coordinator applies in `cache_blocks` (kv_cache_coordinator.py:360-380)."""
-    return "prefix_cache_retention_interval" in _vllm().kci.KVCacheConfig.__dataclass_fields__
+    return vllm_release().retention
 
 
 def retention_config(geometry: Geometry) -> dict:
@@ -480,14 +477,8 @@ def supports_failed_recving() -> bool:
 
 def supports_prefill_checkpoints() -> bool:
     """Prefill checkpoint blocks, the worker-side helpers the shadow calls, and a runner whose checkpoint
-    export the shadow mirrors: the shadow follows vLLM 0.33.0's (protocol doc §6.7), so 0.33.x only."""
-    if _parse_version(installed_version())[:2] < (0, 33):
-        return False
-    kci = _vllm().kci
-    fields = kci.MambaSpec.__dataclass_fields__
-    return ({"num_prefill_checkpoint_blocks", "prefill_checkpoint_alignment"} <= set(fields)
-            and hasattr(kci, "get_mamba_prefill_checkpoint_position")
-            and hasattr(kci, "is_mamba_prefill_checkpoint_valid"))
+    export the shadow mirrors: the shadow follows vLLM 0.33.0's (protocol doc §6.7), so 0.33 and later."""
+    return vllm_release().prefill_checkpoints
 
 
 # vLLM's worker-side code for Mamba states the engine tier runs (V1 and V2 runners), imported before

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import os
 
+from harness.release import use_tree
+
+# the vLLM tree this run names (--vllm PATH, HH_VLLM), first on sys.path before anything imports vLLM
+use_tree()
+
 # CPU device inference, and vLLM's Triton check accepting a driverless machine (CUDA_VISIBLE_DEVICES set and
 # empty, vllm/triton_utils/importing.py) so vLLM picks its model runner as on a GPU host (--runner auto / v2);
 # Triton kernels without a harness replacement run in Triton's interpreter.

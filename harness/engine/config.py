@@ -163,12 +163,30 @@ _V2_ENV = {"mirror": "0", "v1": "0", "v2": "1", "auto": None}  # VLLM_USE_V2_MOD
 def _pick_runner(runner: str) -> None:
     """`mirror` / `v1` force V1 and `v2` forces V2 through vLLM's own switch (config/vllm.py:748-750);
     `auto` leaves vLLM's pick (config/vllm.py:752-767). The scheduler reads it too (placeholder drafts
-    under V2, scheduler.py:1642), so it is set before the config and the Scheduler are built."""
+    under V2, scheduler.py:1642), so it is set before the config and the Scheduler are built. Where vLLM has
+    no V1 runner (0.34+) the switch is gone (any value but 1 raises, platforms/interface.py:1476-1485 in 0.34.0):
+    V2 is the only pick, `--runner v1` is bad input and the mirror follows V2's scheduler output."""
+    from harness.release import vllm_release
+
+    release = vllm_release()
+    if not release.v1_runner:
+        if runner == "v1":
+            release.refuse_v1("--runner v1")
+        os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+        return
     value = _V2_ENV[runner]
     if value is None:
         os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
     else:
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = value
+
+
+def picks_v2(config_or_scheduler) -> bool:
+    """vLLM's own runner pick for a config: V2 where it records `use_v2_model_runner` (the VllmConfig,
+    config/vllm.py:748-767 in 0.33.0, and the Scheduler, scheduler.py:387), always where it has no V1 runner."""
+    from harness.release import vllm_release
+
+    return not vllm_release().v1_runner or bool(getattr(config_or_scheduler, "use_v2_model_runner", False))
 
 
 ASYNC_WANTED = {"auto": None, "on": True, "off": False}  # --async-scheduling -> SchedulerConfig.async_scheduling
@@ -181,7 +199,7 @@ def follows_async(vc, runner: str, forward: str = "symbolic") -> bool:
     device-side next tokens, drafts and valid counts, :4328-4420: harness/engine/v1_eagle.py). Driven
     synchronously only: V1 with n-gram drafts (vLLM itself schedules those synchronously), V1 with the model
     forward, and the mirror worker."""
-    if runner == "v2" or (runner == "auto" and bool(getattr(vc, "use_v2_model_runner", False))):
+    if runner == "v2" or (runner == "auto" and picks_v2(vc)):
         return True
     spec = vc.speculative_config
     return runner in ("v1", "auto") and forward == "symbolic" and (spec is None or spec.method == "eagle")

@@ -116,8 +116,10 @@ def postprocess_mamba_fused_kernel(
         state_block_strides_ptr, state_elem_sizes_ptr, state_inner_sizes_ptr, state_conv_widths_ptr,
         state_group_indices_ptr, state_dim_row_count_ptr, state_dim_row_stride_ptr, num_accepted_tokens_out_ptr,
         idx_mapping_ptr, num_reqs, block_size, COPY_BLOCK_SIZE=1024, CONV_STATE_DIM_FIRST=False,
-        HAS_IDX_MAPPING=False, PRECOMPUTED_NEW_COMPUTED=False, TEMPORAL_TILES=1):
-    """Per request: the decision of mamba_utils.py:440-470, then every state's copy (grid axis 1)."""
+        HAS_IDX_MAPPING=False, PRECOMPUTED_NEW_COMPUTED=False, TEMPORAL_TILES=1, SKIP_TEMPORAL_STATE_COPY=False):
+    """Per request: the decision of mamba_utils.py:440-470, then every state's copy (grid axis 1).
+    SKIP_TEMPORAL_STATE_COPY (0.34: FlashInfer's ReplaySSM owns the temporal state) is never set on CPU."""
+    _no_replayssm(SKIP_TEMPORAL_STATE_COPY)
     for batch_idx in range(int(num_reqs)):
         req_idx = _i(idx_mapping_ptr, batch_idx) if HAS_IDX_MAPPING else batch_idx
         if req_idx < 0:
@@ -146,13 +148,21 @@ def postprocess_mamba_fused_kernel(
                      state_group_indices_ptr, state_dim_row_count_ptr, state_dim_row_stride_ptr, CONV_STATE_DIM_FIRST)
 
 
+def _no_replayssm(flag) -> None:
+    """vLLM 0.34's ReplaySSM switches (FlashInfer's ring materializer, GPU only) are not simulated."""
+    if flag:
+        raise NotImplementedError("FlashInfer ReplaySSM's align-mode copies are not simulated on CPU")
+
+
 def precopy_mamba_align_fused_kernel(
         mamba_state_idx_ptr, src_col_ptr, token_bias_ptr, block_table_ptrs_ptr, block_table_stride_req,
         state_base_addrs_ptr, state_block_strides_ptr, state_elem_sizes_ptr, state_inner_sizes_ptr,
         state_conv_widths_ptr, state_group_indices_ptr, state_dim_row_count_ptr, state_dim_row_stride_ptr,
         idx_mapping_ptr, num_reqs, COPY_BLOCK_SIZE=1024, CONV_STATE_DIM_FIRST=False, HAS_IDX_MAPPING=True,
-        TEMPORAL_TILES=1):
-    """Per request: copy from src_col (shifted by token_bias) to the new running column (:596-631)."""
+        TEMPORAL_TILES=1, ZERO_TEMPORAL_TOKEN_BIAS=False):
+    """Per request: copy from src_col (shifted by token_bias) to the new running column (:596-631).
+    ZERO_TEMPORAL_TOKEN_BIAS (0.34: ReplaySSM, mamba_utils.py:1166) is never set on CPU."""
+    _no_replayssm(ZERO_TEMPORAL_TOKEN_BIAS)
     for batch_idx in range(int(num_reqs)):
         req_idx = _i(idx_mapping_ptr, batch_idx) if HAS_IDX_MAPPING else batch_idx
         if req_idx < 0:

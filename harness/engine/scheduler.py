@@ -37,12 +37,14 @@ from harness.tokens import RequestTruth, drafts_wanted, propose, verify  # the s
 from harness.errors import BadInput, HarnessError
 from harness.scenario import RequestSpec, Scenario
 from harness.states import chain
+from harness.release import vllm_source
 from harness.trace import CacheRecorder, Retention, Trace, VllmException, VllmRaised, blocks_at_least, run_steps
 from harness.vllm_adapter import (
     adopt_manager,
     exception_site,
     installed_version,
     parameters,
+    supported_kwargs,
     vllm_namespace,
 )
 from harness.engine.config import build_scheduler, derive_geometry
@@ -90,7 +92,7 @@ class EngineDriver:
         from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
 
         self.DraftTokenIds, self.KVConnectorOutput, self.ModelRunnerOutput = DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
-        self.trace = Trace(vllm_version=installed_version(), mutant=mutant, retention=Retention.of(scenario.geometry))
+        self.trace = Trace(**vllm_source().as_json(), mutant=mutant, retention=Retention.of(scenario.geometry))
         self.so = None  # this step's SchedulerOutput (what a forward backend's step_tokens reads)
         self.backend = self._forward_backend()  # --forward model: the model tier's ModelBackend; else None
         # the scenario's model of every request's tokens, which the worker reads too (it never asks the driver)
@@ -288,9 +290,7 @@ class EngineDriver:
         for rid in done:
             del self.loads[rid]
         self.reported_loads = bool(done)  # vLLM takes them out of WAITING_FOR_REMOTE_KVS next step
-        out = self.ModelRunnerOutput(
-            req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)}, sampled_token_ids=sampled_ids,
-            kv_connector_output=self._loads_output(done) if done else None)
+        out = self._runner_output(ids, sampled_ids, self._loads_output(done) if done else None)
         self._call("", "update_from_output", self.sched.update_from_output, so, out)
         self._after_output(ids)
         self._check_cache(step)
@@ -425,9 +425,15 @@ class EngineDriver:
         if self.loads:  # one more engine step reports the loads in flight, so vLLM frees their blocks
             so = self._call("", "schedule", self.sched.schedule)
             done, self.loads = set(self.loads), {}
-            out = self.ModelRunnerOutput(req_ids=[], req_id_to_index={}, sampled_token_ids=[],
-                                         kv_connector_output=self._loads_output(done))
+            out = self._runner_output([], [], self._loads_output(done))
             self._call("", "update_from_output", self.sched.update_from_output, so, out)
+
+    def _runner_output(self, ids: list[str], sampled_ids: list, kv_connector_output):
+        """A ModelRunnerOutput as the runner reports it; `req_id_to_index` only where the release has it (gone in
+        0.34.0, v1/outputs.py:267)."""
+        return self.ModelRunnerOutput(**supported_kwargs(
+            self.ModelRunnerOutput, req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
+            sampled_token_ids=sampled_ids, kv_connector_output=kv_connector_output))
 
     def _load_fails(self, rid: str) -> bool:
         ext = self.reqs[rid].spec.external

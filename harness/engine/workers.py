@@ -18,7 +18,7 @@ from __future__ import annotations
 from harness.errors import BadInput, HarnessError
 from harness.states import SymbolicStates
 from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow
-from harness.engine.config import resumed_ids
+from harness.engine.config import picks_v2, resumed_ids
 
 
 def make_worker(driver, runner: str):
@@ -27,7 +27,7 @@ def make_worker(driver, runner: str):
     the V1 worker (vLLM's own runner either way); a scenario that worker cannot follow is bad input naming
     why, not a silent fall-back to the mirror."""
     if runner == "auto":  # vLLM's own V1 or V2 model runner, whichever it picked (never the mirror)
-        picked = "v2" if getattr(driver.sched, "use_v2_model_runner", False) else "v1"
+        picked = "v2" if picks_v2(driver.sched) else "v1"
         try:
             return make_worker(driver, picked)
         except BadInput as exc:
@@ -38,7 +38,7 @@ def make_worker(driver, runner: str):
         from harness.engine.v2_setup import v2_unavailable
 
         why = v2_unavailable() or _v2_release_unsupported()
-        if why is None and not getattr(driver.sched, "use_v2_model_runner", False):
+        if why is None and not picks_v2(driver.sched):
             why = f"vLLM {driver.trace.vllm_version} does not run this config on its V2 model runner"
         if why is not None:
             raise BadInput(f"--runner v2: {why}")
@@ -58,20 +58,23 @@ def make_worker(driver, runner: str):
         return MirrorWorker(driver)
     if runner == "v1":  # vLLM's own V1 model runner, only the forward simulated (harness/engine/runner_v1.py)
         from harness.engine.runner_v1 import V1Worker
+        from harness.release import vllm_release
+
+        vllm_release().refuse_v1("--runner v1")
 
         return V1Worker(driver)
     raise BadInput(f"engine runner {runner!r} is not available yet on this build of the harness")
 
 
 def _v2_release_unsupported() -> str | None:
-    """The releases the V2 worker follows (measured: bench/engine_support.sh): 0.32.x and 0.33.x, with either
+    """The releases the V2 worker follows (measured: bench/engine_support.sh): 0.32 and later, with either
     kernel set (the torch replacements bind each release's kernel parameters by name, kernels_v2._by_name);
     before 0.32 the CPU V2 runner loads the model architecture itself instead of taking the harness's model."""
-    from harness.vllm_adapter import _parse_version, installed_version
+    from harness.release import vllm_release
 
-    v = _parse_version(installed_version())[:2]
-    if v < (0, 32):
-        return (f"the harness's V2 worker follows vLLM 0.32-0.33's V2 runner (vLLM {installed_version()}'s CPU V2 "
+    release = vllm_release()
+    if release.parsed[:2] < (0, 32):
+        return (f"the harness's V2 worker follows vLLM 0.32+'s V2 runner (vLLM {release.source.describe()}'s CPU V2 "
                 "runner builds the model architecture from the model config); use --runner v1 (vLLM's V1 runner)")
     return None
 
