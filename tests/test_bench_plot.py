@@ -1,4 +1,4 @@
-"""bench/plot.py: Markdown table, scaling PNGs, CoW ratio, and the regression comparison's exit code."""
+"""bench/measure/plot.py: Markdown table, scaling PNGs, CoW ratio, and the regression comparison's exit code."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _write(path, benches):
 
 
 def _plot(*args):
-    return subprocess.run([sys.executable, str(ROOT / "bench" / "plot.py"), *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "measure" / "plot.py"), *args], capture_output=True, text=True)
 
 
 def test_table_plots_and_cow_ratio(tmp_path):

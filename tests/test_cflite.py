@@ -1,7 +1,7 @@
 """ClusterFuzzLite: the targets work from a PyInstaller bundle, ship a corpus and dictionary each, the
 workflows run every mode, and the crash files kept in fuzz/regressions/ replay as docs/fuzzing.md says.
 
-The PyInstaller build itself (~10 min and ~730 MB per target) is not run here: bench/pyinstaller_check.sh
+The PyInstaller build itself (~10 min and ~730 MB per target) is not run here: tools/pyinstaller_check.sh
 builds both targets as compile_python_fuzzer does and replays crash files through the bundles
 (docs/clusterfuzzlite.md records a run).
 """
@@ -115,17 +115,17 @@ def test_pyinstaller_flags_are_shared_by_build_sh_and_the_check_script():
              if line and not line.startswith("#")]
     assert flags and all(re.fullmatch(r"--[a-z-]+=[\w.-]+", f) for f in flags), flags
     assert "--collect-binaries=xgrammar" in flags and "--copy-metadata=vllm" in flags
-    for script in (ROOT / ".clusterfuzzlite" / "build.sh", ROOT / "bench" / "pyinstaller_check.sh"):
+    for script in (ROOT / ".clusterfuzzlite" / "build.sh", ROOT / "tools" / "pyinstaller_check.sh"):
         assert ".clusterfuzzlite/pyinstaller.flags" in script.read_text()
         assert os.access(script, os.X_OK)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("PyInstaller") is None,
-                    reason="PyInstaller is not installed (bench/pyinstaller_check.sh installs the pinned version)")
+                    reason="PyInstaller is not installed (tools/pyinstaller_check.sh installs the pinned version)")
 def test_check_script_pins_the_installed_pyinstaller():
     import PyInstaller
 
-    pinned = re.search(r"^PYINSTALLER=(\S+)$", (ROOT / "bench" / "pyinstaller_check.sh").read_text(), re.M)
+    pinned = re.search(r"^PYINSTALLER=(\S+)$", (ROOT / "tools" / "pyinstaller_check.sh").read_text(), re.M)
     assert pinned and pinned.group(1) == PyInstaller.__version__
 
 

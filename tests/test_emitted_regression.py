@@ -1,5 +1,5 @@
 """For every mutant of the bank, the regression test emitted from its stored killing scenario
-(scenarios/mutants/NAME.json, bench/mutant_repros.py) fails with the mutant applied and passes on stock vLLM:
+(scenarios/mutants/NAME.json, tools/mutant_repros.py) fails with the mutant applied and passes on stock vLLM:
 the emitted file asserts what the finding's oracle asserts (live columns, state identity of reads and of
 cached blocks, pool accounting, exceptions), through vLLM's own objects."""
 

@@ -259,7 +259,7 @@ def test_async_decision_is_vllms_for_the_drafting_method():
 def test_async_run_goes_on_while_a_batch_is_in_flight():
     """A request preempted while its batch is in flight leaves a step with nothing scheduled; the loop must not
     take that for the end (the batch still reports, the request is rescheduled): it finishes as synchronously
-    (found by bench/async_differential.py: the run used to stop there and abort it)."""
+    (found by tools/async_differential.py: the run used to stop there and abort it)."""
     from harness.engine.scheduler import EngineDriver
     from harness.scenario import parse_scenario
 

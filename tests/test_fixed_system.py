@@ -221,7 +221,7 @@ def test_engine_confirmation_schedules_as_the_mirror_does():
     from harness.mutants import mutant_applied
     from harness.scenario import parse_scenario
 
-    mutant = str(ROOT / "mutants_blind" / "mamba-spec-scratch-not-reserved-on-first-alloc.py")
+    mutant = str(ROOT / "banks" / "blind_mutants" / "mamba-spec-scratch-not-reserved-on-first-alloc.py")
     scenario = parse_scenario(json.loads((ROOT / "tests" / "data" / "engine-confirmation-sync-spec-scratch.json").read_text()))
     with mutant_applied(mutant):
         _, _, verdict = replay_and_judge(scenario, config=RunConfig(mutant=mutant))
@@ -238,7 +238,7 @@ def test_the_kill_rule_counts_a_bug_revealed_behind_a_known_one():
     from harness.mutation import kills
     from harness.scenario import scenario_to_json
 
-    mutant = str(ROOT / "mutants_blind" / "mamba-spec-scratch-not-reserved-on-first-alloc.py")
+    mutant = str(ROOT / "banks" / "blind_mutants" / "mamba-spec-scratch-not-reserved-on-first-alloc.py")
     doc = json.loads((ROOT / "tests" / "data" / "kill-revealed-spec-scratch.json").read_text())
     assert kills(doc, config=RunConfig(mutant=mutant)) is not None
     stock_only = scenario_to_json(load_scenario(ROOT / "scenarios" / "seed-external-hit-same-block.json"))

@@ -1,4 +1,4 @@
-"""models/gpu.py and bench/gpu_check.py without a GPU: clean unavailability, the SKIPPED exit, the mamba_ssm
+"""models/gpu.py and tools/gpu_check.py without a GPU: clean unavailability, the SKIPPED exit, the mamba_ssm
 import shell, and the backend's layouts through torch stand-ins with mamba-ssm's signatures. The last test
 compares the real Triton kernels and runs only where CUDA and mamba-ssm are present."""
 
@@ -20,7 +20,7 @@ from models.hybrid import HybridLM, MambaState, ModelConfig, contiguous_kv
 from models.reference import teacher_forced_logits
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "bench" / "gpu_check.py")
+_spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "tools" / "gpu_check.py")
 gpu_check = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gpu_check)
 
@@ -74,7 +74,7 @@ def test_available_names_missing_mamba_ssm(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(gpu.importlib.util, "find_spec",
                         lambda name, *a: None if name == "mamba_ssm" else real(name, *a))
-    assert gpu.available() == (False, "mamba_ssm not installed (bench/gpu_setup.sh, docs/gpu.md)")
+    assert gpu.available() == (False, "mamba_ssm not installed (tools/gpu_setup.sh, docs/gpu.md)")
 
 
 def _fake_package(root: Path, triton_ok: bool) -> None:
@@ -116,7 +116,7 @@ def test_check_script_skips_cleanly(tmp_path):
     if ON_GPU:
         pytest.skip("a GPU backend is available here: the script would run for real")
     env = {"OUT": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    p = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py")], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_check.py")], capture_output=True, text=True,
                        timeout=60, env=env, cwd=ROOT)
     assert p.returncode == 0, p.stderr
     assert "SKIPPED: " in p.stdout and "versions: " in p.stdout

@@ -1,4 +1,4 @@
-"""bench/peer_tests.py without the network: the sdist's sha256 check (exit 2), the extraction of the selected tests
+"""bench/measure/peer_tests.py without the network: the sdist's sha256 check (exit 2), the extraction of the selected tests
 and their helpers, the plugin's rules and verdict on a tiny fake suite, and the table writer."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 
 from testlib import ROOT
 
-sys.path.insert(0, str(ROOT / "bench"))  # the plugin imports as `peer_plugin` (what `-p peer_plugin` loads)
-_spec = importlib.util.spec_from_file_location("peer_tests", ROOT / "bench" / "peer_tests.py")
+sys.path.insert(0, str(ROOT / "bench" / "measure"))  # the plugin imports as `peer_plugin` (what `-p peer_plugin` loads)
+_spec = importlib.util.spec_from_file_location("peer_tests", ROOT / "bench" / "measure" / "peer_tests.py")
 peer_tests = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(peer_tests)
 import peer_plugin  # noqa: E402

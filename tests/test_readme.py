@@ -1,5 +1,5 @@
 """README.md stays a ten-minute page: short, every relative link resolves, and its known-issue table is the one
-bench/known_table.py generates from the registry in harness/known.py (never edited by hand)."""
+tools/known_table.py generates from the registry in harness/known.py (never edited by hand)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ MAX_LINES = 250
 
 
 def _known_table():
-    spec = importlib.util.spec_from_file_location("known_table", ROOT / "bench" / "known_table.py")
+    spec = importlib.util.spec_from_file_location("known_table", ROOT / "tools" / "known_table.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -42,9 +42,9 @@ def test_readme_relative_links_exist():
 def test_known_issue_tables_match_the_registry():
     kt = _known_table()
     assert kt.block(README.read_text()) == kt.readme_table(), \
-        "README.md's known-issue table is stale: run python bench/known_table.py"
+        "README.md's known-issue table is stale: run python tools/known_table.py"
     assert kt.block(kt.DOCS.read_text()) == kt.docs_table(), \
-        "docs/known-issues.md's table is stale: run python bench/known_table.py"
+        "docs/known-issues.md's table is stale: run python tools/known_table.py"
 
 
 def test_module_map_names_every_module():

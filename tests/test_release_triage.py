@@ -1,4 +1,4 @@
-"""bench/release_triage.py: which releases a finding reproduces on, and the first release without it."""
+"""tools/release_triage.py: which releases a finding reproduces on, and the first release without it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 from testlib import ROOT
 
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tools"))
 from release_triage import first_clean  # noqa: E402
 
 
@@ -31,7 +31,7 @@ def test_a_known_issue_repro_is_judged_on_the_installed_release(tmp_path):
     doc = json.loads((ROOT / "scenarios/v1-padded-prompt-tail-prefilled.json").read_text())
     doc["geometry"].update(num_speculative_tokens=0, eagle_block_drop=True)  # EAGLE's block drop with no drafter
     bad.write_text(json.dumps(doc))
-    out = subprocess.run([sys.executable, str(ROOT / "bench/release_triage.py"), "x", "--replay",
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "release_triage.py"), "x", "--replay",
                           str(ROOT / "scenarios/v1-padded-prompt-tail-prefilled.json"), str(bad)],
                          capture_output=True, text=True, cwd=ROOT, timeout=600)
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]

@@ -6,7 +6,7 @@ bench_values.py hands the action).
     bench_noise.py b1.json b2.json [b3.json ...]      # pytest-benchmark JSON files of the same commit
 
 Prints a Markdown table and the worst ratios; the bench workflow's alert threshold sits above the worst
-minimum ratio (bench/results/noise.md).
+minimum ratio (bench/reports/noise.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
     bench_values.py bench-output.json bench-values.json [--stat min|median|mean]
 
 The action's `pytest` tool compares means (as ops/s), and a mean over 3-30 rounds moves with one preempted
-round. Measured on one commit, 5 runs on a shared 2-core machine (bench/results/noise.md), the worst
+round. Measured on one commit, 5 runs on a shared 2-core machine (bench/reports/noise.md), the worst
 run-to-run ratio was 27x for the mean, 6.9x for the median and 2.5x for the minimum (interference mostly
 adds time), so the dashboard and its alert threshold track the minimum (the default).
 """

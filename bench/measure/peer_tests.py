@@ -1,11 +1,11 @@
 """vLLM's own unit tests as a peer of the fuzzer: do they kill the harness's allocator-side mutants?
 
-    .venv/bin/python bench/peer_tests.py [--vllm X] [--only NAME ...] [--mutants-dir DIR] [--stock-only]
+    .venv/bin/python bench/measure/peer_tests.py [--vllm X] [--only NAME ...] [--mutants-dir DIR] [--stock-only]
                                          [--jobs J] [--out bench/results/peer_tests.md]
 
 Fetches vLLM X's source distribution from PyPI (sha256 checked, cached under ~/.cache/hybrid-harness/), extracts
 tests/v1/core and tests/v1/kv_connector/unit plus the shared helpers they import, and runs them with pytest
-(-x) on stock vLLM, then once per mutant with bench/peer_plugin.py applying it at session start. A mutant is
+(-x) on stock vLLM, then once per mutant with bench/measure/peer_plugin.py applying it at session start. A mutant is
 killed when some test fails or errors. Worker-side mutants (model runner code) are out of reach of these tests
 and listed as n/a. Writes a Markdown table and the raw rows as JSON next to it. Exit 0 done, 2 bad input or a
 corrupt download, 3 the stock run is not green.
@@ -32,8 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urljoin
 
-ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT / "bench"
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent  # this folder: peer_plugin.py, which `-p peer_plugin` loads
 SELECTED = ("tests/v1/core/", "tests/v1/kv_connector/unit/")  # vLLM's tests of the allocator and scheduler
 PYPI = "https://pypi.org/pypi/vllm"
 EXIT_OK, EXIT_BAD, EXIT_STOCK_RED = 0, 2, 3
@@ -195,7 +195,7 @@ def extract_tests(sdist: Path, version: str, cache: Path) -> Path:
 # ---- run --------------------------------------------------------------------------------------------------
 
 def pytest_command(mutant: str | None, report: Path, full_cleanup: bool) -> tuple[list[str], dict]:
-    """The pytest call (run in the extracted folder) and its environment; bench/ on the path for the plugin."""
+    """The pytest call (run in the extracted folder) and its environment; this folder on the path for the plugin."""
     # --tb=native: pytest's own traceback formatter re-parses source with ast, which crashes CPython 3.11.7 on some
     # of vLLM's async tests (INTERNALERROR, "AST constructor recursion depth mismatch") and ends the session
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", "--tb=native", "-p", "peer_plugin",
@@ -203,9 +203,11 @@ def pytest_command(mutant: str | None, report: Path, full_cleanup: bool) -> tupl
            "-o", "asyncio_default_fixture_loop_scope=function", f"--hh-report={report}", "--rootdir=.",
            # one token each: pytest finds its rootdir from the arguments before the plugin's options are known,
            # so a separate mutant-file path would be read as a test path (rootdir "/", the rules' paths unmatched)
-           *([f"--hh-mutant={mutant}"] if mutant else []), *(["--hh-full-cleanup"] if full_cleanup else []),
+           # a mutant file is passed absolute: the session runs in the extracted folder, not here
+           *([f"--hh-mutant={Path(mutant).resolve() if mutant.endswith('.py') else mutant}"] if mutant else []),
+           *(["--hh-full-cleanup"] if full_cleanup else []),
            *(s.rstrip("/") for s in SELECTED)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
     return cmd, env
 
 
@@ -272,7 +274,7 @@ def table(rows: list[dict], header: str, rules: list, stubs: list, settings: lis
             seconds = r["seconds"]
         first = f"`{r['first_failure']}`" if r.get("first_failure") else "-"
         out.append(f"| `{r['mutant']}` | {killed} | {first} | {seconds} |")
-    out += ["", "Not run as written (named rules in `bench/peer_plugin.py`; counts from the stock run):", ""]
+    out += ["", "Not run as written (named rules in `bench/measure/peer_plugin.py`; counts from the stock run):", ""]
     for name, reason, _ in rules:
         c = counts.get(name, {"tests": 0, "files": 0})
         out.append(f"- `{name}`: {reason} ({c['tests']} tests deselected, {c['files']} files not collected)")
@@ -319,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         names += [str(p) for p in sorted(Path(args.mutants_dir).glob("*.py"))]
     not_run = [] if args.stock_only else [n for n in (args.only or worker) if n in worker]
 
-    sys.path.insert(0, str(BENCH))
+    sys.path.insert(0, str(HERE))
     import peer_plugin  # for its lists only: importing it changes nothing
 
     settings = [s for s in peer_plugin.SETTINGS if not (args.full_cleanup and s[0] == "skip_global_cleanup")]
@@ -348,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         from harness.stamp import stamp
 
-        command = "bench/peer_tests.py " + " ".join(sys.argv[1:] if argv is None else argv)
+        command = "bench/measure/peer_tests.py " + " ".join(sys.argv[1:] if argv is None else argv)
         text = table(rows, stamp(command.strip()) + f"\n\nvLLM {version}'s own unit tests "
                      f"({', '.join(SELECTED)}), `pytest -x` once per mutant: killed = some test fails or errors.",
                      peer_plugin.RULES, peer_plugin.STUBS, settings)

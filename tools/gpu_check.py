@@ -1,6 +1,6 @@
 """One-shot GPU check (docs/gpu.md): mamba-ssm's Triton kernels (models/gpu.py) against the torch reference.
 
-    python bench/gpu_check.py        # < 5 min on one H200; prints "SKIPPED: <reason>" and exits 0 without a GPU
+    python tools/gpu_check.py        # < 5 min on one H200; prints "SKIPPED: <reason>" and exits 0 without a GPU
 
 1. versions: torch, CUDA, triton, mamba-ssm;
 2. each GPU kernel on random float32 inputs of a few sizes vs models/kernels.py in float64 on the CPU from the

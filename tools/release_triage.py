@@ -6,8 +6,8 @@ configuration its artifact records, known fixes off: stock, findings classified 
 process per release, and writes a Markdown table: per finding its verdict on each release and the first release
 from which every tested release is clean.
 
-    python bench/release_triage.py /tmp/hh/camp/findings --out bench/results/triage.md
-    python bench/release_triage.py F1 F2 --venvs .venv-0.26.0 .venv-0.28.0 .venv
+    python tools/release_triage.py /tmp/hh/camp/findings --out bench/results/triage.md
+    python tools/release_triage.py F1 F2 --venvs .venv-0.26.0 .venv-0.28.0 .venv
 
 Verdicts: `clean`; `NEW kinds` (exit-1 signatures no registered fix removes); `KNOWN(ids)`; `bad input` (the
 release cannot express the scenario: another release's feature); `harness error`.

@@ -1,6 +1,6 @@
 """Replay throughput and the share of replay time spent inside vLLM (not a test).
 
-    python bench/profile_replay.py [--count 400] [--seed 0] [--tier symbolic|model]
+    python bench/measure/profile_replay.py [--count 400] [--seed 0] [--tier symbolic|model]
 
 Replays generated scenarios (the `hybrid-harness sweep` generator, prefill checkpoints where the release
 has them) on one core and reports scenarios/s and steps/s, for the replay alone and with the oracles. The
@@ -91,7 +91,7 @@ def main() -> None:
     if args.out:
         from harness.stamp import stamp
 
-        command = f"taskset -c 0 python bench/profile_replay.py --count {args.count} --tier {args.tier}"
+        command = f"taskset -c 0 python bench/measure/profile_replay.py --count {args.count} --tier {args.tier}"
         Path(args.out).write_text(f"# Replay profile\n\n{stamp(command)}\n\n```\n" + "\n".join(lines) + "\n```\n")
     if args.profile:
         prof = cProfile.Profile()

@@ -1,4 +1,4 @@
-"""pytest plugin for bench/peer_tests.py: runs vLLM's own unit tests with one of the harness's mutants applied.
+"""pytest plugin for bench/measure/peer_tests.py: runs vLLM's own unit tests with one of the harness's mutants applied.
 
 Loaded with `-p peer_plugin` (bench/ on PYTHONPATH). Options (or the environment, for a bare `pytest` call):
   --hh-mutant NAME   HH_PEER_MUTANT   a bank mutant's name or a mutant .py file, applied at session start

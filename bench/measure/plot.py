@@ -1,7 +1,7 @@
 """Turn pytest-benchmark JSON into PNG scaling curves and a Markdown table; compare two runs.
 
-    python bench/plot.py bench/results/bench-0.33.0.json --out bench/results
-    python bench/plot.py OLD.json NEW.json --compare [--threshold 0.20]   # exit 1 on a slowdown past it
+    python bench/measure/plot.py bench/results/bench-0.33.0.json --out bench/results
+    python bench/measure/plot.py OLD.json NEW.json --compare [--threshold 0.20]   # exit 1 on a slowdown past it
 
 Scaling groups are the parametrized benchmarks whose single parameter is a number (prompt length,
 concurrent requests, pool size, K, copies): one PNG each, mean time against the parameter (log-log).
@@ -131,7 +131,7 @@ def main() -> None:
 
     head = [f"# pytest-benchmark results ({Path(args.json[0]).name})", "",
             stamp(f"python -m pytest bench --benchmark-only --benchmark-json={args.json[0]} && "
-                  f"python bench/plot.py {args.json[0]} --out {args.out}"), ""]
+                  f"python bench/measure/plot.py {args.json[0]} --out {args.out}"), ""]
     md.write_text("\n".join(head + table(benches)) + "\n")
     for path in plots(benches, out):
         print(f"wrote {path}")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The known-issue tables, generated from the registry (`harness.known.KNOWN_ISSUES`), never written by hand.
 
-    python bench/known_table.py [--check]
+    python tools/known_table.py [--check]
 
 Rewrites the block between `<!-- known-issues:begin -->` and `<!-- known-issues:end -->` in docs/known-issues.md
 (the full table: releases, what goes wrong, who reaches it, repro, fix, which code carries it; the page is
@@ -24,7 +24,7 @@ BEGIN = "<!-- known-issues:begin -->"
 END = "<!-- known-issues:end -->"
 README = ROOT / "README.md"
 DOCS = ROOT / "docs" / "known-issues.md"
-GENERATED = "_Generated from `harness/known.py` (`KNOWN_ISSUES`) by `python bench/known_table.py`; do not edit by hand._"
+GENERATED = "_Generated from `harness/known.py` (`KNOWN_ISSUES`) by `python tools/known_table.py`; do not edit by hand._"
 
 # a word with an underscore is code (a vLLM function, field or file): backticks keep Markdown from reading it
 _IDENT = re.compile(r"(?<![\w`.])([A-Za-z_][\w.]*_[\w.]*\w|_\w+)")
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
     if args.check and stale:
-        print("out of date (run python bench/known_table.py): " + ", ".join(map(str, stale)), file=sys.stderr)
+        print("out of date (run python tools/known_table.py): " + ", ".join(map(str, stale)), file=sys.stderr)
         return 1
     for path in stale:
         print(f"wrote {path}")

@@ -1,12 +1,12 @@
 """How often does each input distribution reach each bank mutant? (Why a campaign can lose to a sweep.)
 
-    taskset -c 0 .venv/bin/python bench/input_distribution.py [--count 1000] [--out docs/input-distribution.md]
+    taskset -c 0 .venv/bin/python bench/measure/input_distribution.py [--count 1000] [--out bench/results/input_distribution.md]
 
 Per mutant, COUNT inputs from each source are replayed with the mutant applied and judged by the kill rule
 (harness.mutation.kills: a finding no known fix explains that stock vLLM does not show):
 - sweep:   harness.generate.random_scenario(seed) — what `hybrid-harness sweep` replays;
 - fuzz:    harness.genome.decode(random_bytes) — the fuzzer's input space, sampled uniformly (the start of
-           every campaign, and the random-sampling baseline of bench/time_to_detect.py).
+           every campaign, and the random-sampling baseline of bench/measure/time_to_detect.py).
 A bug class the fuzz space reaches far less often than the sweep's needs coverage guidance to make up for it.
 """
 
@@ -17,13 +17,13 @@ import random
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=1000)
-    parser.add_argument("--out", default=str(ROOT / "docs" / "input-distribution.md"))
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "input_distribution.md"))
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from harness.replay import replay
@@ -58,7 +58,7 @@ def main() -> None:
             counts[source] = n
         rows.append(f"| `{name}` | {counts['sweep']} | {counts['fuzz']} |")
         print(rows[-1], flush=True)
-    command = f"taskset -c 0 python bench/input_distribution.py --count {args.count}"
+    command = f"taskset -c 0 python bench/measure/input_distribution.py --count {args.count}"
     text = "\n".join([f"# Kills per {args.count} inputs, by input source (vLLM {installed_version()})", "",
                       stamp(command), "", __doc__.split("\n\n", 2)[2].strip(), "",
                       "| mutant | sweep scenarios that kill it | fuzz-space inputs that kill it |", "|---|---|---|",

@@ -1,7 +1,7 @@
 """Engine-tier throughput per worker: scenarios/s, start-up and ms per step, uninstrumented.
 
-    taskset -c 0 .venv/bin/python bench/engine_throughput.py --runner v2 --kernels torch --count 300
-    .venv/bin/python bench/engine_throughput.py --table --core 0 --out bench/results/engine_throughput.md
+    taskset -c 0 .venv/bin/python bench/measure/engine_throughput.py --runner v2 --kernels torch --count 300
+    .venv/bin/python bench/measure/engine_throughput.py --table --core 0 --out bench/results/engine_throughput.md
 
 One measurement: a fresh process replays generated scenarios (harness.generate.random_scenario, prefill
 checkpoints off: the V1/V2 workers do not simulate them) on the engine tier with the given runner and kernels,
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 T0 = time.perf_counter()
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 TABLE = (("mirror", "torch", 300), ("v1", "torch", 300), ("v2", "torch", 300), ("v2", "triton", 6))
@@ -90,7 +90,7 @@ def table(core: int | None, out: Path | None, counts: dict[str, int]) -> int:
         print(_line(rows[-1]), flush=True)
     pin = f"taskset -c {core} " if core is not None else ""
     lines = ["# Engine-tier throughput", "",
-             stamp(f"{pin}.venv/bin/python bench/engine_throughput.py --table"
+             stamp(f"{pin}.venv/bin/python bench/measure/engine_throughput.py --table"
                    + (f" --core {core}" if core is not None else "") + (f" --out {out}" if out else "")), "",
              "Generated scenarios (`random_scenario(seed, checkpoints=False)`, seeds from 0), each replayed on the "
              "engine tier and judged, one process per row (pinned to one core); start-up = process start to "

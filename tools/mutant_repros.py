@@ -1,6 +1,6 @@
 """A minimized killing scenario per bank mutant, for the emitted-regression tests (scenarios/mutants/NAME.json).
 
-    .venv/bin/python bench/mutant_repros.py [--count 3000] [--only NAME ...]
+    .venv/bin/python tools/mutant_repros.py [--count 3000] [--only NAME ...]
 
 Per mutant: generated scenarios (harness.generate.random_scenario, seeds 0..COUNT-1, checkpoints where the
 release has them) until one kills it by the mutants-check rule (harness.mutation.kills: fires with the

@@ -1,7 +1,7 @@
 """The user-facing verdict per bank mutant: does `hybrid-harness fuzz --mutant NAME` exit 1, and does a seeded
-sweep? (Issue 10's must-show; the table is docs/mutant-verdicts.md.)
+sweep? (Issue 10's must-show; the table is bench/results/mutant_verdicts.md.)
 
-    taskset -c 1 .venv/bin/python bench/mutant_verdicts.py [--trials 3] [--minutes 2] [--sweep 1000] [--parallel 2]
+    taskset -c 1 .venv/bin/python bench/measure/mutant_verdicts.py [--trials 3] [--minutes 2] [--sweep 1000] [--parallel 2]
 
 Per mutant: one `hybrid-harness sweep --count SWEEP --mutant NAME` (make sweep's settings, checkpoints on) and
 TRIALS campaigns `hybrid-harness fuzz --minutes M --mutant NAME --seed-corpus --seed T` (make fuzz's settings:
@@ -23,7 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # the pre-change rule (harness/known.py before the fix-replay verdicts): prefix/suffix patterns on findings[0]
 OLD_PATTERNS = (("vllm-exception:", " in get_new_blocks"), ("provenance:", "-after-accepted-reset"))
 
@@ -83,7 +83,7 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=1, help="campaigns run at once (one core each)")
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--log", default=str(ROOT / "bench" / "results" / "mutant_verdicts.jsonl"))
-    parser.add_argument("--out", default=str(ROOT / "docs" / "mutant-verdicts.md"))
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "mutant_verdicts.md"))
     parser.add_argument("--render", action="store_true", help="only render the table from --log")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
@@ -109,7 +109,7 @@ def main() -> None:
             for row in pool.map(lambda job: campaign(job[0], job[1], args.minutes), jobs):
                 record(row)
     rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    command = (f"python bench/mutant_verdicts.py --trials {args.trials} --minutes {args.minutes:g} "
+    command = (f"python bench/measure/mutant_verdicts.py --trials {args.trials} --minutes {args.minutes:g} "
                f"--sweep {args.sweep} --parallel {args.parallel}")
     header = (f"# Verdict per bank mutant (vLLM {installed_version()})\n\n{stamp(command)}\n\n"
               "A campaign is `hybrid-harness fuzz --minutes M --mutant NAME --seed-corpus --seed T` (make fuzz's "

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""The peer table: for every allocator-side mutant, who kills it — vLLM's own unit tests (bench/peer_tests.py),
+"""The peer table: for every allocator-side mutant, who kills it — vLLM's own unit tests (bench/measure/peer_tests.py),
 a 1,000-scenario random sweep of the generator, and fuzz campaigns (`hybrid-harness mutants check` tables).
 
-    python bench/peer_table.py --peer bench/results/peer_tests.json --campaign TABLE.md [--campaign ...] \
-        [--engine-campaign TABLE.md] [--mutants-dir mutants_blind] [--workers] [--count 1000] [--trials 5] \
+    python bench/measure/peer_table.py --peer bench/results/peer_tests.json --campaign TABLE.md [--campaign ...] \
+        [--engine-campaign TABLE.md] [--mutants-dir banks/blind_mutants] [--workers] [--count 1000] [--trials 5] \
         --out bench/results/peer_table.md
 
 The sweep column is measured here: generator seeds 0..count-1 replayed with the mutant on the fixed system
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # both strategies kill within their first few inputs below this (a replay with its verdict takes 5-50 ms on this
 # box): a difference there is which input came first, not search power
 TIE_S = 0.5
@@ -95,7 +95,7 @@ def campaign_rows(paths: list[str]) -> dict[str, tuple[str, str, str]]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--peer", action="append", default=[], help="bench/peer_tests.py's JSON (repeatable)")
+    ap.add_argument("--peer", action="append", default=[], help="bench/measure/peer_tests.py's JSON (repeatable)")
     ap.add_argument("--campaign", action="append", default=[], help="a symbolic-tier `mutants check` table")
     ap.add_argument("--engine-campaign", action="append", default=[], help="an engine-tier `mutants check` table")
     ap.add_argument("--mutants-dir", action="append", default=[], help="also every *.py mutant file here")
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
                 peer[Path(row["mutant"]).stem] = row
     camp, eng = campaign_rows(args.campaign), campaign_rows(args.engine_campaign)
     measured = json.loads(Path(args.measured).read_text()) if args.measured and Path(args.measured).exists() else {}
-    lines = [stamp(" ".join(["python bench/peer_table.py", *(argv or sys.argv[1:])])), "",
+    lines = [stamp(" ".join(["python bench/measure/peer_table.py", *(argv or sys.argv[1:])])), "",
              f"| mutant | vLLM's tests (tests/v1/core, kv_connector/unit) | sweep ({args.count} seeds): killing seeds, "
              f"s to first | generator only ({args.trials} trials, {args.budget:.0f} s): killed, median s (spread) "
              "| campaign: trials killed, median s (spread) | engine campaign: trials killed, median s "

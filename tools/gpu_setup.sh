@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what models/gpu.py needs on a CUDA machine (docs/gpu.md): triton, einops and a pure-Python mamba-ssm.
 #
-#   bench/gpu_setup.sh [WHEEL_DIR]     # WHEEL_DIR (default .whl) holds wheels / the mamba-ssm sdist: offline
+#   tools/gpu_setup.sh [WHEEL_DIR]     # WHEEL_DIR (default .whl) holds wheels / the mamba-ssm sdist: offline
 #                                      # install from it (--no-index); without it, pip's configured index is used
 #
 # mamba-ssm ships no wheel on PyPI, only an sdist whose setup.py compiles the selective_scan_cuda extension.

@@ -1,7 +1,7 @@
 """Time-to-detect: coverage-guided (atheris) vs random sampling, same decoder and budget (FuzzBench-style).
 
-    .venv-0.27.1/bin/python bench/time_to_detect.py [--trials 10] [--budget 120] [--out bench/results/ttd.md]
-    .venv/bin/python bench/time_to_detect.py --all-mutants [--trials 3] [--budget 30] [--out docs/mutants-guided-vs-random.md]
+    .venv-0.27.1/bin/python bench/measure/time_to_detect.py [--trials 10] [--budget 120] [--out bench/results/ttd.md]
+    .venv/bin/python bench/measure/time_to_detect.py --all-mutants [--trials 3] [--budget 30] [--out bench/results/mutants_guided_vs_random.md]
 
 Without --mutant/--all-mutants it measures the seed bug on a release that carries it. With mutants, each
 mutant is applied (in the fuzz workers and in the random loop) and detection is a finding whose scenario
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from harness.campaign import LIBFUZZER_FLAGS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEED_ISSUE = "seed-external-hit-unmarked"  # harness/known.py: the seed bug on 0.26.0-0.27.1
 
 
@@ -141,9 +141,9 @@ def main() -> None:
             lines.append(f"| `{name}` | {g:.2f} | {sum(t is not None for t in guided)}/{args.trials} | {r:.2f} | "
                          f"{sum(t is not None for t in rtimes)}/{args.trials} | {r / max(g, 1e-9):.2f} |")
             print(lines[-1], flush=True)
-        lines += ["", stamp(f"taskset -c N python bench/time_to_detect.py --all-mutants --trials {args.trials} "
+        lines += ["", stamp(f"taskset -c N python bench/measure/time_to_detect.py --all-mutants --trials {args.trials} "
                             f"--budget {args.budget:.0f}")]
-        out = Path(args.out or ROOT / "docs" / "mutants-guided-vs-random.md")
+        out = Path(args.out or ROOT / "bench" / "results" / "mutants_guided_vs_random.md")
     else:
         fuzz = [fuzz_trial(t, args.budget) for t in range(args.trials)]
         startup_random, rnd = random_trials(args.trials, args.budget)
@@ -165,7 +165,7 @@ def main() -> None:
             f"random sampling start-up (import): {startup_random:.1f} s. "
             f"Execs to detect, guided: {[f[2] for f in fuzz]}; random: {[r[1] for r in rnd]}.",
             "",
-            stamp(f"taskset -c 0 python bench/time_to_detect.py --trials {args.trials} --budget {args.budget:.0f}"),
+            stamp(f"taskset -c 0 python bench/measure/time_to_detect.py --trials {args.trials} --budget {args.budget:.0f}"),
         ]
         out = Path(args.out or ROOT / "bench" / "results" / "time_to_detect.md")
     out.parent.mkdir(parents=True, exist_ok=True)

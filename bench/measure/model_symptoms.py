@@ -1,6 +1,6 @@
 """What users would see under each mutant of the bank: model-tier sweep, symptoms and repeat rate (not a test).
 
-    python bench/model_symptoms.py [--count 100] [--seed 0] [--out bench/results/model_symptoms.md]
+    python bench/measure/model_symptoms.py [--count 100] [--seed 0] [--out bench/results/model_symptoms.md]
 
 For every mutant (and stock vLLM) it replays the same generated model-tier scenarios and counts the
 generations whose outputs diverge from the uncached reference, by symptom (repeat / garbage / drift), the
@@ -57,7 +57,7 @@ def main() -> None:
     text = "\n".join([
         f"# Model-tier symptoms per mutant (vLLM {installed_version()}, {args.count} scenarios, seeds "
         f"{args.seed}..{args.seed + args.count - 1}, checkpoints {'on' if checkpoints else 'off'})", "",
-        stamp(f"python bench/model_symptoms.py --count {args.count} --seed {args.seed}"), "",
+        stamp(f"python bench/measure/model_symptoms.py --count {args.count} --seed {args.seed}"), "",
         "| mutant | scenarios with findings | symbolic only | generations | diverged | repeat rate | garbage | "
         "drift | max logit diff |", "|---|---|---|---|---|---|---|---|---|", *rows])
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -4,9 +4,9 @@
 # with FLAGS from .clusterfuzzlite/pyinstaller.flags, as .clusterfuzzlite/build.sh passes them -- then run the
 # bundles, not the checkout, on crash files and check each one's exit status and printed finding.
 #
-#   bench/pyinstaller_check.sh                  # both targets (~10 min build each on 2 cores, ~730 MB each)
-#   bench/pyinstaller_check.sh symbolic_target  # one
-#   SKIP_BUILD=1 bench/pyinstaller_check.sh     # replay with the bundles already in $WORK/out
+#   tools/pyinstaller_check.sh                  # both targets (~10 min build each on 2 cores, ~730 MB each)
+#   tools/pyinstaller_check.sh symbolic_target  # one
+#   SKIP_BUILD=1 tools/pyinstaller_check.sh     # replay with the bundles already in $WORK/out
 #
 # PY (default .venv/bin/python; PyInstaller pinned below is installed into it when missing), WORK (default
 # /tmp/hh-pyinstaller: build folders, bundles, replay logs; nothing is written into the checkout).

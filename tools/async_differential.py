@@ -1,7 +1,7 @@
 """Async against synchronous scheduling on vLLM's V2 (or V1) runner: the same generations, the same verdicts.
 
-    taskset -c 0 .venv/bin/python bench/async_differential.py --count 500 [--seed 0] [--mutant NAME] [--against v1]
-    taskset -c 0 .venv/bin/python bench/async_differential.py --runner v1 --count 500
+    taskset -c 0 .venv/bin/python tools/async_differential.py --count 500 [--seed 0] [--mutant NAME] [--against v1]
+    taskset -c 0 .venv/bin/python tools/async_differential.py --runner v1 --count 500
 
 Each generated scenario replays twice on the engine tier with vLLM's V2 runner: under async scheduling
 (`EngineCore.step_with_batch_queue`, the next step scheduled before the previous step's tokens are known) and
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import harness.engine  # noqa: E402,F401  (the engine environment before vLLM is imported: Triton for V2)
 from harness.errors import BadInput  # noqa: E402
