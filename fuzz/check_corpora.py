@@ -28,7 +28,7 @@ FOLDERS = {"symbolic": ["fuzz/corpus/symbolic", "fuzz/regressions"], "model": ["
 def verdict_of(path: Path, tier: str) -> str:
     """'clean', or 'known ID[,ID]' (the known issues stock vLLM shows), or 'NEW ...' (never expected)."""
     from harness.genome import decode, release_budget
-    from harness.known import replay_and_judge
+    from harness.verdict import replay_and_judge
     from harness.replay import runs_model
 
     from harness.run_config import RunConfig

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.artifacts import write_json_atomic
-from harness.known import new_signatures
+from harness.verdict import new_signatures
 from harness.release import TREE_ENV, child_pythonpath, vllm_source
 from harness.run_config import RunConfig
 

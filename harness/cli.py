@@ -31,14 +31,18 @@ def _config(args: argparse.Namespace, recorded: dict | None = None, **given):
         values.update({k: v for k, v in (recorded.get("engine") or {}).items() if k in fields and v})
     values.update({k: getattr(args, k) for k in fields if getattr(args, k, None) is not None})
     values.update({k: v for k, v in given.items() if v is not None})
-    return RunConfig.from_env({}, **values)
+    config = RunConfig.from_env({}, **values)
+    if config.tier == "engine" and config.engine.runner == "v1":  # refused when the command starts, not per input
+        from harness.release import vllm_release
+
+        vllm_release().refuse_v1("--runner v1")
+    return config
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.artifacts import finding_artifact, write_finding
     from harness.replay import replay
-    from harness.known import judge_scenario
-    from harness.mutants import mutant_applied
+    from harness.verdict import judge_scenario
     from harness.oracles import describe_outputs, judge, output_summary
     from harness.release import vllm_source
     from harness.scenario import load_scenario
@@ -57,10 +61,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from harness.scenario import parse_scenario, scenario_to_json
 
         scenario = parse_scenario(with_model(scenario_to_json(scenario), model_entry(config.model_config)))
-    with mutant_applied(args.mutant):
-        trace = replay(scenario, config=config)
-        findings = judge(trace)
-        verdict = judge_scenario(scenario, findings, config=config) if findings else None
+    trace = replay(scenario, config=config)
+    findings = judge(trace)
+    verdict = judge_scenario(scenario, findings, config=config) if findings else None
     artifact_path = None
     if findings:
         stem = Path(args.scenario).stem
@@ -123,15 +126,13 @@ def _outputs_json(trace) -> list | None:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from harness.mutants import mutant_applied
     from harness.vllm_adapter import check_supported, installed_version
 
     config = _config(args, known_fixes=args.known_fixes == "on")
     config = config.but(checkpoints=_checkpoints(args.checkpoints))
     version = installed_version()
     check_supported(version)
-    with mutant_applied(args.mutant):
-        return _sweep(args, version, config)
+    return _sweep(args, version, config)
 
 
 def _sweep(args: argparse.Namespace, version: str, config) -> int:
@@ -139,7 +140,7 @@ def _sweep(args: argparse.Namespace, version: str, config) -> int:
 
     from harness.artifacts import finding_artifact, write_finding, write_json_atomic
     from harness.genome import budget_scenario, run_budget
-    from harness.known import replay_and_judge
+    from harness.verdict import replay_and_judge
     from harness.oracles import describe_outputs, merge_output_summaries, output_summary
     from harness.scenario import scenario_to_json
     from harness.vllm_adapter import load_vllm, supports_prefill_checkpoints
@@ -195,7 +196,7 @@ def _sweep(args: argparse.Namespace, version: str, config) -> int:
 
 def _cmd_fuzz(args: argparse.Namespace) -> int:
     from harness.campaign import Campaign
-    from harness.known import is_departure, new_signatures
+    from harness.verdict import is_departure, new_signatures
     from harness.mutants import get_mutant
     from harness.oracles import describe_outputs
 
@@ -257,9 +258,8 @@ def _recorded_config(artifact: dict, default):
 def _minimize_kept(folders, config) -> None:
     from harness.artifacts import write_json_atomic
     from harness.fuzzing import read_finding
-    from harness.known import fixes_for
+    from harness.known_issues import fixes_for
     from harness.minimize import minimize
-    from harness.mutants import mutant_applied
     from harness.regression import emit_regression
     from harness.scenario import parse_scenario, scenario_to_json
 
@@ -267,10 +267,9 @@ def _minimize_kept(folders, config) -> None:
         artifact = read_finding(folder)
         mutant = config.mutant
         try:
-            with mutant_applied(mutant):
-                small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], seconds=60,
-                                 new_only=bool((artifact.get("verdict") or {}).get("new")),
-                                 config=_recorded_config(artifact, config))
+            small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], seconds=60,
+                             new_only=bool((artifact.get("verdict") or {}).get("new")),
+                             config=_recorded_config(artifact, config))
         except BadInput as exc:  # e.g. the finding no longer reproduces: keep it as found, say why
             print(f"  {folder.name}: not minimized: {exc}", file=sys.stderr)
             continue
@@ -289,15 +288,12 @@ def _cmd_minimize(args: argparse.Namespace) -> int:
     from harness.artifacts import write_json_atomic
     from harness.fuzzing import read_finding
     from harness.minimize import minimize
-    from harness.mutants import mutant_applied
     from harness.scenario import parse_scenario, scenario_to_json
 
     artifact = read_finding(args.finding)
     config = _config(args, _artifact(args.finding) or {k: artifact.get(k) for k in ("tier", "model", "mutant", "engine")})
-    mutant = config.mutant
-    with mutant_applied(mutant):
-        small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], seconds=args.seconds,
-                         new_only=bool((artifact.get("verdict") or {}).get("new")), config=config)
+    small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], seconds=args.seconds,
+                     new_only=bool((artifact.get("verdict") or {}).get("new")), config=config)
     out = dict(artifact, scenario=scenario_to_json(small))
     write_json_atomic(Path(args.output), out)
     print(f"minimized to {len(small.requests)} request(s), {len(small.events)} event(s): {args.output}")
@@ -306,7 +302,7 @@ def _cmd_minimize(args: argparse.Namespace) -> int:
 
 def _cmd_regression(args: argparse.Namespace) -> int:
     from harness.fuzzing import read_finding
-    from harness.known import fixes_for
+    from harness.known_issues import fixes_for
     from harness.regression import emit_regression
     from harness.scenario import parse_scenario
 
@@ -406,7 +402,8 @@ def _checkpoints(mode: str) -> bool:
 
 
 def _cmd_known(args: argparse.Namespace) -> int:
-    from harness.known import BLOCKED, KNOWN_ISSUES, ROOT, check_known, fixes_applied
+    from harness.known_issues import KNOWN_ISSUES, ROOT
+    from harness.verdict import BLOCKED, check_known
 
     if args.action == "list":
         for k in KNOWN_ISSUES:
@@ -422,12 +419,11 @@ def _cmd_known(args: argparse.Namespace) -> int:
     runner = config.engine.runner if config.tier == "engine" else None
 
     def replay_findings(repro, issues):
-        with fixes_applied(issues):
-            trace = replay(load_scenario(ROOT / repro), config=config)
-            if runner == "auto":  # the runner vLLM picked for this repro's config
-                last_pick[0] = getattr(trace, "runner", None)
-                runner_seen.add(last_pick[0] or "auto")
-            return judge(trace)
+        trace = replay(load_scenario(ROOT / repro), config=config.but(fixes=tuple(k.id for k in issues)))
+        if runner == "auto":  # the runner vLLM picked for this repro's config
+            last_pick[0] = getattr(trace, "runner", None)
+            runner_seen.add(last_pick[0] or "auto")
+        return judge(trace)
 
     runner_seen: set = set()
     last_pick: list = [None]

@@ -34,7 +34,7 @@ import harness.engine  # noqa: F401 - vLLM's environment for its runners, set be
 from harness.artifacts import finding_artifact, write_json_atomic
 from harness.errors import BadInput, HarnessError
 from harness.genome import decode, generator_input, run_budget, without_checkpoints
-from harness.known import Verdict, replay_and_judge
+from harness.verdict import Verdict, replay_and_judge
 from harness.oracles import merge_output_summaries, output_summary
 from harness.release import vllm_source
 from harness.run_config import RunConfig

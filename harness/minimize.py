@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 
 from harness.errors import BadInput
-from harness.known import judge_scenario
+from harness.verdict import judge_scenario
 from harness.oracles import judge
 from harness.replay import replay
 from harness.run_config import RunConfig

@@ -21,9 +21,10 @@ from harness.artifacts import write_json_atomic
 from harness.campaign import Campaign
 from harness.errors import BadInput, HarnessError
 from harness.genome import decode, run_budget
-from harness.known import fixes_applied, issues_for, judge_scenario
+from harness.known_issues import issues_for
+from harness.verdict import judge_scenario
 from harness.minimize import minimize
-from harness.mutants import get_mutant, mutant_applied
+from harness.mutants import get_mutant
 from harness.oracles import judge
 from harness.replay import replay
 from harness.run_config import RunConfig
@@ -61,19 +62,17 @@ def kills(doc: dict, mutant: str | None = None, tier: str | None = None, *, conf
     issues = issues_for(cfg.tier, cfg.engine.runner)
 
     def signatures(name, fixed):
-        with fixes_applied(issues if fixed else []):
-            return {f.signature for f in judge(replay(scenario, config=cfg.but(mutant=name)))}
+        fixes = tuple(k.id for k in issues) if fixed else ()
+        return {f.signature for f in judge(replay(scenario, config=cfg.but(mutant=name, fixes=fixes)))}
 
-    with mutant_applied(cfg.mutant):
-        findings = judge(replay(scenario, config=cfg))
-        new = set(judge_scenario(scenario, findings, config=cfg).unexplained) if findings else set()
+    findings = judge(replay(scenario, config=cfg))
+    new = set(judge_scenario(scenario, findings, config=cfg).unexplained) if findings else set()
     shown = new - signatures(None, False) if new else set()
     if shown or not issues:
         return min(shown, default=None)
     # revealed (what a campaign on the fixed system calls new): with every known fix applied the patch shows a
     # signature the fixed system without it does not, while on stock a known bug fires first
-    with mutant_applied(cfg.mutant):
-        fixed = signatures(cfg.mutant, True)
+    fixed = signatures(cfg.mutant, True)
     return min(fixed - signatures(None, True), default=None) if fixed else None
 
 
@@ -97,18 +96,16 @@ def _kill(findings_dir: Path, config: RunConfig) -> tuple[float | None, str, dic
 def minimized_kill(doc: dict, signature: str, out: Path, seconds: float = 30.0, *, config: RunConfig) -> dict:
     """Minimize a killing scenario while the mutant (`config.mutant`) still fires `signature`; keep the result
     only if it still kills (fires with the patch, not on stock). Written to `out`; returns the document kept."""
-    with mutant_applied(config.mutant):
+    try:
+        small = scenario_to_json(minimize(parse_scenario(doc), signature, seconds=seconds, new_only=True,
+                                          config=config))
+    except BadInput:  # a revealed kill (`kills`): the signature shows on the fixed system only, so it
+        # is minimized there, every known fix applied, as the campaign found it
+        fixed = config.but(fixes=tuple(k.id for k in issues_for(config.tier, config.engine.runner)))
         try:
-            small = scenario_to_json(minimize(parse_scenario(doc), signature, seconds=seconds, new_only=True,
-                                              config=config))
-        except BadInput:  # a revealed kill (`kills`): the signature shows on the fixed system only, so it
-            # is minimized there, every known fix applied, as the campaign found it
-            try:
-                with fixes_applied(issues_for(config.tier, config.engine.runner)):
-                    small = scenario_to_json(minimize(parse_scenario(doc), signature, seconds=seconds,
-                                                      config=config))
-            except BadInput:
-                small = doc
+            small = scenario_to_json(minimize(parse_scenario(doc), signature, seconds=seconds, config=fixed))
+        except BadInput:
+            small = doc
     kept = small if small is not doc and kills(small, config=config) else doc
     write_json_atomic(out, {"mutant": config.mutant, "signature": signature, "minimized": kept is small,
                             "config": config.as_json(), "scenario": kept})
@@ -137,8 +134,7 @@ def _changes_behaviour(corpus: Path, config: RunConfig, limit: int = 300) -> tup
         scenario = decode(path.read_bytes(), run_budget(config))
         stock = calls(scenario, None)
         try:
-            with mutant_applied(mutant):
-                mutated = calls(scenario, mutant)
+            mutated = calls(scenario, mutant)
         except HarnessError:
             return True, compared
         compared += 1

@@ -38,6 +38,7 @@ class Patch:
 
 
 _ACTIVE: dict[int, Patch] = {}
+_SUSPENDED: set[int] = set()  # live patches a `suspended` block has taken out for now
 
 
 def _own(owner, attr: str):
@@ -82,13 +83,14 @@ def patch_attr(owner, attr: str, value, *, by: str | None = None) -> Callable[[]
 
 
 def active(by_prefix: str = "") -> list[Patch]:
-    """The patches in place now, oldest first (those whose `by` starts with `by_prefix`)."""
-    return [p for p in _ACTIVE.values() if p.by.startswith(by_prefix)]
+    """The patches in force now, oldest first (those whose `by` starts with `by_prefix`; not those a `suspended`
+    block has taken out)."""
+    return [p for p in _ACTIVE.values() if p.by.startswith(by_prefix) and p.id not in _SUSPENDED]
 
 
 def check() -> list[str]:
     """Live patches that something else has since overwritten (empty: every recorded patch is in place)."""
-    return [p.describe() for p in _ACTIVE.values() if not p.in_place()]
+    return [p.describe() for p in active() if not p.in_place()]
 
 
 class suspended:
@@ -97,19 +99,22 @@ class suspended:
     without a mutant inside a process that has it applied (harness.known: is a finding the mutant's, or the
     known fixes'?)."""
 
-    def __init__(self, by: str) -> None:
-        self.by = by
+    def __init__(self, by: str, *, prefix: bool = False) -> None:
+        self.by, self.prefix = by, prefix  # prefix: every live patch whose label starts with `by`
         self.patches: list[Patch] = []
 
     def __enter__(self):
-        self.patches = [p for p in _ACTIVE.values() if p.by == self.by]
+        self.patches = [p for p in _ACTIVE.values() if (p.by.startswith(self.by) if self.prefix else p.by == self.by)
+                        and p.id not in _SUSPENDED]  # an enclosing `suspended` took those out already
         for patch in reversed(self.patches):
             _restore(patch)
+            _SUSPENDED.add(patch.id)
         return self.patches
 
     def __exit__(self, *exc) -> None:
         for patch in self.patches:
             setattr(patch.owner, patch.attr, patch.value)
+            _SUSPENDED.discard(patch.id)
 
 
 def _restore(patch: Patch) -> None:

@@ -319,9 +319,10 @@ def emit_regression(scenario: Scenario, signature: str, mutant: str | None = Non
     allocator without the bug: stock vLLM for a mutant's finding (the caller must NOT have the mutant
     applied), stock plus the known issues' fixes (`fixes`) for findings of known issues. A new finding of
     stock vLLM itself is recorded on stock: its test fails there until vLLM is fixed."""
-    from harness.known import fixes_applied
+    from harness.patching import patched
+    from harness.run_config import RunConfig
 
-    with fixes_applied(fixes):
+    with patched(RunConfig(fixes=tuple(k.id for k in fixes))):  # and no mutant: the allocator without the bug
         lines, d = _record(scenario, None)
     g = scenario.geometry
     prompts = {r.id: list(r.vreq.prompt_token_ids) for r in d.reqs.values()}

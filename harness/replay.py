@@ -18,10 +18,17 @@ from harness.run_config import TIERS, RunConfig
 
 
 def replay(scenario, mutant: str | None = None, tier: str | None = None, model=None, *, config: RunConfig | None = None):
-    """Run the scenario on the configured tier and return its trace. Mutants must already be applied by the
-    caller. `mutant` / `tier` change `config` (default: RunConfig's defaults); `model`: a HybridLM object for
-    the model tier (default: the configuration's model)."""
+    """Run the scenario on the configured tier and return its trace, with exactly the configuration's mutant and
+    fixes in force (harness/patching.py). `mutant` / `tier` change `config` (default: RunConfig's defaults);
+    `model`: a HybridLM object for the model tier (default: the configuration's model)."""
+    from harness.patching import patched
+
     cfg = RunConfig.of(config, mutant=mutant, tier=tier)
+    with patched(cfg):
+        return _run(scenario, cfg, model)
+
+
+def _run(scenario, cfg: RunConfig, model):
     mutant, tier = cfg.mutant, cfg.tier
     if tier != "engine" and any(r.external is not None and r.external.load_fails for r in scenario.requests):
         raise BadInput("external.load_fails: failed loads run on the engine tier only (vLLM's own recovery "

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from harness.errors import BadInput
-from harness.known import new_signatures
+from harness.verdict import new_signatures
 from harness.oracles import describe_outputs
 
 

@@ -14,7 +14,9 @@ read `HH_*` (`from_env`); campaign workers get theirs from `to_env`.
 - engine: the engine tier's options (harness.engine.options.EngineOptions: runner, async scheduling, kernels,
   forward, copy timing);
 - known_fixes: fuzz the fixed system (every applicable known issue's fix applied; a finding is then confirmed
-  on stock) or stock vLLM;
+  on stock) or stock vLLM: the judge's policy (harness/verdict.py), which names the fixes of each replay it makes;
+- fixes: the known issues (ids) whose fixes a replay runs with, on top of the mutant; `replay` applies both
+  (harness/patching.py) and nothing else, so the configuration is the whole truth of a replay;
 - checkpoints: whether generated inputs may carry prefill checkpoint geometries (the fuzz mutator clears the
   bit where the tier cannot run them);
 - model_config: `--model-config NAME|PATH` (engine tier): every generated scenario, and a replayed one that
@@ -53,8 +55,10 @@ class RunConfig:
     checkpoints: bool = True
     model_config: str | None = None
     cache_mode: str | None = None
+    fixes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "fixes", tuple(dict.fromkeys(self.fixes or ())))
         object.__setattr__(self, "mutant", self.mutant or None)  # "" (an unset variable) is no mutant
         object.__setattr__(self, "model_config", self.model_config or None)
         object.__setattr__(self, "cache_mode", self.cache_mode or None)
@@ -118,7 +122,7 @@ class RunConfig:
     def as_json(self) -> dict:
         return {"tier": self.tier, "mutant": self.mutant, "model": self.model, "engine": asdict(self.engine),
                 "known_fixes": self.known_fixes, "checkpoints": self.checkpoints, "model_config": self.model_config,
-                "cache_mode": self.cache_mode}
+                "cache_mode": self.cache_mode, **({"fixes": list(self.fixes)} if self.fixes else {})}
 
     @classmethod
     def from_json(cls, doc: Mapping) -> RunConfig:
@@ -134,7 +138,8 @@ class RunConfig:
         return cls(tier=doc.get("tier") or "symbolic", mutant=doc.get("mutant") or None,
                    model=doc.get("model") or "random", engine=engine_options(**engine),
                    known_fixes=bool(doc.get("known_fixes", True)), checkpoints=bool(doc.get("checkpoints", True)),
-                   model_config=doc.get("model_config") or None, cache_mode=doc.get("cache_mode") or None)
+                   model_config=doc.get("model_config") or None, cache_mode=doc.get("cache_mode") or None,
+                   fixes=_fix_ids(doc.get("fixes")))
 
     # -- entry points --------------------------------------------------------------------------------------
     @classmethod
@@ -162,6 +167,14 @@ class RunConfig:
                ENV["model_config"]: self.model_config or "", ENV["cache_mode"]: self.cache_mode or ""}
         env.update({ENV[k]: v for k, v in asdict(self.engine).items()})
         return env
+
+
+def _fix_ids(value) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise BadInput("config fixes: a list of known-issue ids")
+    return tuple(value)
 
 
 __all__ = ["CACHE_MODES", "ENV", "MODELS", "RunConfig", "TIERS"]

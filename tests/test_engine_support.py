@@ -33,7 +33,7 @@ SEED_BUG = RELEASE in ((0, 26), (0, 27))
 @pytest.mark.skipif(RELEASE not in SUPPORT, reason=f"vLLM {RELEASE} is not a release docs/releases.md claims")
 @pytest.mark.parametrize("runner", ["mirror", "v1", "v2", "auto"])
 def test_engine_worker_support_matches_the_readme(runner):
-    from harness.known import judge_scenario
+    from harness.verdict import judge_scenario
     from harness.replay import replay
 
     from harness.run_config import RunConfig

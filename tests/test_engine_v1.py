@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from testlib import ROOT, fixes_applied, mutant
 
 from harness.errors import BadInput
 from harness.generate import random_scenario
-from harness.known import fixes_applied, known_issue_by_id
+from harness.known_issues import known_issue_by_id
 from harness.oracles import judge
 from harness.scenario import load_scenario, parse_scenario, scenario_to_json
 from harness.vllm_adapter import installed_version
-
-from testlib import ROOT, mutant
 
 SEED = ROOT / "scenarios" / "seed-external-hit-same-block.json"
 SEED_BUG_RELEASES = ("0.26.", "0.27.")  # the seed bug is in these releases' MambaManager
@@ -257,7 +256,8 @@ def test_known_issues_rejudged_on_the_v1_runner(capsys):
     without drafts): every repro in code the V1 runner runs shows its issue and its fix removes it; 0.26-0.31's
     async-prompt-tail-rekeyed among them (0.26.0-0.27.1's seed repro reaches it too under async scheduling)."""
     from harness.cli import main
-    from harness.known import BLOCKED, KNOWN_ISSUES
+    from harness.known_issues import KNOWN_ISSUES
+    from harness.verdict import BLOCKED
 
     with capsys.disabled():  # the runner's first build sets up torch.distributed, which needs a real stdout
         _v1_or_skip(load_scenario(SEED))

@@ -304,7 +304,7 @@ FINDING_INPUT = Path(__file__).resolve().parent / "data" / "engine-v2-draftless-
 
 
 def _verdict(path: Path, runner: str, async_scheduling: str = "auto"):
-    from harness.known import judge_scenario
+    from harness.verdict import judge_scenario
     from harness.run_config import RunConfig
 
     config = RunConfig(tier="engine").but(runner=runner, async_scheduling=async_scheduling)  # the fix replays too
@@ -318,7 +318,8 @@ def test_v2_draftless_decode_after_prefill_is_a_v2_bug_its_fix_removes():
     it) after an accepted draft, batched with a new (1+K)-token prompt, reads its running column through the
     prefill path on V2 (provenance:initial); the fix (decode rows lead) removes it; V1 and the mirror worker
     run the same schedule clean."""
-    from harness.known import fixes_applied, known_issue_by_id
+    from harness.known_issues import known_issue_by_id
+    from testlib import fixes_applied
 
     issue = known_issue_by_id("v2-draftless-decode-after-prefill")
     findings, verdict = _verdict(DRAFTLESS, "v2")
@@ -355,7 +356,8 @@ def test_campaign_finding_behind_the_checkpoint_issue_is_the_draftless_decode_is
 
 
 def _campaign_finding_verdicts():
-    from harness.known import fixes_applied, known_issue_by_id
+    from harness.known_issues import known_issue_by_id
+    from testlib import fixes_applied
 
     for runner in ("v2", "mirror"):
         _, verdict = _verdict(FINDING, runner, "off")

@@ -4,12 +4,12 @@ the search's own additions: generator inputs with swarm masks, abstract-state co
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
+from testlib import ROOT, fixes_applied, mutant, seed_bug_release
 
-from harness.run_config import RunConfig
-from harness.errors import HarnessError
 from harness.fuzzing import Finding, Target
 from harness.generate import random_scenario
 from harness.genome import (
@@ -21,14 +21,15 @@ from harness.genome import (
     release_budget,
     without_checkpoints,
 )
-from harness.known import KNOWN_ISSUES, KnownIssue, confirm_on_stock, fixes_applied, issues_for, replay_and_judge
+from harness.known_issues import KNOWN_ISSUES, issues_for, known_issue_by_id
 from harness.mutants import get_mutant
 from harness.oracles import judge
 from harness.replay import replay
+from harness.run_config import RunConfig
 from harness.scenario import load_scenario
 from harness.state_coverage import abstract_states, slots
+from harness.verdict import confirm_on_stock, replay_and_judge
 from harness.vllm_adapter import installed_version, supports_prefill_checkpoints
-from testlib import ROOT, mutant, seed_bug_release
 
 LEAK = "mamba-free-leaks-block"  # fires on every input that frees a request: it shares inputs with every issue
 REGRESSIONS = sorted((ROOT / "fuzz" / "regressions").iterdir())
@@ -76,35 +77,42 @@ def test_a_bank_mutant_sharing_every_known_issues_input_turns_the_target_red(tmp
         target.close()
 
 
-def test_fixes_that_change_a_run_without_a_stock_finding_are_a_harness_error():
-    """A 'fix' that misbehaves (here: the leak mutant posing as a fix) shows a finding stock vLLM does not show,
-    while stock shows nothing any fix removes: never reported as a vLLM bug."""
-    bogus = KnownIssue(id="bogus", summary="", releases="", repro="", reached_by="", fix=get_mutant(LEAK))
-    scenario = random_scenario(0, checkpoints=False)
-    with mutant(LEAK):
-        fixed = judge(replay(scenario))
-    assert fixed
-    with pytest.raises(HarnessError, match="known fixes misbehave"):
-        confirm_on_stock(scenario, fixed, [bogus], config=RunConfig())
+def test_a_wrong_fix_turns_the_stock_gate_red(monkeypatch, tmp_path):
+    """The fixes' own correctness is guarded by the stock gate: a sweep of stock vLLM with the fixes on must stay
+    clean. A deliberately wrong fix (the leak mutant posing as sync-external-admission-undercount's fix) makes
+    findings stock does not show: NEW, latent behind that fix, exit 1 (red), never a harness error."""
+    from harness.cli import main
+    from harness.fixes import Fix, all_fixes
+
+    issue = known_issue_by_id("sync-external-admission-undercount")
+    monkeypatch.setitem(all_fixes(), issue.fix_name, Fix(get_mutant(LEAK), "a wrong fix"))
+    code = main(["sweep", "--count", "3", "--seed", "0", "--artifacts", str(tmp_path)])
+    assert code == 1
+    verdicts = [json.loads(p.read_text())["verdict"] for p in tmp_path.glob("*.json")]
+    assert verdicts and all(v["new"] and v["latent"] == [issue.id] for v in verdicts), verdicts
 
 
-def test_a_misbehaving_fix_is_a_harness_error_with_a_mutant_applied_too():
-    """With a mutant under test the verdict asks whether the mutant makes the fixed system's finding (replayed
-    with the mutant taken out): here the 'fix' makes it on its own, so it is still the harness's error."""
-    bogus = KnownIssue(id="bogus", summary="", releases="", repro="", reached_by="", fix=get_mutant(LEAK))
+def test_a_finding_the_wrong_fix_alone_makes_is_latent_behind_it():
+    """confirm_on_stock names the fix that exposes a finding stock does not show."""
+    from harness.fixes import Fix, all_fixes
+
+    issue = known_issue_by_id("sync-external-admission-undercount")
     scenario = random_scenario(0, checkpoints=False)
-    with mutant("cow-copies-dropped"):
-        with mutant(LEAK):
-            fixed = judge(replay(scenario))
-        with pytest.raises(HarnessError, match="known fixes misbehave"):
-            confirm_on_stock(scenario, fixed, [bogus], config=RunConfig(mutant="cow-copies-dropped"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(all_fixes(), issue.fix_name, Fix(get_mutant(LEAK), "a wrong fix"))
+        fixed = judge(replay(scenario, config=RunConfig(fixes=(issue.id,))))
+        assert fixed
+        verdict = confirm_on_stock(scenario, fixed, issues_for("symbolic"), config=RunConfig())
+    assert verdict.is_new and verdict.revealed and verdict.latent == [issue.id], verdict.to_json()
+    assert verdict.label(verdict.revealed[0]) == f"NEW (latent behind {issue.id})"
 
 
 @pytest.mark.skipif(not installed_version().startswith("0.33."), reason="a 0.33.0 campaign's input")
 def test_a_mutant_shown_only_on_the_schedule_the_fixes_make_is_revealed():
     """`make fuzz --mutant cow-copies-dropped` hit this input and exited 3 ('known fixes misbehave'): the fixes
     change the schedule, so the dropped copy corrupts a cached block only on the fixed system, and stock shows
-    nothing. The fixed system without the mutant is clean, so the finding is the mutant's: NEW, revealed."""
+    nothing: NEW, revealed, latent behind the fixes that change the schedule. The same holds where the bug is
+    vLLM's own code (the mutant in force, the configuration naming none): a real bug is never a harness error."""
     name = "cow-copies-dropped"
     scenario = load_scenario(ROOT / "tests" / "data" / "fixes-reveal-cow-copies-dropped.json")
     issues = issues_for("symbolic")
@@ -114,7 +122,10 @@ def test_a_mutant_shown_only_on_the_schedule_the_fixes_make_is_revealed():
         with fixes_applied(issues):
             fixed = judge(replay(scenario, name))
         verdict = confirm_on_stock(scenario, fixed, issues, config=RunConfig(mutant=name))
-    assert verdict.revealed == ["cache-integrity"] and verdict.is_new, verdict
+        _, _, unnamed = replay_and_judge(scenario, config=RunConfig())  # the bug as vLLM's own: no mutant named
+    for v in (verdict, unnamed):
+        assert v.revealed == ["cache-integrity"] and v.is_new and v.latent, v.to_json()
+        assert set(v.latent) <= {k.id for k in issues}
 
 
 @pytest.mark.skipif(not installed_version().startswith("0.33."), reason="a 0.33.0 sweep's scenario")
@@ -217,9 +228,9 @@ def test_engine_confirmation_schedules_as_the_mirror_does():
     schedule never reaches the pool pressure (a campaign that found the bug then exited 0)."""
     import json
 
-    from harness.known import replay_and_judge
     from harness.mutants import mutant_applied
     from harness.scenario import parse_scenario
+    from harness.verdict import replay_and_judge
 
     mutant = str(ROOT / "banks" / "blind_mutants" / "mamba-spec-scratch-not-reserved-on-first-alloc.py")
     scenario = parse_scenario(json.loads((ROOT / "tests" / "data" / "engine-confirmation-sync-spec-scratch.json").read_text()))
@@ -274,7 +285,7 @@ def test_the_midblock_stop_fix_clips_only_a_chunk_running_past_its_next_boundary
     call the release's rule does not drop are left as vLLM scheduled them."""
     from types import SimpleNamespace
 
-    from harness.known import _stop_at_next_block_boundary
+    from harness.fixes.split import _stop_at_next_block_boundary
 
     split = _stop_at_next_block_boundary()(lambda self, request, n, local, external: n)
     never = _stop_at_next_block_boundary(lambda *_: False)(lambda self, request, n, local, external: n)

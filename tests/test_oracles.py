@@ -211,7 +211,7 @@ def test_a_preemption_thrash_is_a_livelock_the_known_deferred_free_fix_removes()
     progress). The run used to end at the step limit as "all oracles hold"; the thrash was first credited to the
     admission undercount, whose broader early fix only moved the schedule. The known issue is recognised by 0.30.0's
     rule (deferred-free-preemption-livelock), and with every known fix the run finishes clean."""
-    from harness.known import replay_and_judge
+    from harness.verdict import replay_and_judge
     from harness.run_config import RunConfig
 
     sc = load_scenario(SCENARIOS / "findings/admission-livelock-hides-draft-state.json")
@@ -251,7 +251,7 @@ def test_a_step_the_deferred_free_fix_leaves_empty_is_no_stall():
     blocks the step in flight keeps waits a step: that step schedules nothing but takes the step in flight's output,
     after which the request preempts itself and resumes from its prefix. The step loop counts the processed step as a
     change (`processed_step_seq`); before, a Falcon-H1 0.26.0 campaign kept that empty step as a NEW liveness:stuck."""
-    from harness.known import replay_and_judge
+    from harness.verdict import replay_and_judge
     from harness.run_config import RunConfig
 
     sc = load_scenario(SCENARIOS / "findings/unfreeable-preemption-waits-a-step.json")

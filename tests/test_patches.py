@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from harness import patches
-from harness.known import KNOWN_ISSUES
+from harness.known_issues import KNOWN_ISSUES
 from harness.mutants import REGISTRY, get_mutant
 from harness.vllm_adapter import load_vllm
 

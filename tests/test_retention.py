@@ -168,7 +168,7 @@ def test_a_lookup_that_finds_no_junction_is_recorded_as_a_reset():
 def test_a_reset_junction_is_not_judged_on_the_fixed_system():
     """Stock make fuzz (seed 7) once exited 3 on this input: with the known fixes applied request b's first chunk
     ends on its stale junction's block, which vLLM no longer holds (a later lookup found none)."""
-    from harness.known import replay_and_judge
+    from harness.verdict import replay_and_judge
 
     sc = load_scenario(ROOT / "scenarios/findings/retention-junction-reset-by-a-later-lookup.json")
     trace, findings, verdict = replay_and_judge(sc, config=RunConfig(tier="symbolic", known_fixes=True))

@@ -51,7 +51,9 @@ def test_seed_bug_is_a_known_issue_recognised_by_its_fix():
     """0.26.0-0.27.1: every seed finding is credited to the seed bug's known issue, and 0.28.0's line (mark the
     request on the early return), applied as the fix, removes them all. Later releases have the line: the issue
     does not apply there, and the seed mutant's findings stay new."""
-    from harness.known import fixes_applied, known_issue_by_id, replay_and_judge
+    from harness.known_issues import known_issue_by_id
+    from harness.verdict import replay_and_judge
+    from testlib import fixes_applied
     from harness.scenario import load_scenario
 
     issue = known_issue_by_id("seed-external-hit-unmarked")

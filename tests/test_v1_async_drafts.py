@@ -147,7 +147,8 @@ def test_forced_resume_under_late_copies_reads_a_clobbered_accepted_count():
     bad = judge(late)
     assert bad and {f.signature for f in bad} <= {"provenance:precopy", "provenance:initial"}
     assert all(f.request == "a" and f.step == 4 for f in bad)
-    from harness.known import fixes_applied, known_issue_by_id
+    from harness.known_issues import known_issue_by_id
+    from testlib import fixes_applied
 
     with fixes_applied([known_issue_by_id("v1-async-accepted-copy-race")]):
         assert judge(replay(sc, None, EngineOptions(runner="v1", copy_timing="late"))) == []

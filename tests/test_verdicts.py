@@ -9,11 +9,12 @@ import subprocess
 import sys
 
 import pytest
+from testlib import ROOT, fixes_applied, run, seed_bug_release, version_tuple
 
+from harness.known_issues import KNOWN_ISSUES, known_issue_by_id
 from harness.run_config import RunConfig
-from harness.known import KNOWN_ISSUES, Verdict, classify, fixes_applied, judge_scenario, known_issue_by_id
 from harness.scenario import load_scenario
-from testlib import ROOT, run, seed_bug_release, version_tuple
+from harness.verdict import Verdict, classify, judge_scenario
 
 LEAK = "mamba-free-leaks-block"  # a pool leak, on every release 0.26-0.33
 # bytes that decode (on any release) to a 3-request K>0 scenario showing the known V1 accepted-count reset
@@ -155,10 +156,11 @@ def test_pool_is_judged_after_an_exception():
 
 @needs_accepted_reset
 def test_minimizing_a_new_finding_keeps_it_new():
-    from harness.replay import replay
+    from testlib import mutant
+
     from harness.minimize import minimize
     from harness.oracles import judge
-    from testlib import mutant
+    from harness.replay import replay
 
     scenario = load_scenario(ROOT / "scenarios" / "spec-unscheduled-accepted-reset.json")
     with mutant(LEAK):
@@ -184,7 +186,7 @@ def test_known_check_tells_a_repro_blocked_by_another_finding_from_a_broken_fix(
     stopped it first): reported as blocked, not as a fix that no longer works (that exit is a harness error)."""
     from types import SimpleNamespace
 
-    from harness.known import BLOCKED, check_known
+    from harness.verdict import BLOCKED, check_known
 
     other = [SimpleNamespace(signature="vllm-exception:elsewhere")]
     rows = check_known(lambda repro, issues: other)

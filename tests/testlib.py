@@ -65,10 +65,19 @@ def fixed_system(config):
     """The fixes of the known issues this run configuration can reach, in force: where a release ships known bugs
     (0.28.0's V1 runner: v1-draftless-step-drops-accepted-offset, ...), "stock is clean" means the fixed system,
     which is what campaigns fuzz."""
-    from harness.known import fixes_applied, issues_for
+    from harness.known_issues import issues_for
 
     with fixes_applied(issues_for(config.tier, config.engine.runner)):
         yield
+
+
+def fixes_applied(issues):
+    """These known issues' fixes in force for a with-block, on top of what a test put on (harness/patching.py,
+    as a replay whose configuration names them applies them)."""
+    from harness.patching import patched
+    from harness.run_config import RunConfig
+
+    return patched(RunConfig(fixes=tuple(k.id for k in issues)))
 
 
 def run_emitted(source: str) -> None:

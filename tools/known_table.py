@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The known-issue tables, generated from the registry (`harness.known.KNOWN_ISSUES`), never written by hand.
+"""The known-issue tables, generated from the known-issue data (`harness/known_issues.toml`), never written by hand.
 
     python tools/known_table.py [--check]
 
@@ -24,14 +24,14 @@ BEGIN = "<!-- known-issues:begin -->"
 END = "<!-- known-issues:end -->"
 README = ROOT / "README.md"
 DOCS = ROOT / "docs" / "known-issues.md"
-GENERATED = "_Generated from `harness/known.py` (`KNOWN_ISSUES`) by `python tools/known_table.py`; do not edit by hand._"
+GENERATED = "_Generated from `harness/known_issues.toml` by `python tools/known_table.py`; do not edit by hand._"
 
 # a word with an underscore is code (a vLLM function, field or file): backticks keep Markdown from reading it
 _IDENT = re.compile(r"(?<![\w`.])([A-Za-z_][\w.]*_[\w.]*\w|_\w+)")
 
 
 def _issues():
-    from harness.known import KNOWN_ISSUES
+    from harness.known_issues import KNOWN_ISSUES
 
     return KNOWN_ISSUES
 
@@ -91,7 +91,7 @@ def _shows_on(issue) -> str:
 
 def docs_table(issues=None) -> str:
     """The full table of docs/known-issues.md, then one anchored section per issue."""
-    from harness.known import KnownIssue
+    from harness.known_issues import KnownIssue
 
     issues = _issues() if issues is None else issues
     default_from = KnownIssue.__dataclass_fields__["repro_from"].default
@@ -110,7 +110,7 @@ def docs_table(issues=None) -> str:
                  f"- **Releases:** {_md(k.releases)}.",
                  f"- **Shows on:** {_shows_on(k)}.",
                  f"- **Repro:** {repro}.",
-                 f"- **Fix:** `{k.fix.name}`: {_md(k.fix.bug_class.removeprefix('fix: '))}."]
+                 f"- **Fix:** `{k.fix.name}` (patches `{k.fix_target}`): {_md(k.fix.bug_class.removeprefix('fix: '))}."]
     return "\n".join(rows)
 
 

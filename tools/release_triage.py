@@ -47,7 +47,7 @@ def replay_here(files: list[str], runner: str) -> None:
     """Worker (run by a release's venv python): one JSON line per file, its stock verdict on this release."""
     sys.path.insert(0, str(ROOT))
     from harness.errors import BadInput, HarnessError
-    from harness.known import replay_and_judge
+    from harness.verdict import replay_and_judge
     from harness.run_config import RunConfig
     from harness.scenario import parse_scenario
     from harness.vllm_adapter import installed_version, load_vllm

@@ -35,7 +35,7 @@ def _kills_seed(name: str, seed: int) -> bool:
     """Generator seed `seed` (the sweep's scenario) kills the mutant under `mutants check`'s rule."""
     from harness.errors import BadInput, HarnessError
     from harness.generate import random_scenario
-    from harness.known import replay_and_judge
+    from harness.verdict import replay_and_judge
     from harness.mutants import mutant_applied
     from harness.mutation import kills
     from harness.scenario import scenario_to_json

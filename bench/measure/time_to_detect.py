@@ -39,7 +39,7 @@ SEED_ISSUE = "seed-external-hit-unmarked"  # harness/known.py: the seed bug on 0
 
 def detects(doc: dict, mutant: str | None) -> bool:
     """The detection rule both strategies share."""
-    from harness.known import judge_scenario
+    from harness.verdict import judge_scenario
     from harness.mutation import kills
     from harness.oracles import judge
     from harness.replay import replay

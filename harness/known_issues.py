@@ -1,0 +1,151 @@
+"""The known issues of stock vLLM, as data: harness/known_issues.toml lists each one (id, releases, the user
+configuration that reaches it, repro scenario, the name of its fix in harness/fixes/). A finding is KNOWN only
+when replaying it with the issue's fix makes it vanish (harness/verdict.py); nothing here judges.
+
+What a release carries is read once per process: `applicable()` asks the fix's probe (does the installed vLLM have
+the code the fix changes) with no mutant or fix in place, and caches the answer."""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import BadInput
+
+ROOT = Path(__file__).resolve().parent.parent  # repro paths are relative to the checkout
+DATA = Path(__file__).with_name("known_issues.toml")
+RUNNERS = ("v1", "v2", "mirror")
+
+
+@dataclass(frozen=True)
+class KnownIssue:
+    id: str
+    summary: str
+    releases: str
+    repro: str  # scenario file, relative to the repository root
+    reached_by: str  # the configuration a user runs to reach it
+    fix_name: str  # harness.fixes: the run-time patch that removes the bug
+    repro_from: tuple = (0, 26, 0)  # first release whose scheduler lets the repro reach the bug
+    # the model runners whose code carries the bug (engine tier); None: scheduler/allocator code, every runner
+    runners: tuple | None = None
+    # scheduler code only vLLM's own Scheduler runs (the engine tier, any runner): the mirrored tiers' scheduler
+    # loop does not follow it
+    engine_only: bool = False
+
+    @property
+    def fix(self):
+        """The fix's Mutant (applied by harness.patching when a RunConfig names this issue)."""
+        from harness.fixes import fix_by_name
+
+        return fix_by_name(self.fix_name).mutant
+
+    @property
+    def fix_target(self) -> str:
+        from harness.fixes import fix_by_name
+
+        return fix_by_name(self.fix_name).target
+
+    def applicable(self) -> bool:
+        """The installed release carries the code this issue's fix changes (read once per process)."""
+        return self.id in _applicable_ids()
+
+    @property
+    def code(self) -> str:
+        """Whose code carries the bug, for messages."""
+        if self.runners is None:
+            return "vLLM's own Scheduler" if self.engine_only else "scheduler or allocator"
+        return "/".join(self.runners)
+
+    def runs_on(self, tier: str, runner: str = "auto") -> bool:
+        """Whether the code carrying the bug runs on this tier: the mirrored tiers run the harness's V1 worker
+        shadow ("mirror"); the engine tier runs `runner` ("auto" may pick either of vLLM's runners)."""
+        if self.engine_only and tier != "engine":
+            return False
+        if self.runners is None:
+            return True
+        if tier != "engine":
+            return "mirror" in self.runners
+        return runner in self.runners or (runner == "auto" and bool({"v1", "v2"} & set(self.runners)))
+
+    def repro_expected(self) -> bool:
+        """Should the repro show this issue on the installed release?"""
+        from harness.vllm_adapter import _parse_version, installed_version
+
+        return self.applicable() and _parse_version(installed_version()) >= self.repro_from
+
+
+def _version(text: str, where: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split("."))
+    except ValueError:
+        raise BadInput(f"{where}: repro_from {text!r} is not a release like 0.33.0") from None
+
+
+def load(path: Path = DATA) -> tuple[KnownIssue, ...]:
+    """The known issues of a data file (BadInput for a malformed one)."""
+    try:
+        doc = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise BadInput(f"known-issue data {path}: {exc}") from None
+    issues = []
+    for i, entry in enumerate(doc.get("issue", [])):
+        where = f"{path.name} issue {entry.get('id', i)}"
+        try:
+            runners = entry.get("runners")
+            if runners is not None and not set(runners) <= set(RUNNERS):
+                raise BadInput(f"{where}: runners {runners} (choose from {', '.join(RUNNERS)})")
+            issues.append(KnownIssue(
+                id=entry["id"], summary=entry["summary"], releases=entry["releases"], repro=entry["repro"],
+                reached_by=entry["reached_by"], fix_name=entry["fix"],
+                repro_from=_version(entry.get("repro_from", "0.26.0"), where),
+                runners=tuple(runners) if runners is not None else None,
+                engine_only=bool(entry.get("engine_only", False))))
+        except KeyError as exc:
+            raise BadInput(f"{where}: missing {exc.args[0]!r}") from None
+    ids = [k.id for k in issues]
+    if len(set(ids)) != len(ids):
+        raise BadInput(f"{path.name}: an id appears twice")
+    return tuple(issues)
+
+
+KNOWN_ISSUES = load()
+
+
+@functools.cache
+def _applicable_ids() -> frozenset[str]:
+    """Each fix's probe, asked once with every mutant and fix taken out (a probe reads vLLM's code as shipped)."""
+    from harness.fixes import fix_by_name
+    from harness.patches import suspended
+
+    with suspended("patch:", prefix=True):
+        return frozenset(k.id for k in KNOWN_ISSUES
+                         if (probe := fix_by_name(k.fix_name).applies) is None or bool(probe()))
+
+
+def known_issue_by_id(issue_id: str) -> KnownIssue:
+    return next(k for k in KNOWN_ISSUES if k.id == issue_id)
+
+
+def issues_by_ids(ids) -> list[KnownIssue]:
+    wanted = set(ids)
+    return [k for k in KNOWN_ISSUES if k.id in wanted]
+
+
+def fixes_for(verdict: dict | None) -> list[KnownIssue]:
+    """The known issues a finding's verdict (Verdict.to_json) attributes findings to: their fixes give the
+    bug-free recording its emitted regression test compares against."""
+    ids = {i for k in ((verdict or {}).get("known") or {}).values() for i in k.split("+")}
+    return [k for k in KNOWN_ISSUES if k.id in ids and k.applicable()]
+
+
+@functools.cache
+def issues_for(tier: str, runner: str = "auto") -> tuple[KnownIssue, ...]:
+    """The known issues whose fixes can change a replay on this tier: the fix's target exists in the installed
+    release and the code carrying the bug runs there (a V2-runner issue is not judged on the mirrored tiers)."""
+    return tuple(k for k in KNOWN_ISSUES if k.runs_on(tier, runner) and k.applicable())
+
+
+__all__ = ["KNOWN_ISSUES", "KnownIssue", "ROOT", "fixes_for", "issues_by_ids", "issues_for", "known_issue_by_id",
+           "load"]

@@ -1,0 +1,314 @@
+"""Verdicts: a finding is KNOWN only when replaying its scenario with a known issue's fix applied makes it vanish
+(ClusterFuzz's "fixed" test: a replay, never a pattern match). The known issues are an argument (default: the
+data file's, harness/known_issues.py); the replays name their fixes in the RunConfig (harness/patching.py applies
+them). Every finding of an input is classified (Jepsen: a history is never summarised by its first anomaly):
+
+- S       the signatures the input shows (mutant applied, if any);
+- S_fixed the signatures it shows with every applicable fix applied on top;
+- known       = S - S_fixed, each attributed to the fix that alone removes it;
+- unexplained = S & S_fixed: the fixes do not remove it, so it is new;
+- revealed    = S_fixed - S: hidden behind a known issue on stock (e.g. the replay stopped at a known
+                exception), or latent: shown once the fixes change the schedule (`latent` names the fixes that
+                expose it). Also new.
+
+An input is new when unexplained or revealed is non-empty; campaigns dedup by that set, so a known finding
+can never shadow a new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from harness.known_issues import KNOWN_ISSUES, KnownIssue, issues_for
+from harness.run_config import RunConfig
+
+
+def _ids(issues) -> tuple[str, ...]:
+    return tuple(k.id for k in issues)
+
+
+@dataclass
+class Verdict:
+    signatures: list[str]
+    known: dict[str, str] = field(default_factory=dict)  # signature -> known issue id
+    unexplained: list[str] = field(default_factory=list)
+    revealed: list[str] = field(default_factory=list)
+    # the fixes whose changed schedule exposes a revealed finding that stock vLLM does not reach (known ids): a real
+    # bug of the system under test, latent on stock behind those fixes (`confirm_on_stock`)
+    latent: list[str] = field(default_factory=list)
+    # the symbolic tier's new findings, replayed on the engine tier (`confirm_on_engine`): "confirmed",
+    # "departure: ..." (vLLM's own Scheduler and runner show nothing new: the mirror departs, not vLLM),
+    # "unconfirmable: ..." (the engine tier cannot express the scenario; the mirror's verdict stands); "" not asked
+    engine: str = ""
+
+    @property
+    def new(self) -> list[str]:
+        """What makes the input new: unexplained and revealed signatures."""
+        return new_signatures(self.to_json())
+
+    @property
+    def is_new(self) -> bool:
+        return bool(self.unexplained or self.revealed) and not self.departure
+
+    @property
+    def departure(self) -> bool:
+        return is_departure({"engine": self.engine})
+
+    @property
+    def key(self) -> str:
+        """Dedup key: the set of new signatures, or for an all-known input the set of known ones."""
+        text = ("|".join(sorted(self.new)) if self.is_new else
+                "departure|" + "|".join(sorted(self.new)) if self.departure else
+                "known|" + "|".join(sorted(self.signatures)))
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+    @property
+    def headline_signature(self) -> str:
+        return (self.unexplained or self.revealed or self.signatures)[0]
+
+    def to_json(self) -> dict:
+        out = {"signatures": self.signatures, "known": self.known, "unexplained": self.unexplained,
+               "revealed": self.revealed, "new": self.is_new}
+        if self.engine:
+            out["engine"] = self.engine
+        if self.latent:
+            out["latent"] = self.latent
+        return out
+
+    def label(self, signature: str) -> str:
+        if signature in self.known:
+            return f"KNOWN {self.known[signature]}"
+        if self.latent and signature in self.revealed:
+            return f"NEW (latent behind {'+'.join(self.latent)})"
+        return "NEW"
+
+
+def is_departure(verdict: dict) -> bool:
+    """A verdict's (Verdict.to_json) new findings are the mirror's alone: the engine tier showed nothing new."""
+    return verdict.get("engine", "").startswith("departure")
+
+
+def new_signatures(verdict: dict) -> list[str]:
+    """A verdict's (Verdict.to_json) new signatures: the unexplained ones, then the revealed ones so marked."""
+    return list(verdict.get("unexplained", [])) + [f"revealed:{s}" for s in verdict.get("revealed", [])]
+
+
+def classify(signatures, replay_signatures, issues=None) -> Verdict:
+    """Judge an input's signatures by the known fixes. `replay_signatures(issues)` replays the input with
+    those issues' fixes applied (and the input's mutant, if any) and returns the signatures it shows.
+    `issues`: the candidates (default: every applicable one)."""
+    ordered = list(dict.fromkeys(signatures))  # oracle order: the first new one heads the report
+    shown = set(ordered)
+    verdict = Verdict(ordered)
+    if not shown:
+        return verdict
+    if issues is None:
+        issues = [k for k in KNOWN_ISSUES if k.applicable()]
+    issues = list(issues)
+    if not issues:
+        verdict.unexplained = ordered
+        return verdict
+    fixed = set(replay_signatures(issues))
+    verdict.unexplained = [s for s in ordered if s in fixed]
+    verdict.revealed = sorted(fixed - shown)
+    gone = shown - fixed
+    if len(issues) == 1:
+        verdict.known = {sig: issues[0].id for sig in gone}
+        return verdict
+    for issue in issues:
+        if not gone:
+            break
+        removed = gone - set(replay_signatures([issue]))
+        for sig in removed:
+            verdict.known[sig] = issue.id
+        gone -= removed
+    for sig in sorted(gone):  # removed only by fixes together: the smallest set found by dropping one at a time
+        needed = list(issues)
+        for issue in list(issues):
+            trial = [k for k in needed if k is not issue]
+            if trial and sig not in set(replay_signatures(trial)):
+                needed = trial
+        verdict.known[sig] = "+".join(k.id for k in needed)
+    return verdict
+
+
+def _signature_replays(scenario, config: RunConfig, done: dict | None = None):
+    """`replay_signatures(issues)` for `classify`: the signatures of a replay (under `config`) with those issues'
+    fixes applied, each set of fixes replayed once (`done`: replays already made, keyed by the frozenset of
+    issue ids)."""
+    from harness.oracles import judge
+    from harness.replay import replay
+
+    replays = dict(done or {})
+
+    def replay_signatures(issues):
+        key = frozenset(k.id for k in issues)
+        if key not in replays:
+            replays[key] = {f.signature for f in judge(replay(scenario, config=config.but(fixes=_ids(issues))))}
+        return replays[key]
+    return replay_signatures
+
+
+def judge_scenario(scenario, findings, mutant: str | None = None, tier: str | None = None, *,
+                   config: RunConfig | None = None, issues=None) -> Verdict:
+    """Classify a replayed scenario's findings (of a replay under `config`, its fixes none). `mutant` / `tier`
+    change `config` (harness.run_config.RunConfig.of); `issues`: the candidates (default: the tier's)."""
+    cfg = RunConfig.of(config, mutant=mutant, tier=tier).but(fixes=())
+    return classify([f.signature for f in findings], _signature_replays(scenario, cfg),
+                    issues_for(cfg.tier, cfg.engine.runner) if issues is None else issues)
+
+
+def replay_and_judge(scenario, mutant: str | None = None, tier: str | None = None, known_fixes: bool | None = None,
+                     *, config: RunConfig | None = None, issues=None):
+    """Replay and judge one input; returns (trace, findings, verdict or None when nothing fired).
+
+    known_fixes=True (campaigns' and sweeps' default: fuzz the fixed system): the replay runs with every
+    applicable known issue's fix applied, so known bugs neither fire nor mask new ones; only a finding of the
+    fixed system is confirmed on the system as shipped (`confirm_on_stock`). known_fixes=False: the replay runs
+    on stock and its findings are classified by the fixes (`judge_scenario`)."""
+    from harness.oracles import judge
+    from harness.replay import replay
+
+    cfg = RunConfig.of(config, mutant=mutant, tier=tier, known_fixes=known_fixes).but(fixes=())
+    if issues is None:
+        issues = issues_for(cfg.tier, cfg.engine.runner)
+    fixed = list(issues) if cfg.known_fixes else []
+    trace = replay(scenario, config=cfg.but(fixes=_ids(fixed)))
+    findings = judge(trace)
+    if not findings:
+        return trace, findings, None
+    if not fixed:
+        verdict = judge_scenario(scenario, findings, config=cfg, issues=issues)
+    else:
+        verdict = confirm_on_stock(scenario, findings, fixed, config=cfg)
+    if cfg.tier == "symbolic" and verdict.is_new:
+        confirm_on_engine(scenario, verdict, config=cfg)
+    return trace, findings, verdict
+
+
+def confirm_on_engine(scenario, verdict: Verdict, mutant: str | None = None, *,
+                      config: RunConfig | None = None) -> Verdict:
+    """The symbolic tier mirrors vLLM's scheduler loop and V1 runner by hand; before its new finding is called
+    a vLLM bug, the same scenario runs on the engine tier: vLLM's own Scheduler and connector with the model
+    runner vLLM picks (the engine options'; the mutant, an allocator patch, applies there too), scheduled
+    synchronously as the mirror schedules it unless the options ask otherwise. New there too:
+    confirmed. Nothing new there: a departure of the mirror, kept and reported as such, never as vLLM's. A
+    scenario the engine tier cannot express keeps the mirror's verdict, and says so."""
+    from harness.errors import BadInput
+
+    cfg = RunConfig.of(config, mutant=mutant, tier="engine", known_fixes=True)
+    if cfg.engine.async_scheduling == "auto":
+        # the mirrored loop schedules synchronously: the same input on vLLM's own Scheduler runs as the mirror
+        # runs it (as `diff` compares). vLLM's async decision makes another schedule, which may not reach the
+        # state at all: that is not the mirror departing (measured: two blind-bank allocator bugs shown by
+        # vLLM's own V1 and V2 runners synchronously were filed as departures under `auto`)
+        cfg = cfg.but(async_scheduling="off")
+    try:
+        _, _, engine = replay_and_judge(scenario, config=cfg.but(fixes=()))
+    except BadInput as exc:
+        verdict.engine = f"unconfirmable: {exc}"
+        return verdict
+    if engine is not None and engine.is_new:
+        verdict.engine = "confirmed"
+    else:
+        verdict.engine = (f"departure: vLLM's own Scheduler and runner (engine tier, --runner {cfg.engine.runner}) show "
+                          f"nothing new: {', '.join(engine.signatures) if engine else 'no finding'}")
+    return verdict
+
+
+def confirm_on_stock(scenario, fixed_findings, issues, *, config: RunConfig) -> Verdict:
+    """A finding of the fixed system, replayed on the system as shipped (no fixes): shown there too ->
+    unexplained (NEW); absent there while stock shows a finding the fixes remove (a known bug fires first) ->
+    NEW, revealed (latent until vLLM fixes the known one); absent there and no known bug fires on stock -> NEW,
+    revealed and latent: the fixes change the schedule (admission, chunking) so that the system under test
+    reaches a state stock does not reach here; `latent` names the smallest set of fixes that still exposes it.
+    Such a finding is the system's, never a harness error: the fixes' own correctness is guarded by stock
+    campaigns and sweeps with the fixes on, which must stay clean (the CI gate, `make ci-fuzz`)."""
+    from harness.oracles import judge
+    from harness.replay import replay
+
+    config = config.but(fixes=())
+    fixed = list(dict.fromkeys(f.signature for f in fixed_findings))
+    stock = list(dict.fromkeys(f.signature for f in judge(replay(scenario, config=config))))  # oracle order
+    # the fixed and the stock replays are done already
+    replay_signatures = _signature_replays(scenario, config, {frozenset(k.id for k in issues): set(fixed),
+                                                              frozenset(): set(stock)})
+    verdict = classify(stock, replay_signatures, issues) if stock else Verdict([], revealed=fixed)
+    if verdict.revealed and not verdict.known:
+        verdict.latent = _exposing_fixes(set(verdict.revealed), list(issues), replay_signatures)
+    return verdict
+
+
+def _exposing_fixes(revealed: set, issues: list, replay_signatures) -> list[str]:
+    """The smallest set of fixes (dropping one at a time, as `classify` does) with which the replay still shows a
+    revealed signature; stock (no fix) does not, so the set is never empty."""
+    needed = list(issues)
+    for issue in list(issues):
+        trial = [k for k in needed if k is not issue]
+        if trial and revealed & set(replay_signatures(trial)):
+            needed = trial
+    return [k.id for k in needed]
+
+
+BLOCKED = "REPRO STOPS AT ANOTHER FINDING (the fix changes nothing)"
+
+
+def _left_to_other_issues(issue: KnownIssue, left: set, replay_findings, runner: str | None) -> list[str] | None:
+    """A repro that reaches a second known bug (0.26.0's seed repro under async scheduling also re-keys the prompt
+    tail): the known issues whose fixes, on top of this one's, remove what this fix leaves, judged as any finding
+    is (`classify`), provided their fixes alone do not remove this issue's part. None: something is left that no
+    known fix explains, or this issue's fix is not needed. `left`: the repro's signatures with this issue's fix."""
+    others = [k for k in issues_for("engine" if runner else "symbolic", runner or "auto") if k is not issue]
+
+    def signatures(issues):
+        return {f.signature for f in replay_findings(issue.repro, list(issues))}
+
+    verdict = classify(sorted(left), lambda extra: signatures([issue, *extra]), others)
+    if verdict.unexplained or verdict.revealed or not verdict.known:
+        return None
+    needed = sorted({i for ids in verdict.known.values() for i in ids.split("+")})
+    if not signatures([k for k in others if k.id in needed]):
+        return None
+    return needed
+
+
+def check_known(replay_findings, runner: str | None = None, picked=None, issues=KNOWN_ISSUES) -> list[dict]:
+    """For every known issue the installed release should show: does its repro still show it, and does its
+    fix remove it? `replay_findings(path, issues)` replays a repro with those fixes applied. `runner`: the
+    engine tier's model runner (None: the mirrored tiers; "auto": `picked()` names the runner vLLM chose for the
+    last replay); an issue in another runner's code is not expected, a repro the tier cannot express
+    (BadInput) says why."""
+    from harness.errors import BadInput
+
+    rows = []
+    for issue in issues:
+        if not issue.repro_expected():
+            rows.append({"id": issue.id, "status": "not expected on this release"})
+            continue
+        if not issue.runs_on("engine" if runner else "symbolic", runner):
+            where = f"with runner {runner}" if runner else "on the mirrored tiers (the V1 worker shadow)"
+            rows.append({"id": issue.id, "status": f"not expected {where} (in {issue.code} code)"})
+            continue
+        try:
+            shown = [f.signature for f in replay_findings(issue.repro, [])]
+        except BadInput as exc:
+            rows.append({"id": issue.id, "status": f"not expressible here: {exc}"})
+            continue
+        pick = picked() if (runner == "auto" and picked is not None) else None
+        if pick and issue.runners is not None and pick not in issue.runners:  # `picked`: the runner vLLM chose
+            rows.append({"id": issue.id, "status": f"not expected: vLLM picked runner {pick} for the repro (the issue is "
+                                                   f"in {'/'.join(issue.runners)} code)"})
+            continue
+        fixed = [f.signature for f in replay_findings(issue.repro, [issue])]
+        rest = (_left_to_other_issues(issue, set(fixed), replay_findings, runner)
+                if shown and fixed and set(shown) != set(fixed) else None)
+        status = ("reproduces, fix removes it" if shown and not fixed else
+                  f"reproduces, fix removes it (what remains is {', '.join(rest)}, which the repro also reaches)"
+                  if rest else
+                  "NO LONGER REPRODUCES" if not shown else
+                  # the fix changes nothing: the repro stops at another finding before reaching the issue (e.g.
+                  # an earlier release's own bug), which says nothing about the fix
+                  BLOCKED if set(shown) == set(fixed) else "FIX DOES NOT REMOVE IT")
+        rows.append({"id": issue.id, "status": status, "shown": shown, "with_fix": fixed})
+    return rows
