@@ -2,7 +2,9 @@
 
 Run for real:  pytest bench --benchmark-only --benchmark-json=bench/results/bench.json
 Each benchmark times one allocator call (or one small sequence, said in its name) on a fresh manager
-prepared outside the timed region (pedantic setup), so rounds do not pile state on each other.
+prepared outside the timed region (pedantic setup), so rounds do not pile state on each other. Each asserts what
+the call it times did (the blocks it returned, the hit it found, the copies it queued), never how long it took;
+under `--benchmark-disable` (make test) the call runs once and is checked the same way.
 """
 
 from __future__ import annotations
@@ -33,7 +35,13 @@ def _prefilled(alloc, length, seed=0):
 
 
 def _run(benchmark, setup, call, rounds=30):
-    benchmark.pedantic(call, setup=setup, rounds=rounds, iterations=1)
+    """The last round's return value (the only round under --benchmark-disable)."""
+    return benchmark.pedantic(call, setup=setup, rounds=rounds, iterations=1)
+
+
+def _covered(alloc, req, group=0) -> int:
+    """Tokens the request's block table of this KV cache group has slots for."""
+    return len(alloc.block_ids(req.request_id)[group]) * alloc.geometry.attn_block_size
 
 
 @pytest.mark.parametrize("k", [0, 1, 2, 3])
@@ -44,7 +52,13 @@ def test_allocate_prefill_chunk(benchmark, info, k):
         alloc = make_allocator(**SMALL, num_speculative_tokens=k)
         return (alloc, _request(alloc, 2048)), {}
 
-    _run(benchmark, setup, lambda alloc, req: alloc.allocate(req, alloc.split(req, 2048)))
+    def call(alloc, req):
+        n = alloc.split(req, 2048)
+        return n, alloc.allocate(req, n), alloc, req
+
+    n, ids, alloc, req = _run(benchmark, setup, call)
+    assert n > 0 and ids is not None  # the chunk fit: one block-id list per KV cache group
+    assert _covered(alloc, req) >= n and all(ids), [len(g) for g in ids]
 
 
 @pytest.mark.parametrize("k", [0, 2])
@@ -57,7 +71,8 @@ def test_allocate_decode_step(benchmark, info, k):
         req.append_output_token_ids([5])
         return (alloc, req), {}
 
-    _run(benchmark, setup, lambda alloc, req: alloc.allocate(req, 1 + k, lookahead=k))
+    ids, alloc, req = _run(benchmark, setup, lambda alloc, req: (alloc.allocate(req, 1 + k, lookahead=k), alloc, req))
+    assert ids is not None and _covered(alloc, req) >= req.num_tokens + k  # the decode token and its drafts have slots
 
 
 def test_allocate_async_external_load(benchmark, info):
@@ -67,7 +82,9 @@ def test_allocate_async_external_load(benchmark, info):
         alloc = make_allocator(**PRODUCTION)
         return (alloc, _request(alloc, 25525)), {}
 
-    _run(benchmark, setup, lambda alloc, req: alloc.allocate(req, 0, num_external=24960, delay_cache=True), rounds=10)
+    ids, alloc, req = _run(benchmark, setup, lambda alloc, req: (
+        alloc.allocate(req, 0, num_external=24960, delay_cache=True), alloc, req), rounds=10)
+    assert ids is not None and _covered(alloc, req) >= 24960  # slots for every externally loaded token
 
 
 def test_production_continuation_partial_tail(benchmark, info):
@@ -87,9 +104,10 @@ def test_production_continuation_partial_tail(benchmark, info):
     def call(alloc, req):
         n = alloc.split(req, 25525 - 24960)
         assert n == 512
-        return alloc.allocate(req, n)
+        return alloc.allocate(req, n), alloc, req
 
-    _run(benchmark, setup, call, rounds=10)
+    ids, alloc, req = _run(benchmark, setup, call, rounds=10)
+    assert ids is not None and _covered(alloc, req) >= 25472  # up to the partial tail
 
 
 @pytest.mark.parametrize("kind", ["full", "partial"])
@@ -103,7 +121,9 @@ def test_get_computed_blocks(benchmark, info, kind):
         length = 4096 + 100 if kind == "full" else 4096 - 6  # partial: ends inside a Mamba block
         return (alloc, _request(alloc, length, 1)), {}
 
-    _run(benchmark, setup, lambda alloc, req: alloc.lookup(req))
+    _, num_local = _run(benchmark, setup, lambda alloc, req: alloc.lookup(req))
+    # full: the producer's whole 4,096-token prompt; partial: up to the consumer's last whole Mamba block
+    assert num_local == (4096 if kind == "full" else (4096 - 6) // 16 * 16), num_local
 
 
 def test_free(benchmark, info):
@@ -113,7 +133,13 @@ def test_free(benchmark, info):
         alloc = make_allocator(**SMALL)
         return (alloc, _prefilled(alloc, 4096)), {}
 
-    _run(benchmark, setup, lambda alloc, req: alloc.free(req))
+    def call(alloc, req):
+        before = alloc.block_pool.get_num_free_blocks()
+        alloc.free(req)
+        return before, alloc.block_pool.get_num_free_blocks(), alloc.geometry.attn_block_size
+
+    before, after, block = _run(benchmark, setup, call)
+    assert after - before >= 4096 // block, (before, after)  # at least every attention block of the prompt is back
 
 
 def test_cow_bookkeeping(benchmark, info):
@@ -131,7 +157,7 @@ def test_cow_bookkeeping(benchmark, info):
     def call(alloc, req, blocks, local):
         alloc.allocate(req, alloc.split(req, req.num_tokens - local, local), num_local=local, blocks=blocks)
         copies, _ = alloc.take_copies()
-        assert copies
         return copies
 
-    _run(benchmark, setup, call)
+    copies = _run(benchmark, setup, call)
+    assert copies and all(src != dst for src, dst in copies), copies  # the partial hit queued real copies

@@ -30,7 +30,9 @@ def test_cow_apply_pagewise(benchmark, info, copies):
         for src, dst in pairs:
             pool[dst] = pool[src]
 
+    assert not any(torch.equal(pool[dst], pool[src]) for src, dst in pairs)  # random pages: each copy shows
     benchmark.pedantic(apply, rounds=20, iterations=1)
+    assert all(torch.equal(pool[dst], pool[src]) for src, dst in pairs)  # each destination holds its source
     _bytes_per_s(benchmark, copies)
 
 
@@ -42,6 +44,7 @@ def test_plain_torch_copy_same_bytes(benchmark, info, copies):
     dst = torch.empty_like(src)
     info(copies=copies, bytes=copies * PAGE_FLOATS * 4, device=device)
     benchmark.pedantic(lambda: dst.copy_(src), rounds=20, iterations=1)
+    assert torch.equal(dst, src)  # the same bytes, copied
     _bytes_per_s(benchmark, copies)
 
 

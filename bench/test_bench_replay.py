@@ -20,6 +20,19 @@ def _nothing_new(scenarios, verdicts, tier):
         if findings:
             assert not judge_scenario(sc, findings, None, tier).is_new, [f.headline() for f in findings]
 
+
+def _replayed(trace):
+    return trace.steps_run, judge(trace)
+
+
+def _every_scenario_ran(scenarios, results):
+    """What was timed replayed every scenario (steps ran; a replay that does nothing is cheap and would flatter
+    the figure), judged below."""
+    assert len(results) == len(scenarios)
+    assert all(steps > 0 for steps, _ in results), [sc.name for sc, (steps, _) in zip(scenarios, results) if not steps]
+    return [findings for _, findings in results]
+
+
 SCENARIOS = [random_scenario(s, checkpoints=False) for s in range(50)]
 
 
@@ -27,9 +40,9 @@ def test_replay_symbolic_scenarios(benchmark, info):
     info(tier="symbolic", scenarios=len(SCENARIOS))
 
     def run():
-        return [judge(replay(sc)) for sc in SCENARIOS]
+        return [_replayed(replay(sc)) for sc in SCENARIOS]
 
-    _nothing_new(SCENARIOS, benchmark.pedantic(run, rounds=3, iterations=1), "symbolic")
+    _nothing_new(SCENARIOS, _every_scenario_ran(SCENARIOS, benchmark.pedantic(run, rounds=3, iterations=1)), "symbolic")
 
 
 MODEL_SCENARIOS = [random_scenario(s, checkpoints=False, small=True) for s in range(20)]
@@ -40,6 +53,7 @@ def test_replay_model_scenarios(benchmark, info):
     info(tier="model", scenarios=len(MODEL_SCENARIOS))
 
     def run():
-        return [judge(replay(sc, tier="model")) for sc in MODEL_SCENARIOS]
+        return [_replayed(replay(sc, tier="model")) for sc in MODEL_SCENARIOS]
 
-    _nothing_new(MODEL_SCENARIOS, benchmark.pedantic(run, rounds=3, iterations=1), "model")
+    _nothing_new(MODEL_SCENARIOS, _every_scenario_ran(MODEL_SCENARIOS, benchmark.pedantic(run, rounds=3, iterations=1)),
+                 "model")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchlib import SMALL, make_allocator
-from test_bench_allocator import _prefilled, _request, _run  # noqa: I001
+from test_bench_allocator import _covered, _prefilled, _request, _run  # noqa: I001
 
 
 @pytest.mark.parametrize("prompt", [1024, 4096, 16384, 65536, 131072])
@@ -20,7 +20,8 @@ def test_scaling_prompt_length(benchmark, info, prompt):
         req.append_output_token_ids([5])
         return (alloc, req), {}
 
-    _run(benchmark, setup, lambda alloc, req: alloc.allocate(req, 1), rounds=5)
+    ids, alloc, req = _run(benchmark, setup, lambda alloc, req: (alloc.allocate(req, 1), alloc, req), rounds=5)
+    assert ids is not None and _covered(alloc, req) >= prompt  # the decode token has a slot after the whole prompt
 
 
 @pytest.mark.parametrize("concurrent", [1, 16, 64, 256])
@@ -40,10 +41,10 @@ def test_scaling_concurrent_requests(benchmark, info, concurrent):
         return (alloc, reqs), {}
 
     def call(alloc, reqs):
-        for req in reqs:
-            alloc.allocate(req, 1)
+        return [alloc.allocate(req, 1) for req in reqs]
 
-    _run(benchmark, setup, call, rounds=5)
+    ids = _run(benchmark, setup, call, rounds=5)
+    assert len(ids) == concurrent and all(i is not None for i in ids)  # every running request got its slot
 
 
 @pytest.mark.parametrize("pool", [1280, 640, 320])
@@ -59,4 +60,9 @@ def test_scaling_pool_pressure(benchmark, info, pool):
         alloc.new_step()
         return (alloc, _request(alloc, 1024, 999)), {}
 
-    _run(benchmark, setup, lambda alloc, req: alloc.allocate(req, alloc.split(req, 1024)), rounds=10)
+    def call(alloc, req):
+        n = alloc.split(req, 1024)
+        return n, alloc.allocate(req, n), alloc, req
+
+    n, ids, alloc, req = _run(benchmark, setup, call, rounds=10)
+    assert ids is not None and _covered(alloc, req) >= n > 0  # it fit, taking evictable cached blocks where needed
