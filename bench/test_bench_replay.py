@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.generate import random_scenario
-from harness.known import judge_scenario
+from harness.verdict import judge_scenario
 from harness.oracles import judge
 from harness.replay import replay
 from harness.vllm_adapter import installed_version
