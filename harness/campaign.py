@@ -26,10 +26,10 @@ from pathlib import Path
 from harness.artifacts import write_json_atomic
 from harness.verdict import new_signatures
 from harness.release import TREE_ENV, child_pythonpath, vllm_source
-from harness.run_config import RunConfig
+from harness.run_config import TIERS, RunConfig
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGETS = {t: ROOT / "fuzz" / f"{t}_target.py" for t in ("symbolic", "model", "engine")}
+TARGETS = {t: ROOT / "fuzz" / f"{t}_target.py" for t in TIERS}  # every tier has an atheris target
 # each target's own seed corpus and dictionary (the model tier decodes the same bytes into smaller scenarios)
 SEED_CORPORA = {t: ROOT / "fuzz" / "corpus" / t for t in TARGETS}
 DICTIONARIES = {t: ROOT / "fuzz" / f"{t}.dict" for t in TARGETS}

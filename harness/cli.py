@@ -10,8 +10,8 @@ from pathlib import Path
 
 from harness.errors import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_HARNESS_ERROR, EXIT_OK, BadInput, HarnessError
 from harness.replay import TIERS
+from harness.sweep import tier_label
 
-FUZZ_TIERS = ("symbolic", "model", "engine")  # tiers with an atheris target (harness.campaign.TARGETS)
 MODELS = ("random", "trained")  # harness.model_tier.MODELS, without importing torch to build the parser
 MODEL_HELP = ("model tier: random (seeded random weights, default) or trained (trained locally on the synthetic "
               "chat corpus, cached under artifacts/models/)")
@@ -78,7 +78,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             "unjudged": trace.unjudged,
         }, indent=1, default=str))
     else:
-        label = f"vLLM {vllm_source().describe()}" + (f" + mutant {args.mutant}" if args.mutant else "") + f", {_tier_label(config)}"
+        label = f"vLLM {vllm_source().describe()}" + (f" + mutant {args.mutant}" if args.mutant else "") + f", {tier_label(config)}"
         if trace.outputs is not None:
             print(f"outputs: {describe_outputs(output_summary(trace))}")
         if not findings:
@@ -96,11 +96,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"  ({oracle} not judged: {why})")
     # a replay is strict: any finding, known or new, exits 1 (campaigns and sweeps fail on new ones only)
     return EXIT_FINDING if findings else EXIT_OK
-
-
-def _tier_label(config) -> str:
-    """"engine tier" names the model forward when it runs (`--forward model`)."""
-    return f"{config.tier} tier" + (", model forward" if config.tier == "engine" and config.runs_model else "")
 
 
 def _artifact(path: str) -> dict:
@@ -136,62 +131,22 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace, version: str, config) -> int:
-    import time
+    from harness.oracles import describe_outputs
+    from harness.sweep import run_sweep
 
-    from harness.artifacts import finding_artifact, write_finding, write_json_atomic
-    from harness.genome import budget_scenario, run_budget
-    from harness.verdict import replay_and_judge
-    from harness.oracles import describe_outputs, merge_output_summaries, output_summary
-    from harness.scenario import scenario_to_json
-    from harness.vllm_adapter import load_vllm, supports_prefill_checkpoints
-
-    startup = load_vllm()
-    checkpoints = config.checkpoints and supports_prefill_checkpoints()
-    found, errors, known, steps = [], [], [], 0
-    outputs = None  # model tier: the output summaries added up
-    started = time.perf_counter()
-    # mode none: vLLM's runners; real models' geometries: the engine tier (--model-config: every scenario)
-    budget = run_budget(config)
-    for seed in range(args.seed, args.seed + args.count):
-        scenario = budget_scenario(seed, budget, checkpoints)
-        try:
-            trace, findings, verdict = replay_and_judge(scenario, config=config)
-            if verdict is None and config.known_fixes:  # clean with the fixes: replayed on stock to count known issues
-                trace, findings, verdict = replay_and_judge(scenario, config=config.but(known_fixes=False))
-        except HarnessError as exc:  # replaying, or replaying with the known fixes applied
-            path = write_json_atomic(Path(args.artifacts) / f"harness-error-{seed}.json",
-                                     {"kind": "hybrid-harness-error", "error": str(exc),
-                                      "scenario": scenario_to_json(scenario)})
-            errors.append((seed, str(exc), path))
-            continue
-        steps += trace.steps_run
-        if trace.outputs is not None:
-            outputs = merge_output_summaries(outputs, output_summary(trace))
-        if findings:
-            path = write_finding(Path(args.artifacts), f"sweep-{seed}",
-                                 finding_artifact(scenario, findings, version, config, verdict, trace))
-            if verdict.is_new:
-                found.append((seed, findings, path))
-                print(f"FINDING seed {seed}: new {', '.join(verdict.new)} (known: {verdict.known or 'none'}) ({path})")
-            elif verdict.departure:
-                print(f"MIRROR DEPARTURE seed {seed} (not a vLLM finding): {', '.join(verdict.new)}; {verdict.engine} "
-                      f"({path})")
-            else:
-                known.append(seed)
-                print(f"KNOWN seed {seed}: {verdict.known} ({path})")
-    elapsed = time.perf_counter() - started
-    print(f"sweep: {args.count} scenarios (seeds {args.seed}..{args.seed + args.count - 1}), {steps} steps, "
-          f"{_tier_label(config)}, "
-          f"vLLM {version}{' + mutant ' + args.mutant if args.mutant else ''}: {len(found)} with findings "
-          f"({len(known)} more with known vLLM issues), "
-          f"{len(errors)} harness errors; {args.count / elapsed:.1f} scenarios/s after {startup:.1f} s start-up")
-    if outputs:
-        print(f"outputs: {describe_outputs(outputs)}")
-    for seed, err, path in errors:
+    result = run_sweep(config, args.seed, args.count, Path(args.artifacts))
+    print(f"sweep: {args.count} scenarios (seeds {args.seed}..{args.seed + args.count - 1}), {result.steps} steps, "
+          f"{tier_label(config)}, vLLM {version}{' + mutant ' + args.mutant if args.mutant else ''}: "
+          f"{len(result.new)} with findings ({len(result.known)} more with known vLLM issues), "
+          f"{len(result.errors)} harness errors; {result.per_second:.1f} scenarios/s after {result.startup_s:.1f} s "
+          "start-up")
+    if result.outputs:
+        print(f"outputs: {describe_outputs(result.outputs)}")
+    for seed, err, path in result.errors:
         print(f"HARNESS ERROR seed {seed} (not a vLLM finding): {err} ({path})", file=sys.stderr)
-    if errors:
+    if result.errors:
         return EXIT_HARNESS_ERROR
-    return EXIT_FINDING if found else EXIT_OK
+    return EXIT_FINDING if result.new else EXIT_OK
 
 
 def _cmd_fuzz(args: argparse.Namespace) -> int:
@@ -350,8 +305,7 @@ def _cmd_mutants(args: argparse.Namespace) -> int:
 
 def _cmd_diff(args: argparse.Namespace) -> int:
     """The mirrored tier against the engine tier: exit 0 same everywhere, 1 some difference."""
-    from harness.engine.diff import diff
-    from harness.generate import random_scenario
+    from harness.diff import diff, diff_sweep
     from harness.scenario import load_scenario
     from harness.vllm_adapter import check_supported, installed_version, supports_prefill_checkpoints, supports_retention
 
@@ -374,24 +328,9 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     if args.count is None or args.count < 1:
         raise BadInput("give a SCENARIO or --count N")
     checkpoints = supports_prefill_checkpoints() and _checkpoints(args.checkpoints)
-    differing, skipped = {}, 0
-    for seed in range(args.seed, args.seed + args.count):
-        try:
-            report = diff(random_scenario(seed, checkpoints=checkpoints, retention=supports_retention()), config=config)
-        except BadInput:  # a scenario vLLM's scheduler cannot express (the engine tier says why)
-            skipped += 1
-            continue
-        if not report.same:
-            differing[seed] = sorted({d.kind for d in report.differences})
-            print(f"seed {seed}: {', '.join(differing[seed])}: {report.differences[0].describe()}")
-    kinds: dict[str, int] = {}
-    for ks in differing.values():
-        for k in ks:
-            kinds[k] = kinds.get(k, 0) + 1
-    print(f"diff: {args.count} scenarios (seeds {args.seed}..{args.seed + args.count - 1}), vLLM {installed_version()}: "
-          f"{len(differing)} differ ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items())) or 'none'}), "
-          f"{skipped} not expressible on the engine tier")
-    return EXIT_FINDING if differing else EXIT_OK
+    result = diff_sweep(config, args.seed, args.count, checkpoints, supports_retention())
+    print(result.summary(installed_version()))
+    return EXIT_FINDING if result.differing else EXIT_OK
 
 
 def _checkpoints(mode: str) -> bool:
@@ -402,32 +341,19 @@ def _checkpoints(mode: str) -> bool:
 
 
 def _cmd_known(args: argparse.Namespace) -> int:
-    from harness.known_issues import KNOWN_ISSUES, ROOT
-    from harness.verdict import BLOCKED, check_known
+    from harness.known_issues import KNOWN_ISSUES
 
     if args.action == "list":
         for k in KNOWN_ISSUES:
             print(f"{k.id}\n  {k.summary}\n  repro: {k.repro}  ({k.releases})\n  reached by: {k.reached_by}\n"
-                  f"  fix: {k.fix.bug_class.removeprefix('fix: ')}")
+                  f"  fix: {k.fix.bug_class.removeprefix('fix: ')} (patches {k.fix_target})")
         return EXIT_OK
-    from harness.replay import replay
-    from harness.oracles import judge
-    from harness.scenario import load_scenario
+    from harness.known_check import BLOCKED, run_known_check
     from harness.vllm_adapter import installed_version
 
     config = _config(args, tier=args.tier, mutant="")
     runner = config.engine.runner if config.tier == "engine" else None
-
-    def replay_findings(repro, issues):
-        trace = replay(load_scenario(ROOT / repro), config=config.but(fixes=tuple(k.id for k in issues)))
-        if runner == "auto":  # the runner vLLM picked for this repro's config
-            last_pick[0] = getattr(trace, "runner", None)
-            runner_seen.add(last_pick[0] or "auto")
-        return judge(trace)
-
-    runner_seen: set = set()
-    last_pick: list = [None]
-    rows = check_known(replay_findings, runner, picked=lambda: last_pick[0])
+    rows, runner_seen = run_known_check(config)
     for row in rows:
         print(f"{row['id']:38s} {row['status']}" + (f"  (shows {row['shown']}; with the fix {row['with_fix']})"
                                                      if "shown" in row else ""))
@@ -532,7 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--artifacts", default="artifacts/fuzz")
     fuzz.add_argument("--seed", type=int, default=0)
     fuzz.add_argument("--mutant", help="apply a named run-time patch of vLLM in every worker")
-    fuzz.add_argument("--tier", "--target", dest="target", choices=FUZZ_TIERS, default="symbolic",
+    fuzz.add_argument("--tier", "--target", dest="target", choices=TIERS, default="symbolic",
                       help="fuzz target: symbolic (default), model (smaller scenarios, real tensors) or engine "
                            "(vLLM's own Scheduler, connector and the --runner worker; align-mode geometries)")
     fuzz.add_argument("--model", choices=MODELS, help=MODEL_HELP)

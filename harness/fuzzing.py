@@ -34,7 +34,7 @@ import harness.engine  # noqa: F401 - vLLM's environment for its runners, set be
 from harness.artifacts import finding_artifact, write_json_atomic
 from harness.errors import BadInput, HarnessError
 from harness.genome import decode, generator_input, run_budget, without_checkpoints
-from harness.verdict import Verdict, replay_and_judge
+from harness.verdict import Verdict, judge_input, replay_and_judge
 from harness.oracles import merge_output_summaries, output_summary
 from harness.release import vllm_source
 from harness.run_config import RunConfig
@@ -106,12 +106,11 @@ class Target:
             self.startup_s = round(time.time() - psutil.Process().create_time(), 2)
         scenario = decode(data, self.budget)
         try:
-            trace, findings, verdict = replay_and_judge(scenario, config=self.config)
+            # where the fixed system is clean, libFuzzer's first inputs (the seed corpus, a replayed crash file) and
+            # every KNOWN_SAMPLE-th one are replayed on stock too, so a campaign still reports the known issues it reached
             first = not swept and self.execs - self.swept <= KNOWN_FIRST
-            if verdict is None and self.config.known_fixes and (first or self.execs % KNOWN_SAMPLE == 0):
-                # the fixed system is clean: libFuzzer's first inputs (the seed corpus, a replayed crash file) and every
-                # KNOWN_SAMPLE-th one are replayed on stock too, so a campaign still reports the known issues it reached
-                trace, findings, verdict = replay_and_judge(scenario, config=self.config.but(known_fixes=False))
+            trace, findings, verdict = judge_input(scenario, self.config,
+                                                   report_known=first or self.execs % KNOWN_SAMPLE == 0)
         except (HarnessError, BadInput) as exc:
             self._keep_error(data, scenario, exc)
             raise HarnessFailure(str(exc)) from exc

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from harness.known_issues import KNOWN_ISSUES, KnownIssue, issues_for
+from harness.known_issues import KNOWN_ISSUES, issues_for
 from harness.run_config import RunConfig
 
 
@@ -187,6 +187,16 @@ def replay_and_judge(scenario, mutant: str | None = None, tier: str | None = Non
     return trace, findings, verdict
 
 
+def judge_input(scenario, config: RunConfig, *, report_known: bool = True, issues=None):
+    """The pipeline's one judging step, shared by sweeps, the fuzz targets and the measurement scripts: replay and
+    judge under `config`; where the fixed system is clean and `report_known`, the input is replayed on stock too,
+    so the known issues it reaches are reported (never as new). Returns (trace, findings, verdict or None)."""
+    trace, findings, verdict = replay_and_judge(scenario, config=config, issues=issues)
+    if verdict is None and config.known_fixes and report_known:
+        trace, findings, verdict = replay_and_judge(scenario, config=config.but(known_fixes=False), issues=issues)
+    return trace, findings, verdict
+
+
 def confirm_on_engine(scenario, verdict: Verdict, mutant: str | None = None, *,
                       config: RunConfig | None = None) -> Verdict:
     """The symbolic tier mirrors vLLM's scheduler loop and V1 runner by hand; before its new finding is called
@@ -249,66 +259,3 @@ def _exposing_fixes(revealed: set, issues: list, replay_signatures) -> list[str]
         if trial and revealed & set(replay_signatures(trial)):
             needed = trial
     return [k.id for k in needed]
-
-
-BLOCKED = "REPRO STOPS AT ANOTHER FINDING (the fix changes nothing)"
-
-
-def _left_to_other_issues(issue: KnownIssue, left: set, replay_findings, runner: str | None) -> list[str] | None:
-    """A repro that reaches a second known bug (0.26.0's seed repro under async scheduling also re-keys the prompt
-    tail): the known issues whose fixes, on top of this one's, remove what this fix leaves, judged as any finding
-    is (`classify`), provided their fixes alone do not remove this issue's part. None: something is left that no
-    known fix explains, or this issue's fix is not needed. `left`: the repro's signatures with this issue's fix."""
-    others = [k for k in issues_for("engine" if runner else "symbolic", runner or "auto") if k is not issue]
-
-    def signatures(issues):
-        return {f.signature for f in replay_findings(issue.repro, list(issues))}
-
-    verdict = classify(sorted(left), lambda extra: signatures([issue, *extra]), others)
-    if verdict.unexplained or verdict.revealed or not verdict.known:
-        return None
-    needed = sorted({i for ids in verdict.known.values() for i in ids.split("+")})
-    if not signatures([k for k in others if k.id in needed]):
-        return None
-    return needed
-
-
-def check_known(replay_findings, runner: str | None = None, picked=None, issues=KNOWN_ISSUES) -> list[dict]:
-    """For every known issue the installed release should show: does its repro still show it, and does its
-    fix remove it? `replay_findings(path, issues)` replays a repro with those fixes applied. `runner`: the
-    engine tier's model runner (None: the mirrored tiers; "auto": `picked()` names the runner vLLM chose for the
-    last replay); an issue in another runner's code is not expected, a repro the tier cannot express
-    (BadInput) says why."""
-    from harness.errors import BadInput
-
-    rows = []
-    for issue in issues:
-        if not issue.repro_expected():
-            rows.append({"id": issue.id, "status": "not expected on this release"})
-            continue
-        if not issue.runs_on("engine" if runner else "symbolic", runner):
-            where = f"with runner {runner}" if runner else "on the mirrored tiers (the V1 worker shadow)"
-            rows.append({"id": issue.id, "status": f"not expected {where} (in {issue.code} code)"})
-            continue
-        try:
-            shown = [f.signature for f in replay_findings(issue.repro, [])]
-        except BadInput as exc:
-            rows.append({"id": issue.id, "status": f"not expressible here: {exc}"})
-            continue
-        pick = picked() if (runner == "auto" and picked is not None) else None
-        if pick and issue.runners is not None and pick not in issue.runners:  # `picked`: the runner vLLM chose
-            rows.append({"id": issue.id, "status": f"not expected: vLLM picked runner {pick} for the repro (the issue is "
-                                                   f"in {'/'.join(issue.runners)} code)"})
-            continue
-        fixed = [f.signature for f in replay_findings(issue.repro, [issue])]
-        rest = (_left_to_other_issues(issue, set(fixed), replay_findings, runner)
-                if shown and fixed and set(shown) != set(fixed) else None)
-        status = ("reproduces, fix removes it" if shown and not fixed else
-                  f"reproduces, fix removes it (what remains is {', '.join(rest)}, which the repro also reaches)"
-                  if rest else
-                  "NO LONGER REPRODUCES" if not shown else
-                  # the fix changes nothing: the repro stops at another finding before reaching the issue (e.g.
-                  # an earlier release's own bug), which says nothing about the fix
-                  BLOCKED if set(shown) == set(fixed) else "FIX DOES NOT REMOVE IT")
-        rows.append({"id": issue.id, "status": status, "shown": shown, "with_fix": fixed})
-    return rows

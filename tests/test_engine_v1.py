@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from testlib import ROOT, fixes_applied, mutant
+from testlib import ROOT, fixes_applied, mutant, needs_v1_runner
 
 from harness.errors import BadInput
 from harness.generate import random_scenario
@@ -16,6 +16,8 @@ from harness.vllm_adapter import installed_version
 
 SEED = ROOT / "scenarios" / "seed-external-hit-same-block.json"
 SEED_BUG_RELEASES = ("0.26.", "0.27.")  # the seed bug is in these releases' MambaManager
+
+pytestmark = needs_v1_runner  # every test here drives vLLM's V1 model runner
 
 
 def _replay(scenario, name=None, runner="v1", kernels="torch", scheduling="auto"):
@@ -257,7 +259,7 @@ def test_known_issues_rejudged_on_the_v1_runner(capsys):
     async-prompt-tail-rekeyed among them (0.26.0-0.27.1's seed repro reaches it too under async scheduling)."""
     from harness.cli import main
     from harness.known_issues import KNOWN_ISSUES
-    from harness.verdict import BLOCKED
+    from harness.known_check import BLOCKED
 
     with capsys.disabled():  # the runner's first build sets up torch.distributed, which needs a real stdout
         _v1_or_skip(load_scenario(SEED))
@@ -279,7 +281,7 @@ def test_the_v1_runner_reorders_and_builds_its_own_mamba_metadata():
     """The V1 runner is built with attention backends: vLLM's Mamba2 metadata builder sets the batch reorder
     threshold (1 + K) and hands the kernels their state indices; the simulated forward reads only from it. The
     mirror reorders the same way (harness/worker.py `_reorder`), so the two tiers walk the same rows."""
-    from harness.engine.diff import diff
+    from harness.diff import diff
     from harness.engine.options import EngineOptions
     from harness.engine.scheduler import EngineDriver
     from harness.run_config import RunConfig

@@ -186,7 +186,7 @@ def test_known_check_tells_a_repro_blocked_by_another_finding_from_a_broken_fix(
     stopped it first): reported as blocked, not as a fix that no longer works (that exit is a harness error)."""
     from types import SimpleNamespace
 
-    from harness.verdict import BLOCKED, check_known
+    from harness.known_check import BLOCKED, check_known
 
     other = [SimpleNamespace(signature="vllm-exception:elsewhere")]
     rows = check_known(lambda repro, issues: other)

@@ -3,7 +3,7 @@
 This package is the harness's second door into vLLM (the first is `harness/vllm_adapter.py`):
 `harness.engine.scheduler` builds a real `VllmConfig` and `Scheduler` and drives them as `EngineCore` does;
 `harness.engine.connector` is the KV connector class vLLM loads for the scenario's external hits;
-`harness.engine.diff` compares this tier with the mirrored (symbolic) one. Importing this package itself
+`harness.diff` compares this tier with the mirrored (symbolic) one. Importing this package itself
 imports nothing from vLLM (it sets the environment vLLM reads on import).
 """
 

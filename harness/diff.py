@@ -163,4 +163,42 @@ def diff(scenario: Scenario, mutant: str | None = None, *, config=None) -> DiffR
     return report
 
 
-__all__ = ["DiffReport", "Difference", "compare", "diff"]
+@dataclass
+class DiffSweep:
+    count: int
+    first_seed: int
+    differing: dict[int, list[str]] = field(default_factory=dict)  # seed -> the kinds of difference
+    skipped: int = 0  # scenarios the engine tier cannot express
+
+    def kinds(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for kinds in self.differing.values():
+            for k in kinds:
+                counts[k] = counts.get(k, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def summary(self, version: str) -> str:
+        kinds = ", ".join(f"{k} {n}" for k, n in self.kinds().items()) or "none"
+        return (f"diff: {self.count} scenarios (seeds {self.first_seed}..{self.first_seed + self.count - 1}), vLLM "
+                f"{version}: {len(self.differing)} differ ({kinds}), {self.skipped} not expressible on the engine tier")
+
+
+def diff_sweep(config, first_seed: int, count: int, checkpoints: bool, retention: bool, out=print) -> DiffSweep:
+    """`diff` on generated scenarios (seeds first_seed..), each difference's first line printed through `out`."""
+    from harness.errors import BadInput
+    from harness.generate import random_scenario
+
+    result = DiffSweep(count, first_seed)
+    for seed in range(first_seed, first_seed + count):
+        try:
+            report = diff(random_scenario(seed, checkpoints=checkpoints, retention=retention), config=config)
+        except BadInput:  # a scenario vLLM's scheduler cannot express (the engine tier says why)
+            result.skipped += 1
+            continue
+        if not report.same:
+            result.differing[seed] = sorted({d.kind for d in report.differences})
+            out(f"seed {seed}: {', '.join(result.differing[seed])}: {report.differences[0].describe()}")
+    return result
+
+
+__all__ = ["DiffReport", "DiffSweep", "Difference", "compare", "diff", "diff_sweep"]
