@@ -9,9 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.genome import MAX_REQUESTS, decode, mutate, random_bytes, release_budget
-from harness.known import judge_scenario
+from harness.verdict import judge_scenario
 from harness.oracles import judge
 from harness.replay import replay
+from harness.scenario import parse_scenario, scenario_to_json
 
 from testlib import ROOT, seed_bug_release
 
@@ -40,11 +41,15 @@ def test_replay_of_any_decoded_scenario_completes_without_harness_error(data):
 
 
 def test_mutator_output_always_decodes():
+    """Whatever bytes the mutator makes decode to a scenario the format accepts as it is: at least one request,
+    no more than the genome allows, and it survives the JSON round trip a kept input goes through."""
     rng = random.Random(7)
     data = b""
     for _ in range(3000):
         data = mutate(data, rng) if rng.random() < 0.8 else random_bytes(rng)[: rng.randrange(70)]
-        decode(data)
+        scenario = decode(data)
+        assert 1 <= len(scenario.requests) <= MAX_REQUESTS, data
+        assert parse_scenario(scenario_to_json(scenario)) == scenario, data
 
 
 def test_seed_corpus_encodes_the_seed_scenario():

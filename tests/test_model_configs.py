@@ -314,7 +314,7 @@ def test_a_gated_delta_net_model_runs_on_vllms_gdn_builder_and_its_mutants_are_f
     known issue gdn-draftless-decode-first-column shows on stock, tests/test_engine_v1.py judges its repro)."""
     from harness.engine import mamba_meta
     from harness.engine.model_catalog import model_entry
-    from harness.known import known_issue_by_id
+    from harness.known_issues import known_issue_by_id
     from harness.genome import budget_scenario, run_budget
     from harness.mutants import mutant_applied
     from harness.mutants.gdn import GDN_MUTANTS, QWEN3_NEXT
@@ -420,8 +420,12 @@ def test_a_config_is_validated_for_the_runner_asked_for(monkeypatch):
     """vLLM validates a config for the model runner it will pick (0.26.0's V2 refuses n-gram drafts). A model-catalog
     build asks for V1; it once inherited the environment's V2 pick instead (another test had imported Triton), so
     every shipped model was left out of the fuzzers' draw for the rest of that process."""
-    from harness.engine.config import vllm_config
+    from harness.engine.config import picks_v2, vllm_config
+    from harness.release import vllm_release
 
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
     for K in (0, 1, 2):
-        vllm_config(8, 2048, 65536, 16, 16, K, False, "v1")  # BadInput before
+        config = vllm_config(8, 2048, 65536, 16, 16, K, False, "v1")  # BadInput before
+        # vLLM validated it for, and recorded, the V1 runner asked for (where the release has one: 0.34 has not)
+        assert picks_v2(config) == (not vllm_release().v1_runner), K
+        assert (config.speculative_config.num_speculative_tokens if K else config.speculative_config) == (K or None)
