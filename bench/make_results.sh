@@ -95,5 +95,5 @@ if part verdicts; then
     --out $R/mutant_verdicts.md
 fi
 if part known; then
-  "$PY" tools/known_table.py  # README.md's and docs/known-issues.md's tables, from harness/known.py
+  "$PY" tools/known_table.py  # README.md's and docs/known-issues.md's tables, from the known-issue registry
 fi

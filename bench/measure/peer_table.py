@@ -138,7 +138,7 @@ def main(argv=None) -> int:
         ptxt = ("n/a (worker code)" if worker else "-" if p is None else
                 "killed" + (f" ({p.get('seconds', '?')} s)" if p.get("seconds") else "") if p.get("killed")
                 else "survived")
-        if worker:  # the generator's scenarios on the engine tier: `sweep --tier engine` (bench/engine_sweep.py)
+        if worker:  # the generator's scenarios on the engine tier: `sweep --tier engine`
             stxt = gtxt = "see engine sweep"
             gmed = None
         else:
