@@ -25,7 +25,7 @@ from harness.scenario import RequestSpec, Scenario
 from harness.states import SymbolicStates, chain
 from harness.tokens import RequestTruth, drafts_wanted, propose, verify
 from harness.trace import CacheRecorder, Call, Retention, Trace, VllmException, VllmRaised, run_steps
-from harness.release import vllm_source
+from harness.release import vllm_release, vllm_source
 from harness.vllm_adapter import ATTN_GROUP, MAMBA_GROUP, Allocator, exception_site, installed_version
 from harness.worker import CachedReq, NewReq, SchedulerOutput, WorkerShadow
 
@@ -359,7 +359,7 @@ class Driver:
         r.phase = "running"
         self.running.append(r)
         table = alloc.block_ids(r.id)  # full table (scheduler.py:1566-1568)
-        if resumed:
+        if resumed and not vllm_release().resumes_as_new:  # 0.34+ re-sends it in full (scheduler.py:1619-1626)
             so.cached_reqs.append(CachedReq(r.id, table, total, resumed=True))
         else:
             so.new_reqs.append(NewReq(r.id, table, total, v.num_prompt_tokens))

@@ -140,20 +140,21 @@ def vllm_source() -> VllmSource:
         raise BadInput("vLLM is not installed in this environment; run `make venv` (or `make venv VLLM=0.27.1`), "
                        "or name a vLLM tree with --vllm PATH")
     root = Path(spec.origin).resolve().parent.parent
-    version = None
+    version = wheel = None
     for meta in sorted(root.glob("vllm-*.dist-info/METADATA")):
         m = re.search(r"^Version:\s*(\S+)", meta.read_text(errors="replace"), re.M)
-        version = version or (m.group(1) if m else None)
+        version = wheel = version or (m.group(1) if m else None)
     scm = root / "vllm" / "_version.py"
     if version is None and scm.is_file():
-        m = re.search(r"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*['"]([^'"]+)""", scm.read_text(), re.M)
+        text = scm.read_text()  # setuptools-scm / vcs-versioning: `__version__ = version = '0.34.0'` or one of each
+        m = re.search(r"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*(?:version\s*=\s*)?['"]([^'"]+)""", text, re.M)
         version = m.group(1) if m else None
     version = version or _git(root, "describe", "--tags", "--always")
     if version is None:
         raise BadInput(f"vLLM at {root}: no version found (no vllm-*.dist-info/METADATA, vllm/_version.py or git tag)")
     site = {str(Path(p).resolve()) for p in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])}
     commit = _git(root, "rev-parse", "HEAD")
-    kind = "installed" if str(root) in site else "checkout" if commit or scm.is_file() else "wheel"
+    kind = "installed" if str(root) in site else "wheel" if wheel and not commit else "checkout"
     version = version.lstrip("v")
     return VllmSource(version, parse_version(version), str(root), kind, commit)
 
@@ -198,6 +199,22 @@ def _block_map_stores_ids() -> bool:
     return isinstance(next(iter(probe._cache.values())), int)
 
 
+def _budget_below_block() -> bool:
+    """A token budget below the Mamba block in align mode: 0.27.0+ advance a block too wide for one chunk sub-block
+    (scheduler.py:396-409 in 0.27.1); 0.26.0 refuses the config when the engine starts (`validate_block_size`:
+    block_size <= max_num_batched_tokens, config/vllm.py:2264-2271, called by v1/engine/core.py:321), since its split
+    can never reach the next boundary and the request would wait for ever."""
+    import inspect
+
+    from vllm.config import VllmConfig
+
+    check = getattr(VllmConfig, "validate_block_size", None)
+    try:
+        return check is None or "max_num_batched_tokens" not in inspect.getsource(check)
+    except (OSError, TypeError):
+        return True
+
+
 def _params(cls) -> frozenset[str]:
     import inspect
 
@@ -215,6 +232,7 @@ class VllmRelease:
     prefill_checkpoints: bool
     retention: bool
     budget_below_block: bool
+    resumes_as_new: bool  # a preempted request is re-sent in full as a new one (0.34.0, scheduler.py:1619-1626)
     default_block_size: int  # CacheConfig.DEFAULT_BLOCK_SIZE (16; 64 from 0.34.0)
 
     @property
@@ -241,14 +259,13 @@ def vllm_release() -> VllmRelease:
         _require(source, module, attr)
     from vllm.config import CacheConfig
     from vllm.v1 import kv_cache_interface as kci
+    from vllm.v1.core.sched.output import CachedRequestData
 
     fields = set(kci.MambaSpec.__dataclass_fields__)
     checkpoints = (source.parsed[:2] >= (0, 33)  # the shadow mirrors 0.33.0's worker export (protocol doc §6.7)
                    and {"num_prefill_checkpoint_blocks", "prefill_checkpoint_alignment"} <= fields
                    and hasattr(kci, "get_mamba_prefill_checkpoint_position")
                    and hasattr(kci, "is_mamba_prefill_checkpoint_valid"))
-    from harness.vllm_adapter import supports_budget_below_block
-
     return VllmRelease(
         source=source,
         v1_runner=_has_module("vllm.v1.worker.gpu_model_runner"),
@@ -258,7 +275,8 @@ def vllm_release() -> VllmRelease:
         block_map_ids=_block_map_stores_ids(),
         prefill_checkpoints=checkpoints,
         retention="prefix_cache_retention_interval" in kci.KVCacheConfig.__dataclass_fields__,
-        budget_below_block=supports_budget_below_block(),
+        budget_below_block=_budget_below_block(),
+        resumes_as_new=not {"resumed_req_ids", "resumed_from_preemption"} & set(CachedRequestData.__dataclass_fields__),
         default_block_size=int(getattr(CacheConfig, "DEFAULT_BLOCK_SIZE", 16)),
     )
 

@@ -423,19 +423,9 @@ def supports_prefix_match_unit() -> bool:
     return "prefix_match_unit" in CacheConfig.__dataclass_fields__
 
 
-@functools.lru_cache(maxsize=None)
 def supports_budget_below_block() -> bool:
-    """A token budget below the Mamba block in align mode: 0.27.0+ advance a block too wide for one chunk sub-block
-    (scheduler.py:396-409 in 0.27.1); 0.26.0 refuses the config when the engine starts (`validate_block_size`:
-    block_size <= max_num_batched_tokens, config/vllm.py:2264-2271, called by v1/engine/core.py:321), since its split
-    can never reach the next boundary and the request would wait for ever."""
-    from vllm.config import VllmConfig
-
-    check = getattr(VllmConfig, "validate_block_size", None)
-    try:
-        return check is None or "max_num_batched_tokens" not in inspect.getsource(check)
-    except (OSError, TypeError):
-        return True
+    """A token budget below the Mamba block in align mode (harness/release.py `_budget_below_block`)."""
+    return vllm_release().budget_below_block
 
 
 def refuse_budget_below_block(geometry: Geometry) -> None:

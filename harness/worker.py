@@ -111,7 +111,11 @@ class WorkerShadow:
             if self.kernels is not None:
                 self.kernels.copy_page(src, dst)
         resumed = {c.request for c in so.cached_reqs if c.resumed}
-        keep = set(so.num_scheduled) - resumed  # unscheduled leave the persistent batch (:1224-1237)
+        # 0.34.0 re-sends a preempted request in full, as a new one (scheduler.py:1619-1626), possibly in the step
+        # it was preempted in; like resumed ones, it leaves its old row first (the V2 runner's add_requests removes
+        # a known id's state first, v1/worker/gpu/model_runner.py:1284-1291). Up to 0.33 a new id is never held.
+        resent = {nr.request for nr in so.new_reqs}
+        keep = set(so.num_scheduled) - resumed - resent  # unscheduled leave the persistent batch (:1224-1237)
         for r in [r for r in self.batch if r is not None and r not in keep]:
             self._remove_row(r, holes)
         to_add: list[str] = []  # new requests, then cached ones not in the batch, in that order (:1246-1445)
@@ -142,7 +146,7 @@ class WorkerShadow:
         self._condense(holes)  # :1496
         self._reorder(so)  # :1498 (_may_reorder_batch, :1105-1128)
         # preprocess_mamba cleanup (v1/worker/mamba_utils.py:1398-1415, 1468)
-        for r in so.finished | so.preempted | resumed:
+        for r in so.finished | so.preempted | resumed | resent:
             self.mamba_state_idx.pop(r, None)
         return kinds
 

@@ -179,21 +179,28 @@ def test_gumbel_kernel_on_random_logits(use_fp64):
     temp = torch.tensor([1.0, 0.0, 0.7], dtype=torch.float32)
     seeds = torch.tensor([123456789012, -5, 77], dtype=torch.int64)
     pos = torch.tensor([3, 9, 4, 0, 2**33 + 5], dtype=torch.int64)
+    names = set(gumbel._gumbel_sample_kernel.arg_names)
     for drafting in (False, True):
         outs = []
         for impl in ("triton", _impl("_gumbel_sample_kernel")):
             nb = -(-V // 1024)
             am = torch.empty(5, nb, dtype=torch.int64)
             mx = torch.empty(5, nb, dtype=torch.float64 if use_fp64 else torch.float32)
-            args = (am, am.stride(0), mx, mx.stride(0), None, 0, 0, None, None, 0, logits, logits.stride(0), idx,
-                    seeds, pos, temp, V)
-            kw = dict(BLOCK_SIZE=1024, IS_DRAFTING=drafting, APPLY_TEMPERATURE=True, USE_FP64=use_fp64,
-                      PER_TOKEN_COL=False)
+            kw = dict(local_argmax_ptr=am, local_argmax_stride=am.stride(0), local_max_ptr=mx,
+                      local_max_stride=mx.stride(0), logits_cache_ptr=None, logits_cache_stride_0=0,
+                      logits_cache_stride_1=0, logits_cache_col_ptr=None, logits_cache_source_ptr=None,
+                      logits_cache_source_stride=0, logits_ptr=logits, logits_stride=logits.stride(0),
+                      expanded_idx_mapping_ptr=idx, seeds_ptr=seeds, pos_ptr=pos, temp_ptr=temp, vocab_size=V,
+                      BLOCK_SIZE=1024, IS_DRAFTING=drafting, APPLY_TEMPERATURE=True, USE_FP64=use_fp64,
+                      PER_TOKEN_COL=False,
+                      # 0.34.0's parameters (gumbel.py:290-319): no row mapping, no bias
+                      logits_cache_row_mapping_ptr=None, bias_ptr=None, bias_stride=0, HAS_BIAS=False)
+            kw = {k: v for k, v in kw.items() if k in names}  # by the installed kernel's own parameter names
             if impl == "triton":
                 with kernels_v2.mode("triton"):  # the module attribute is vLLM's JIT kernel for the call
-                    gumbel._gumbel_sample_kernel[(5, nb)](*args, **kw)
+                    gumbel._gumbel_sample_kernel[(5, nb)](**kw)
             else:
-                impl(*args, **kw)
+                impl(**kw)
             outs.append((am, mx))
         (am_t, mx_t), (am_h, mx_h) = outs
         assert torch.equal(am_t, am_h)

@@ -15,6 +15,7 @@ from harness.errors import BadInput
 from harness.oracles import judge
 from harness.scenario import load_scenario
 from harness.vllm_adapter import installed_version
+from testlib import engine_runners, needs_v1_runner
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 SEED = SCENARIOS / "seed-external-hit-same-block.json"
@@ -187,7 +188,7 @@ def test_async_scheduling_is_vllms_decision_and_v2_follows_it():
     d = EngineDriver(sc, None, V2)
     assert d.asynchronous and type(d.sched).__name__ == "AsyncScheduler" and d.vc.max_concurrent_batches == 2
     assert not EngineDriver(sc, None, V2_SYNC).asynchronous
-    for runner in ("v1", "mirror"):
+    for runner in engine_runners("v1", "mirror"):
         assert not EngineDriver(sc, None, EngineOptions(runner=runner)).asynchronous
         with pytest.raises(BadInput, match="(?i)async"):
             EngineDriver(sc, None, EngineOptions(runner=runner, async_scheduling="on"))
@@ -275,6 +276,7 @@ def test_async_run_goes_on_while_a_batch_is_in_flight():
     assert len(outputs["off"]) == 4 and outputs["auto"] == outputs["off"]
 
 
+@needs_v1_runner
 def test_auto_follows_a_v1_pick_with_vllms_v1_runner():
     """Where vLLM picks its V1 runner (`use_v2_model_runner` false: no Triton, a release before V2, a config
     V2 refuses) `auto` is the V1 worker (vLLM's own V1 runner), never the mirror; a scenario it cannot follow

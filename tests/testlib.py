@@ -55,6 +55,22 @@ def by_oracle(findings, oracle):
     return [f for f in findings if f.oracle == oracle]
 
 
+def _has_v1_runner() -> bool:
+    from harness.release import vllm_release
+
+    return vllm_release().v1_runner
+
+
+# vLLM's V1 model runner (v1/worker/gpu_model_runner.py): gone from 0.34.0, where V2 is the only runner
+HAS_V1_RUNNER = _has_v1_runner()
+needs_v1_runner = pytest.mark.skipif(not HAS_V1_RUNNER, reason="this vLLM has no V1 model runner (removed in 0.34.0)")
+
+
+def engine_runners(*runners: str) -> tuple[str, ...]:
+    """The given engine runners this vLLM has (`v1` left out where it has no V1 model runner)."""
+    return tuple(r for r in runners if r != "v1" or HAS_V1_RUNNER)
+
+
 needs_checkpoints = pytest.mark.skipif(
     not supports_prefill_checkpoints(), reason="this vLLM release has no Mamba prefill checkpoint blocks")
 seed_bug_release = (0, 26, 0) <= version_tuple() < (0, 28, 0)

@@ -165,13 +165,11 @@ def _pick_runner(runner: str) -> None:
     `auto` leaves vLLM's pick (config/vllm.py:752-767). The scheduler reads it too (placeholder drafts
     under V2, scheduler.py:1642), so it is set before the config and the Scheduler are built. Where vLLM has
     no V1 runner (0.34+) the switch is gone (any value but 1 raises, platforms/interface.py:1476-1485 in 0.34.0):
-    V2 is the only pick, `--runner v1` is bad input and the mirror follows V2's scheduler output."""
+    V2 is the only pick (the V1 worker refuses to be built, workers.make_worker) and the mirror follows V2's
+    scheduler output."""
     from harness.release import vllm_release
 
-    release = vllm_release()
-    if not release.v1_runner:
-        if runner == "v1":
-            release.refuse_v1("--runner v1")
+    if not vllm_release().v1_runner:
         os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
         return
     value = _V2_ENV[runner]

@@ -39,6 +39,7 @@ from harness.engine import kernels_v1
 from harness.engine.kernels_v2_sampling import (
     _compute_local_logits_stats_kernel,
     _gather_draft_sampled_kernel,
+    _gumbel_combine_kernel,
     _gumbel_sample_kernel,
     _insert_resampled_kernel,
     _rejection_kernel,
@@ -372,6 +373,7 @@ KERNELS = {
     _G + "model_states.mamba_hybrid._scatter_num_accepted_kernel": _scatter_num_accepted_kernel,
     _G + "model_states.mamba_hybrid._fill_num_accepted_kernel": _fill_num_accepted_kernel,
     _G + "sample.gumbel._gumbel_sample_kernel": _gumbel_sample_kernel,
+    _G + "sample.gumbel._gumbel_combine_kernel": _gumbel_combine_kernel,  # 0.34.0
     _G + "spec_decode.rejection_sampler._gather_draft_sampled_kernel": _gather_draft_sampled_kernel,
     _G + "spec_decode.rejection_sampler_utils._compute_local_logits_stats_kernel": _compute_local_logits_stats_kernel,
     _G + "spec_decode.rejection_sampler_utils._rejection_kernel": _rejection_kernel,

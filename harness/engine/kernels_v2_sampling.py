@@ -134,12 +134,18 @@ def _gumbel_sample_kernel(local_argmax_ptr, local_argmax_stride, local_max_ptr, 
                           logits_cache_stride_0, logits_cache_stride_1, logits_cache_col_ptr, logits_cache_source_ptr,
                           logits_cache_source_stride, logits_ptr, logits_stride, expanded_idx_mapping_ptr, seeds_ptr,
                           pos_ptr, temp_ptr, vocab_size, BLOCK_SIZE=1024, IS_DRAFTING=False, APPLY_TEMPERATURE=True,
-                          USE_FP64=False, PER_TOKEN_COL=False, **_):
+                          USE_FP64=False, PER_TOKEN_COL=False, logits_cache_row_mapping_ptr=None, bias_ptr=None,
+                          bias_stride=0, HAS_BIAS=False, **_):
+    """0.34.0 adds a bias added in the logits' dtype (HAS_BIAS, gumbel.py:329-332), a draft-logits row mapping
+    (`draft_logits_row`, spec_decode/draft_logits.py:19-30) and a cache source that may be None (the logits)."""
     V = int(vocab_size)
     n = local_argmax_ptr.shape[0]
     if n == 0:
         return
-    logits = logits_ptr[:n, :V].to(torch.float32).contiguous()
+    logits = logits_ptr[:n, :V]
+    if HAS_BIAS:
+        logits = (logits.to(torch.float32) + bias_ptr[:n, :V].to(torch.float32)).to(logits.dtype)
+    logits = logits.to(torch.float32).contiguous()
     rsi = expanded_idx_mapping_ptr[:n].long()
     valid = rsi >= 0
     safe = rsi.clamp(min=0)
@@ -148,16 +154,32 @@ def _gumbel_sample_kernel(local_argmax_ptr, local_argmax_stride, local_max_ptr, 
     if logits_cache_ptr is not None:
         col = (logits_cache_col_ptr[:n].long() if PER_TOKEN_COL
                else logits_cache_col_ptr.reshape(-1)[:1].long().expand(n))
-        src = logits_cache_source_ptr[:n, :V]
+        src = logits_cache_source_ptr[:n, :V] if logits_cache_source_ptr is not None else logits
         for t in range(n):
-            if valid[t]:
-                logits_cache_ptr[int(rsi[t]), int(col[t]), :V] = src[t]
+            row = int(rsi[t])
+            if valid[t] and logits_cache_row_mapping_ptr is not None:
+                row = int(logits_cache_row_mapping_ptr[row])
+            if valid[t] and row >= 0:
+                logits_cache_ptr[row, int(col[t]), :V] = src[t]
         seed = seed ^ (col << 32)
     value, idx = _noised_block_argmax(logits, temp, seed, pos_ptr[:n], int(BLOCK_SIZE), drafting=bool(IS_DRAFTING),
                                       use_fp64=bool(USE_FP64), apply_temperature=bool(APPLY_TEMPERATURE))
     nb = value.shape[1]
     local_argmax_ptr[:n, :nb] = idx + torch.arange(nb)[None, :] * int(BLOCK_SIZE)
     local_max_ptr[:n, :nb] = value.to(local_max_ptr.dtype)
+
+
+def _gumbel_combine_kernel(local_argmax_ptr, local_argmax_stride, local_max_ptr, local_max_stride, sampled_ptr,
+                           num_blocks, PADDED_NUM_BLOCKS=None, **_):
+    """0.34.0's combine of the per-block maxima (gumbel.py:362-386): per row the first NaN block wins, else the
+    first block holding the maximum (torch.argmax's rule); the row samples that block's argmax."""
+    nb = int(num_blocks)
+    values = local_max_ptr[:sampled_ptr.shape[0], :nb].to(torch.float64)
+    for row in range(values.shape[0]):
+        v = values[row]
+        nan = torch.nonzero(v != v)
+        winner = int(nan[0]) if len(nan) else int(torch.nonzero(v == v.max())[0])
+        sampled_ptr[row] = local_argmax_ptr[row, winner]
 
 
 # -- the rejection sampler (gpu/spec_decode/rejection_sampler*.py) -------------------------------------------------

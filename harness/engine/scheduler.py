@@ -412,7 +412,8 @@ class EngineDriver:
             if hasattr(vreq, "async_tokens_to_discard"):
                 vreq.async_tokens_to_discard = vreq.num_output_placeholders
                 vreq.num_output_placeholders = 0
-        sched.prev_step_scheduled_req_ids.discard(vreq.request_id)
+        # 0.34.0 has no such set: a resumed request is re-sent in full, like a new one (scheduler.py:1619-1626)
+        getattr(sched, "prev_step_scheduled_req_ids", set()).discard(vreq.request_id)
 
     def _shutdown(self) -> None:
         while self.batch_queue:  # the batches still in flight report first
