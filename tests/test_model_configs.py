@@ -436,4 +436,4 @@ def test_a_config_is_validated_for_the_runner_asked_for(monkeypatch):
         # (Which runner it was validated for is not on the config: VllmConfig.use_v2_model_runner reads the
         # environment whenever it is asked, and a cached config was built by an earlier call.)
         spec = config.speculative_config
-        assert (spec.num_speculative_tokens, spec.method) == (K, "ngram") if K else spec is None, K
+        assert ((spec.num_speculative_tokens, spec.method) == (K, "ngram")) if K else spec is None, K
