@@ -25,6 +25,7 @@ SUPPORT = {
     (0, 31): {"mirror": RUNS, "v1": RUNS, "v2": BAD, "auto": BAD},
     (0, 32): {"mirror": RUNS, "v1": RUNS, "v2": RUNS, "auto": RUNS},
     (0, 33): {"mirror": RUNS, "v1": RUNS, "v2": RUNS, "auto": RUNS},
+    (0, 34): {"mirror": RUNS, "v1": BAD, "v2": RUNS, "auto": RUNS},  # no V1 runner (harness/release.py)
 }
 RELEASE = version_tuple()[:2]
 SEED_BUG = RELEASE in ((0, 26), (0, 27))
