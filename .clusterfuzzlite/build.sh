@@ -10,7 +10,7 @@ for target in fuzz/*_target.py; do
   name=$(basename "$target" .py)
   kind=${name%_target}
   # compile_python_fuzzer rewrites its target file in place for coverage builds; build each target from a
-  # fresh copy of fuzz/*.py so model_target.py bundles an unmodified symbolic_target.py (its shared body)
+  # fresh copy of fuzz/*.py, so the checkout keeps its targets as written
   work=$(mktemp -d)
   cp fuzz/*.py "$work/"
   compile_python_fuzzer "$work/$name.py" "${flags[@]}"

@@ -1,28 +1,17 @@
 #!/usr/bin/env python3
-"""atheris target, engine tier: the symbolic target's decoder and mutator, decoding only the geometries vLLM
-builds in align mode, replayed on vLLM's own Scheduler and KV connector with the engine worker the
-environment picks (HH_ENGINE_RUNNER etc., harness/run_config.py; recorded in each kept finding).
+"""atheris target, engine tier: bytes -> scenario -> vLLM's own Scheduler and KV connector with the engine worker
+the environment picks (HH_ENGINE_RUNNER etc.); coverage also instruments vLLM's worker code -> oracles.
 
     python fuzz/engine_target.py [libFuzzer flags] [CORPUS_DIR ...]   # fuzz
     python fuzz/engine_target.py CRASH_FILE                          # replay one input
 
-Coverage also instruments vLLM's worker code (vllm.v1.worker.*). The shared body is imported from
-symbolic_target.py as a module (see fuzz/model_target.py for why).
+The body is harness/fuzz_target.py (imported as a module, so PyInstaller, ClusterFuzzLite's
+compile_python_fuzzer, bundles it); the tier is this target's own, whatever HH_TIER says. What it replays comes
+from the run configuration's variables (harness/run_config.py RunConfig.from_env), how it searches from
+harness/fuzz_target.py SearchOptions.
 """
 
-import sys
-
-# Fixed here, before symbolic_target builds its Target: this target always decodes with the engine tier's
-# budget, whatever the caller's environment says.
-TARGET_TIER = "engine"  # read by symbolic_target (the tier is the target's, whatever HH_TIER says)
-
-import atheris  # noqa: E402
-
-import symbolic_target  # noqa: E402  (fuzz/ is on sys.path: the script's directory, or the bundle)
-
-TestOneInput = symbolic_target.TestOneInput
-CustomMutator = symbolic_target.CustomMutator
+from harness.fuzz_target import main
 
 if __name__ == "__main__":
-    atheris.Setup(sys.argv, TestOneInput, custom_mutator=CustomMutator)
-    atheris.Fuzz()
+    main("engine")

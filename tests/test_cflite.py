@@ -101,13 +101,14 @@ def test_split_reads_bytecode_walk_matches_the_regex_on_every_shape(monkeypatch)
 def test_model_target_imports_its_shared_body_so_a_bundler_follows_it():
     tree = ast.parse((FUZZ / "model_target.py").read_text())
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    imported = {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
-    assert "__file__" not in names and "runpy" not in imported and "symbolic_target" in imported
+    imported = ({a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+                | {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)})
+    assert "__file__" not in names and "runpy" not in imported and "harness.fuzz_target" in imported
     finder = modulefinder.ModuleFinder(path=[str(FUZZ), str(ROOT)],
                                        excludes=["vllm", "torch", "atheris", "psutil", "pydantic", "numpy"])
     finder.run_script(str(FUZZ / "model_target.py"))
     found = set(finder.modules)
-    assert {"symbolic_target", "harness.fuzzing", "harness.genome", "harness.model_tier", "models.hybrid"} <= found
+    assert {"harness.fuzz_target", "harness.fuzzing", "harness.genome", "harness.model_tier", "models.hybrid"} <= found
 
 
 def test_pyinstaller_flags_are_shared_by_build_sh_and_the_check_script():
