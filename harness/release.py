@@ -83,6 +83,7 @@ def use_tree(path: str | os.PathLike | None = None) -> str | None:
     os.environ["PYTHONPATH"] = os.pathsep.join([tree, *parts])
     os.environ[TREE_ENV] = tree
     importlib.invalidate_caches()
+    vllm_source.cache_clear()  # asked before the tree was named: vLLM itself is not imported yet (checked above)
     return tree
 
 
