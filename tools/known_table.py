@@ -5,9 +5,10 @@
 
 Rewrites the block between `<!-- known-issues:begin -->` and `<!-- known-issues:end -->` in docs/known-issues.md
 (the full table: releases, what goes wrong, who reaches it, repro, fix, which code carries it; the page is
-created when missing) and in README.md (how many, then the short table: id, releases, one line). Text outside the markers is
-left alone. `--check`: write nothing, exit 1 when either file differs from what the registry gives. Imports no
-vLLM (reading the registry does not), so it runs in a second.
+created when missing) and in README.md (the counts only: how many, how many seen on the default release, how many
+per vLLM concern their fixes patch, harness/fixes/). Text outside the markers is left alone; generated prose is
+wrapped at 120 characters (table rows cannot be). `--check`: write nothing, exit 1 when either file differs from
+what the data gives. Imports no vLLM (reading the data and the fixes' modules does not), so it runs in a second.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ END = "<!-- known-issues:end -->"
 README = ROOT / "README.md"
 DOCS = ROOT / "docs" / "known-issues.md"
 GENERATED = "_Generated from `harness/known_issues.toml` by `python tools/known_table.py`; do not edit by hand._"
+WIDTH = 120  # generated prose lines (README.md and docs/ keep lines at most this long)
+DEFAULT_RELEASE = "0.33"  # the Makefile's DEFAULT_VLLM line: the release `.venv` holds
+# harness/fixes/ concerns as the README names them (others: the module name, underscores as spaces)
+CONCERN_LABELS = {"split": "the block-aligned split", "runner_accepted": "runners' accepted counts",
+                  "runner_batch": "runners' batch order"}
 
 # a word with an underscore is code (a vLLM function, field or file): backticks keep Markdown from reading it
 _IDENT = re.compile(r"(?<![\w`.])([A-Za-z_][\w.]*_[\w.]*\w|_\w+)")
@@ -59,19 +65,55 @@ def _version(v: tuple) -> str:
     return ".".join(map(str, v))
 
 
+# a line may not start with these: Markdown would read a list item, a quote, a heading or a table row
+_OPENS_BLOCK = re.compile(r"[-+*>#|=]|\d+[.)]$")
+
+
+def _wrap(text: str, indent: str = "") -> str:
+    """Generated prose at most WIDTH characters a line where words allow: breaks only at spaces (never inside a
+    code span or a link, whose generated forms hold none) and never before a word that would open a Markdown
+    block at a line's start (the word before it moves down with it)."""
+    lines: list[list[str]] = [[]]
+    for word in text.split(" "):
+        line = lines[-1]
+        if not line or len(indent * (len(lines) > 1) + " ".join(line + [word])) <= WIDTH:
+            line.append(word)
+        elif not _OPENS_BLOCK.match(word):
+            lines.append([word])
+        elif len(line) > 1 and not _OPENS_BLOCK.match(line[-1]):
+            lines.append([line.pop(), word])
+        else:
+            line.append(word)
+    return "\n".join(indent * (i > 0) + " ".join(words) for i, words in enumerate(lines))
+
+
+def concern_of(fix_name: str) -> str:
+    """The harness/fixes/ module (the vLLM concern) that holds a fix."""
+    import importlib
+
+    from harness.fixes import CONCERNS
+
+    for concern in CONCERNS:
+        if any(f.name == fix_name for f in importlib.import_module(f"harness.fixes.{concern}").FIXES):
+            return concern
+    raise KeyError(f"no fix named {fix_name!r} in harness/fixes/")
+
+
 def readme_table(issues=None) -> str:
-    """The README's short table: id, releases, one line on what goes wrong."""
+    """The README's block: the counts, generated from the data (the table itself is docs/known-issues.md's)."""
+    from harness.fixes import CONCERNS
+
     issues = _issues() if issues is None else issues
-    latest = sum("0.33" in _short_releases(k.releases) for k in issues)
-    rows = [f"{len(issues)} behaviours of stock vLLM that look like real bugs, {latest} of them in 0.33.0. Each is a "
-            "known issue: a repro checked in and asserted in the tests, and the fix patch that removes it (found in "
-            "vLLM's own code paths on CPU, not yet confirmed on a GPU). Details in "
-            "[docs/known-issues.md](docs/known-issues.md).", "",
-            "| known issue | releases | what goes wrong |", "|---|---|---|"]
+    latest = sum(DEFAULT_RELEASE in _short_releases(k.releases) for k in issues)
+    per = {c: 0 for c in CONCERNS}
     for k in issues:
-        rows.append(f"| [`{k.id}`](docs/known-issues.md#{k.id}) | {_md(_short_releases(k.releases))} | "
-                    f"{_md(_first_clause(k.summary))} |")
-    return "\n".join(rows)
+        per[concern_of(k.fix_name)] += 1
+    concerns = ", ".join(f"{CONCERN_LABELS.get(c, c.replace('_', ' '))} {n}" for c, n in per.items() if n)
+    return _wrap(f"**{len(issues)} known issues** of stock vLLM, {latest} of them seen on {DEFAULT_RELEASE}.0, "
+                 "each a repro checked in and asserted in the tests plus the fix that removes it (found in vLLM's own "
+                 "code paths on CPU, not yet confirmed on a GPU). By the vLLM concern their fixes patch "
+                 f"(`harness/fixes/`): {concerns}. Every one, with releases, repro and fix: "
+                 "[docs/known-issues.md](docs/known-issues.md).")
 
 
 def _shows_on(issue) -> str:
@@ -104,13 +146,15 @@ def docs_table(issues=None) -> str:
         repro = f"[`{k.repro}`](../{k.repro})"
         if k.repro_from != default_from:
             repro += f" (reaches the bug from {_version(k.repro_from)} on)"
-        rows += ["", f"### {k.id}", "",
+        where = f"`harness/fixes/{concern_of(k.fix_name)}.py`"
+        rows += ["", f"### {k.id}", ""] + [_wrap(line, "  ") for line in (
                  f"- **What goes wrong:** {_md(k.summary)}.",
                  f"- **Reached by:** {_md(k.reached_by)}.",
                  f"- **Releases:** {_md(k.releases)}.",
                  f"- **Shows on:** {_shows_on(k)}.",
                  f"- **Repro:** {repro}.",
-                 f"- **Fix:** `{k.fix.name}` (patches `{k.fix_target}`): {_md(k.fix.bug_class.removeprefix('fix: '))}."]
+                 f"- **Fix:** `{k.fix.name}` in {where} (patches `{k.fix_target}`): "
+                 f"{_md(k.fix.bug_class.removeprefix('fix: '))}.")]
     return "\n".join(rows)
 
 
