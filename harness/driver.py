@@ -10,10 +10,10 @@ After every step the Mamba group's prefix cache is snapshotted for the integrity
 
 It follows vLLM 0.33.0's defaults (diff against the engine tier: `hybrid-harness diff --count N`): spec-decode
 padding of decode-ready admissions, EAGLE-only lookahead slots, KV-holding requests first, full-sequence
-admission, an async load's reserved blocks. Departures, on purpose (docs/engine-tier.md, "Mirror departures"): no async
-scheduling; the connector writes the loaded boundary state at allocation time (it "delivers the correct
-state", so ordering against the pre-copy is not under test); a request gets at most
-`max_tokens - outputs - 1` drafts, so acceptance never overshoots `max_tokens`.
+admission, an async load's reserved blocks. Departures, on purpose (docs/engine-tier.md, "Mirror departures"): no
+async scheduling; the connector writes the loaded boundary state at allocation time, an async load's when the load
+completes (it "delivers the correct state", so ordering against the pre-copy is not under test); a request gets at
+most `max_tokens - outputs - 1` drafts, so acceptance never overshoots `max_tokens`.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class _Req:
     drafts: list[int] = field(default_factory=list)
     external_used: bool = False
     load_done_step: int = -1
+    pending_load: tuple[int, int] | None = None  # an async load's tokens (start, total), written when it completes
     prefill_chunk: bool = False  # Request.is_prefill_chunk as _update_after_schedule last set it (:1862-1864)
     id: str = ""
 
@@ -344,7 +345,9 @@ class Driver:
                                 "reserved_blocks": reserved})
         if new is None:
             return self._not_admitted(r)
-        if ext:
+        if ext and load_async:  # the connector fills the blocks during the load: nothing valid in them until then
+            self._connector_loading(r, total - ext, total)
+        elif ext:
             self._connector_deliver(r, total - ext, total)
         if load_async:  # WAITING_FOR_REMOTE_KVS, skipped back into the queue (:1514-1545)
             v.status = status.WAITING_FOR_REMOTE_KVS
@@ -417,8 +420,20 @@ class Driver:
             self.backend.deliver(r.id, list(r.vreq.all_token_ids)[:total], table[col] if col < len(table) else None,
                                  self.alloc.block_ids(r.id)[ATTN_GROUP], start)
 
+    def _connector_loading(self, r: _Req, start: int, total: int) -> None:
+        """An async load in flight: its Mamba block holds nothing valid until the load completes (`_finish_load`),
+        so a read or a cache hit inside the window is a finding, as on a real connector."""
+        table = self.alloc.block_ids(r.id)[MAMBA_GROUP]
+        col = (total - 1) // self.g.mamba_block_size
+        if col < len(table):
+            self.states.deliver(table[col], None)
+        r.pending_load = (start, total)
+
     def _finish_load(self, r: _Req) -> None:
-        """`_update_waiting_for_remote_kv` (scheduler.py:3467-3517)."""
+        """`_update_waiting_for_remote_kv` (scheduler.py:3467-3517), once the connector's load has landed."""
+        if r.pending_load is not None:
+            self._connector_deliver(r, *r.pending_load)
+            r.pending_load = None
         v, status = r.vreq, self.alloc.status
         self._call(r, "cache_blocks", self.alloc.cache_blocks, v, v.num_computed_tokens,
                    _args={"num_computed_tokens": v.num_computed_tokens})

@@ -86,8 +86,8 @@ class SymbolicStates:
             self.conv[conv_block] = tuple(states[:n]) + conv[n:]
             self._touch(conv_block)
 
-    def deliver(self, block: int, state: State) -> None:
-        """A connector writes a loaded boundary state into a block."""
+    def deliver(self, block: int, state: State | None) -> None:
+        """A connector writes a loaded boundary state into a block (None: a load in flight, nothing valid yet)."""
         if block != NULL_BLOCK:
             self.conv[block] = (state,) * self.width
             self.ssm[block] = state

@@ -126,6 +126,7 @@ class EngineDriver:
         for ev in scenario.events:
             self.events.setdefault(ev.step, []).append(ev)
         self.loads: dict[str, int] = {}  # request -> step whose output reports its async load finished
+        self.landing: dict[str, int] = {}  # request -> the tokens its async load delivers when it finishes
         self.chunk_idx: dict[str, int] = {}
         self.cache = CacheRecorder(self.trace, self.states, eg.hash_block_size)
         self.step_idx = 0
@@ -191,7 +192,17 @@ class EngineDriver:
     def connector_allocated(self, rid: str, total: int, is_async: bool, load_steps: int) -> None:
         """vLLM allocated blocks for `total - local` external tokens: the connector writes the boundary state
         into each Mamba group's block at column (total-1)//B, as the mirrored tier's simulated connector does (in
-        mode all, every loaded block's state)."""
+        mode all, every loaded block's state). A sync load lands now; an async one fills the blocks during the load,
+        so they hold nothing valid until the step that reports it finished (`_land_loads`)."""
+        if is_async:
+            self.loads[rid] = self.step_idx + load_steps - 1
+            self.landing[rid] = total
+            self._deliver(rid, total, loading=True)
+        else:
+            self._deliver(rid, total)
+
+    def _deliver(self, rid: str, total: int, loading: bool = False) -> None:
+        """Write what the connector loaded (`loading`: mark those blocks as holding nothing valid yet)."""
         r = self.reqs[rid]
         tables = self.alloc.block_ids(rid)
         B = self.eg.block_size
@@ -202,14 +213,20 @@ class EngineDriver:
         for g in self.mamba_groups:  # every Mamba group's layers load their states (one per group, same boundary)
             for c in range(first, col + 1):
                 n = min((c + 1) * B, total)
-                if c < len(tables[g]) and tables[g][c] and not self._load_fails(rid):  # a failed load writes nothing
-                    self.worker.deliver(tables[g][c], (n, r.fps[n]))
-        if self.backend is not None and not self._load_fails(rid):  # the model's state and keys/values
+                if c < len(tables[g]) and tables[g][c] and (loading or not self._load_fails(rid)):
+                    # a failed load writes nothing
+                    self.worker.deliver(tables[g][c], None if loading else (n, r.fps[n]))
+        if self.backend is not None and not loading and not self._load_fails(rid):  # the model's state and keys/values
             table = tables[self.mamba_groups[0]]
             self.backend.deliver(rid, list(r.vreq.all_token_ids)[:total], table[col] if col < len(table) else None,
                                  tables[self.attn_groups[0]], local)
-        if is_async:
-            self.loads[rid] = self.step_idx + load_steps - 1
+
+    def _land_loads(self, done: set[str]) -> None:
+        """The async loads a step reports finished have landed: their states are in the blocks now."""
+        for rid in sorted(done):
+            total = self.landing.pop(rid, None)
+            if total is not None:
+                self._deliver(rid, total)
 
     # -- the loop -----------------------------------------------------------------------------------------
     def run(self) -> Trace:
@@ -289,6 +306,7 @@ class EngineDriver:
         done = {rid for rid, s in self.loads.items() if s <= step}
         for rid in done:
             del self.loads[rid]
+        self._land_loads(done)
         self.reported_loads = bool(done)  # vLLM takes them out of WAITING_FOR_REMOTE_KVS next step
         out = self._runner_output(ids, sampled_ids, self._loads_output(done) if done else None)
         self._call("", "update_from_output", self.sched.update_from_output, so, out)

@@ -120,8 +120,8 @@ class TaggedStates:
             n = min(len(states), self.width)
             self._conv_np[conv_block, :n] = states[:n]
 
-    def deliver(self, block: int, state: State) -> None:
-        """A connector load writes a boundary state into a block."""
+    def deliver(self, block: int, state: State | None) -> None:
+        """A connector load writes a boundary state into a block (None: a load in flight, nothing valid yet)."""
         if block != NULL_BLOCK:
-            self._conv_np[block] = state
-            self._ssm_np[block] = state
+            self._conv_np[block] = GARBAGE if state is None else state
+            self._ssm_np[block] = GARBAGE if state is None else state

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.mutants.base import bound_arguments, mamba_mutant
+from harness.mutants.base import Mutant, bound_arguments, mamba_mutant, method_wrapped, wrap_method
 
 
 def _leaking_free(original):
@@ -71,3 +71,27 @@ MAMBA_NONE_SPEC_BLOCKS_DROPPED = replace(mamba_mutant(
     "(prefix caching off), so the decode kernels' per-draft states land in the null block",
     "allocate_new_blocks", _no_spec_blocks_without_caching, releases="0.26.0-0.33.x"), engine_only=True,
     cache_mode="none")
+
+
+# -- an async connector load's blocks cached at allocation, before the load lands (kv_cache_manager.py allocate_slots
+# takes delay_cache_blocks=True for WAITING_FOR_REMOTE_KVS, scheduler.py:1514-1545 in 0.33.0; this drops it) -----
+def _cached_before_load(original):
+    def allocate_slots(self, *args, **kwargs):
+        call = bound_arguments(original, self, *args, **kwargs)
+        call.arguments["delay_cache_blocks"] = False
+        return original(*call.args, **call.kwargs)
+    return allocate_slots
+
+
+def _kv_cache_manager():
+    from harness.vllm_adapter import kv_cache_manager_class
+
+    return kv_cache_manager_class()
+
+
+ASYNC_LOAD_CACHED_EARLY = Mutant(
+    name="async-load-cached-early", bug_class="lifetime: an async connector load's blocks are cached (keyed) when "
+    "they are allocated, before the load fills them; a request hitting them inside the load window resumes from "
+    "nothing valid", releases="0.26.0-0.34.x", origin="",
+    patch=lambda: wrap_method(_kv_cache_manager(), "allocate_slots", _cached_before_load),
+    is_applied=lambda: method_wrapped(_kv_cache_manager(), "allocate_slots"))
