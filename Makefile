@@ -11,6 +11,8 @@
 # make results [PART=...]   rewrite every committed table and plot from its command (bench/make_results.sh)
 # make ci-fuzz [VLLM=...]   CI's stock gate: a deterministic campaign (CI_RUNS execs, seed 0, the seed corpus) must
 #                            exit 0, and every seed-corpus input and kept crash file replays with its recorded verdict
+# make known-releases       the known issue x release table (reproduces / fixed / n/a), each release in its own
+#                            process: `hybrid-harness bisect --known` (RELEASES=A..B; wheels fetched into artifacts/cache)
 # make known [VLLM=...]     each known issue's repro still shows it here and its fix removes it (TIER=engine:
 #                            re-judged on vLLM's own Scheduler and model runner, HH_ENGINE_RUNNER=auto|v1|v2|mirror)
 # TIER=model                fuzz/sweep the model tier (tiny hybrid LM on real state tensors) instead
@@ -46,7 +48,7 @@ FUZZ_ARGS ?=
 PART ?= all
 CI_RUNS ?= 3000
 
-.PHONY: venv test test-fast bench fuzz sweep gpu-check results known peer clean-venv ci-fuzz
+.PHONY: venv test test-fast bench fuzz sweep gpu-check results known known-releases peer clean-venv ci-fuzz
 
 venv: $(STAMP)
 ifneq ($(VLLM_TREE),)
@@ -96,6 +98,9 @@ results: venv
 
 known: venv
 	$(PY) -m harness known check --tier $(if $(filter engine,$(TIER)),engine,symbolic)
+
+known-releases: venv
+	$(PY) -m harness bisect --known --jobs 2 $(if $(RELEASES),--releases $(RELEASES),)
 
 gpu-check: venv
 	$(PY) tools/gpu_check.py

@@ -262,6 +262,13 @@ def _cmd_regression(args: argparse.Namespace) -> int:
     from harness.scenario import parse_scenario
 
     artifact = read_finding(args.finding)
+    if args.style == "vllm":
+        from harness.vllm_style import emit_vllm_test
+
+        text, where = emit_vllm_test(artifact, fixes_for(artifact.get("verdict")))
+        Path(args.output).write_text(text)
+        print(f"wrote {args.output} (its place in vLLM's tree: {where})")
+        return EXIT_OK
     text = emit_regression(parse_scenario(artifact["scenario"]), artifact["signature"], artifact.get("mutant"),
                            fixes_for(artifact.get("verdict")))
     Path(args.output).write_text(text)
@@ -362,6 +369,32 @@ def _cmd_known(args: argparse.Namespace) -> int:
     if any(r["status"] == "FIX DOES NOT REMOVE IT" for r in rows):
         return EXIT_HARNESS_ERROR  # the harness's fix is wrong
     return EXIT_FINDING if any(r["status"] in ("NO LONGER REPRODUCES", BLOCKED) for r in rows) else EXIT_OK
+
+
+def _cmd_bisect(args: argparse.Namespace) -> int:
+    from harness.bisect import command
+
+    return command(args)
+
+
+def _cmd_report_bug(args: argparse.Namespace) -> int:
+    from harness.bug_report import open_issues, report
+
+    if args.open:
+        ids, newest = open_issues()
+        out = Path(args.output or "docs/upstream")
+        out.mkdir(parents=True, exist_ok=True)
+        for issue_id in ids:
+            (out / f"{issue_id}.md").write_text(report(issue_id)[0])
+            print(f"wrote {out / issue_id}.md", flush=True)
+        print(f"{len(ids)} known issue(s) open in vLLM {newest}")
+        return EXIT_OK
+    if not args.target or not args.output:
+        raise BadInput("report-bug: give FINDING|ISSUE and -o BUG.md (or --open [-o DIR])")
+    text, what = report(args.target)
+    Path(args.output).write_text(text)
+    print(f"wrote {args.output} ({what})")
+    return EXIT_OK
 
 
 def _cmd_workload(args: argparse.Namespace) -> int:
@@ -482,6 +515,9 @@ def build_parser() -> argparse.ArgumentParser:
     reg = sub.add_parser("regression", help="write a finding as a standalone pytest file in vLLM's test style")
     reg.add_argument("finding")
     reg.add_argument("-o", "--output", required=True)
+    reg.add_argument("--style", choices=("standalone", "vllm"), default="standalone",
+                     help="vllm: a test for vLLM's own tree (tests/v1/core/...), named after the known issue, its "
+                     "docstring naming the user configuration")
     reg.set_defaults(func=_cmd_regression)
     rep = sub.add_parser("report", help="Markdown + HTML report with plots of a campaign directory")
     rep.add_argument("directory")
@@ -519,6 +555,24 @@ def build_parser() -> argparse.ArgumentParser:
                        help="re-judge the repros on the engine tier (vLLM's own Scheduler and --runner) instead")
     _engine_flags(known)
     known.set_defaults(func=_cmd_known)
+    bis = sub.add_parser("bisect", help="replay a finding, scenario or known issue on each vLLM release (own process "
+                         "each); the regression and fixed ranges (--known: the known issue x release table)")
+    bis.add_argument("target", nargs="?", help="finding (folder or artifact), scenario file, or known issue id")
+    bis.add_argument("--releases", help="A..B (either end optional) or A,B,C (default: every release 0.26.0..0.34.0)")
+    bis.add_argument("--known", action="store_true", help="every known issue's repro: the issue x release table")
+    bis.add_argument("--tier", choices=("symbolic", "engine"), help="override the finding's tier")
+    bis.add_argument("--runner", choices=("auto", "v1", "v2", "mirror"), help="override the engine tier's runner")
+    bis.add_argument("--jobs", type=int, default=1, help="releases at once (processes)")
+    bis.add_argument("--no-fetch", action="store_true", help="do not download a release's wheel (bad input instead)")
+    bis.add_argument("-o", "--output", help="write the result (--known: Markdown table, rows as .json beside it)")
+    bis.set_defaults(func=_cmd_bisect)
+    bug = sub.add_parser("report-bug", help="vLLM's bug template filled in for a finding or known issue (environment, "
+                         "user configuration, steps, expected vs actual, regression range, patch, vLLM-style test)")
+    bug.add_argument("target", nargs="?", help="finding (folder or artifact) or known issue id")
+    bug.add_argument("-o", "--output", help="the Markdown file (with --open: the folder, one ISSUE.md each)")
+    bug.add_argument("--open", action="store_true", help="every known issue open in the newest release of "
+                     "bench/results/known_releases.json (bisect --known)")
+    bug.set_defaults(func=_cmd_report_bug)
     work = sub.add_parser("workload", add_help=False,
                           help="make a chat workload file (HF datasets: .jsonl/.json/.parquet) or a scenario using one")
     work.add_argument("rest", nargs=argparse.REMAINDER)

@@ -35,9 +35,10 @@ class _Recorder:
     seen: dict[str, tuple] = field(default_factory=dict)
 
 
-def _record(scenario: Scenario, mutant: str | None) -> tuple[list[str], driver_mod.Driver]:
+def _record(scenario: Scenario, mutant: str | None, split: bool = False) -> tuple[list[str], driver_mod.Driver]:
     """Replay once with the adapter wrapped, turning each vLLM call into a line of test code. Long: one small
-    renderer per adapter call, each closing over the recorder and the driver of this replay."""
+    renderer per adapter call, each closing over the recorder and the driver of this replay. `split`: also assert
+    every chunk vLLM's `Scheduler._mamba_block_aligned_split` clipped (a `mamba_split` helper the caller adds)."""
     rec = _Recorder()
     d = driver_mod.Driver(scenario, mutant)
     alloc = d.alloc
@@ -87,6 +88,12 @@ def _record(scenario: Scenario, mutant: str | None) -> tuple[list[str], driver_m
                 f"assert new is None, '{rid}: allocate_slots admitted what the pool cannot hold'",
                 f"returned[{rid!r}] = new.get_block_ids() if new is not None else None"]
 
+    def mamba_split(out, request, n, num_local=0, num_external=0):
+        return [f"assert mamba_split(reqs[{request.request_id!r}], {n}, {num_local}, {num_external}) == {out}, "
+                f"'{request.request_id}: the Mamba block-aligned split of a {n}-token chunk'"]
+
+    if split:
+        wrap("split", mamba_split)
     wrap("lookup", lookup)
     wrap("truncate", truncate)
     wrap("allocate", allocate)
@@ -314,7 +321,8 @@ def test_{func}():
 '''
 
 
-def emit_regression(scenario: Scenario, signature: str, mutant: str | None = None, fixes=()) -> str:
+def emit_regression(scenario: Scenario, signature: str, mutant: str | None = None, fixes=(),
+                    split: bool = False) -> str:
     """The regression test of a finding. The calls and the values they must return are recorded on the
     allocator without the bug: stock vLLM for a mutant's finding (the caller must NOT have the mutant
     applied), stock plus the known issues' fixes (`fixes`) for findings of known issues. A new finding of
@@ -323,7 +331,7 @@ def emit_regression(scenario: Scenario, signature: str, mutant: str | None = Non
     from harness.run_config import RunConfig
 
     with patched(RunConfig(fixes=tuple(k.id for k in fixes))):  # and no mutant: the allocator without the bug
-        lines, d = _record(scenario, None)
+        lines, d = _record(scenario, None, split)
     g = scenario.geometry
     prompts = {r.id: list(r.vreq.prompt_token_ids) for r in d.reqs.values()}
     func = "".join(ch if ch.isalnum() else "_" for ch in signature.lower()).strip("_")
@@ -345,7 +353,21 @@ def emit_regression(scenario: Scenario, signature: str, mutant: str | None = Non
         body="\n".join("    " + ln if ln else "" for ln in lines),
         prefix_states=pprint.pformat(prefix_states, width=110, compact=True),
     )
-    return text.replace("# <<pages>>\n", _page_model())
+    return text.replace("# <<pages>>\n", _page_model() + (_split_helper(d.alloc._split_self) if split else ""))
+
+
+def _split_helper(shim) -> str:
+    """`mamba_split`: vLLM's own `Scheduler._mamba_block_aligned_split` on a stub self holding the Scheduler
+    attributes this release's split reads, as vLLM's tests/v1/core/test_mamba_align_chunk_split.py `_split` does."""
+    def render(ns) -> str:
+        items = ", ".join(f"{k}={render(v) if hasattr(v, '__dict__') else repr(v)}" for k, v in vars(ns).items())
+        return f"SimpleNamespace({items})"
+
+    return ("\n\nSCHEDULER_STUB = " + render(shim).replace(", ", ",\n    ") + "\n\n\n"
+            "def mamba_split(request, num_new_tokens, num_local, num_external):\n"
+            "    from vllm.v1.core.sched.scheduler import Scheduler\n\n"
+            "    return Scheduler._mamba_block_aligned_split(SCHEDULER_STUB, request, num_new_tokens, num_local,\n"
+            "                                                num_external)\n")
 
 
 def _page_model() -> str:

@@ -21,8 +21,9 @@ def _written_by_the_script(name: str) -> bool:
     stem, _, ext = name.rpartition(".")
     if f"$R/{name}" in SCRIPT:
         return True
-    if ext == "json":  # peer_tests.py writes its rows as JSON beside its Markdown table
-        return any(f"$R/{stem}.md" in line and "peer_tests.py" in line for line in SCRIPT.splitlines())
+    if ext == "json":  # peer_tests.py, bisect --known and upstream.py suite write their rows as JSON beside the table
+        return any(f"$R/{stem}.md" in line and any(w in line for w in ("peer_tests.py", "bisect --known", "upstream.py"))
+                   for line in SCRIPT.splitlines())
     if ext == "md":  # plot.py writes the benchmark table beside the pytest-benchmark JSON it reads
         return f"$M/plot.py $R/{stem}.json" in SCRIPT
     if ext == "png":  # plot.py's scaling curves, one per benchmark function of bench/test_bench_*.py

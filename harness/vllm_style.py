@@ -1,0 +1,113 @@
+"""`hybrid-harness regression FINDING --style vllm`: the finding's regression test as vLLM would keep it.
+
+The body is harness/regression.py's allocator replay (KVCacheManager built and driven directly, as vLLM's own
+tests/v1/core/test_prefix_caching.py and test_mamba_align_chunk_split.py do), plus an assertion on every chunk vLLM's
+`Scheduler._mamba_block_aligned_split` clipped (called on a stub self, as test_mamba_align_chunk_split.py's `_split`
+does), so a bug in the Scheduler's split fails it too. Around it, vLLM's conventions: the SPDX header, `pytest`
+with the `cpu_test` mark, a test named after the issue in the folder of the component at fault, and a docstring
+naming the configuration a user runs (`vllm serve` flags and `LLM(...)` arguments). It imports only vLLM, torch and
+pytest: vLLM's `tests/v1/core/utils.py` helpers build Requests from token counts (`create_requests`) or a
+Scheduler from a model name (`create_scheduler`), and the replay needs exact token ids and a hybrid geometry.
+
+The expected values are recorded with the known issues' fixes applied (the allocator without the bug): the test
+fails on the release with the bug and passes once the fix is in (tools/upstream.py runs it inside vLLM's tree).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from harness.errors import BadInput
+from harness.known_issues import KnownIssue
+
+# the vLLM test folder of the code a fix changes (its Fix.target's class)
+FOLDERS = {"FullAttentionManager": "tests/v1/core", "MambaManager": "tests/v1/core",
+           "KVCacheCoordinator": "tests/v1/core", "HybridKVCacheCoordinator": "tests/v1/core",
+           "KVCacheManager": "tests/v1/core", "Scheduler": "tests/v1/core", "AsyncScheduler": "tests/v1/core"}
+
+
+def user_config(scenario) -> tuple[dict, list[str]]:
+    """The scenario's geometry as a user sets it: `LLM(...)` keyword arguments and `vllm serve` flags (vLLM 0.33's
+    CacheConfig / SchedulerConfig / SpeculativeConfig / KVTransferConfig names, config/cache.py)."""
+    g = scenario.geometry
+    kw: dict = {"enable_prefix_caching": g.mamba_cache_mode != "none", "mamba_cache_mode": g.mamba_cache_mode,
+                "block_size": g.mamba_block_size, "max_model_len": g.max_model_len,
+                "max_num_batched_tokens": g.token_budget, "num_gpu_blocks_override": g.num_blocks}
+    if g.hash_block_size < g.mamba_block_size:
+        kw["prefix_match_unit"] = g.hash_block_size
+    if g.prefix_cache_retention_interval is not None:
+        kw["prefix_cache_retention_interval"] = g.prefix_cache_retention_interval
+    if g.num_speculative_tokens:
+        kw["speculative_config"] = {"method": "eagle" if g.eagle_block_drop else "ngram",
+                                    "num_speculative_tokens": g.num_speculative_tokens}
+    if any(r.external for r in scenario.requests):
+        kw["kv_transfer_config"] = {"kv_connector": "<any KV connector>", "kv_role": "kv_both"}
+    flags = []
+    for k, v in kw.items():
+        flag = "--" + k.replace("_", "-")
+        if isinstance(v, bool):
+            flags.append(flag if v else f"--no-{flag[2:]}")
+        elif isinstance(v, dict):
+            import json
+
+            flags.append(f"{flag} '{json.dumps(v)}'")
+        else:
+            flags.append(f"{flag} {v}")
+    return kw, flags
+
+
+def folder_for(issue: KnownIssue) -> str:
+    cls = issue.fix_target.split(".")[0]
+    if cls not in FOLDERS or issue.runners is not None or issue.engine_only:
+        raise BadInput(f"--style vllm: {issue.id} is in {issue.code} code ({issue.fix_target}); only allocator and "
+                       "Scheduler-split issues replay as a vLLM unit test so far (tests/v1/core)")
+    return FOLDERS[cls]
+
+
+def _docstring(issue: KnownIssue | None, scenario, signature: str, version: str) -> str:
+    kw, flags = user_config(scenario)
+    args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
+    what = issue.summary if issue else f"a finding of hybrid-harness ({signature})"
+    parts = [f"Hybrid (attention + Mamba) prefix caching: {issue.id if issue else signature}.", "", what + ".", ""]
+    if issue:
+        parts += [f"Reached by: {issue.reached_by}.", ""]
+    parts += ["The configuration of this test, as a user sets it (a Mamba2 hybrid model, e.g. "
+              "nvidia/NVIDIA-Nemotron-H-4B-Instruct-128K):", "", f"    vllm serve MODEL {' '.join(flags)}",
+              f"    LLM(model=MODEL, {args})", "",
+              f"Found by hybrid-harness on vLLM {version} (finding {signature}). The expected values are vLLM's "
+              f"with the fix applied" + (f" ({issue.fix.bug_class.removeprefix('fix: ')})" if issue else "")
+              + "; the release with the bug fails here."]
+    wrapped = [textwrap.fill(p, 100, break_long_words=False, break_on_hyphens=False)
+               if p and not p.startswith("    ") else p for p in parts]
+    return '"""' + "\n".join(wrapped) + '\n"""'
+
+
+def emit_vllm_test(artifact: dict, issues: list[KnownIssue]) -> tuple[str, str]:
+    """(test text, its path in vLLM's tree) for a finding artifact whose verdict names `issues`."""
+    from harness.regression import emit_regression
+    from harness.scenario import parse_scenario
+
+    config = artifact.get("config") or {}
+    if (config.get("tier") or artifact.get("tier") or "symbolic") == "engine" and not issues:
+        raise BadInput("--style vllm: an engine-tier finding of no known issue cannot be replayed as an allocator "
+                       "test; replay it on the symbolic tier first")
+    scenario = parse_scenario(artifact["scenario"])
+    issue = issues[0] if len(issues) == 1 else None
+    folder = folder_for(issue) if issue else "tests/v1/core"
+    for k in issues:
+        folder_for(k)  # each must be allocator or split code
+    name = (issue.id if issue else artifact["signature"].split(":")[0]).replace("-", "_")
+    body = emit_regression(scenario, artifact["signature"], None, issues, split=True)
+    # vLLM's header and docstring instead of the standalone file's; pytest and the stub's SimpleNamespace imported
+    _, _, rest = body.partition('"""\n\nfrom __future__ import annotations\n')
+    rest = rest.replace("\nimport torch\n", "\nimport pytest\nimport torch\n", 1)
+    rest = rest.replace("\nMAMBA = ", "\npytestmark = pytest.mark.cpu_test\n\nMAMBA = ", 1)
+    func = body.split("\ndef test_", 1)[1].split("(", 1)[0]
+    rest = rest.replace(f"\ndef test_{func}(", f"\ndef test_{name}(", 1)
+    head = ("# SPDX-License-Identifier: Apache-2.0\n# SPDX-FileCopyrightText: Copyright contributors to the vLLM project\n"
+            + _docstring(issue, scenario, artifact["signature"], artifact.get("vllm_version", "?"))
+            + "\n\nfrom types import SimpleNamespace\n")
+    return head + rest, f"{folder}/test_hh_{name}.py"
+
+
+__all__ = ["emit_vllm_test", "folder_for", "user_config"]

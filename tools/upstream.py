@@ -1,0 +1,206 @@
+"""What vLLM gets from hybrid-harness, checked inside vLLM's own tree (issue 38):
+
+    python tools/upstream.py patch ISSUE [--vllm X]      apply upstream/patches/ISSUE.patch to a copy of vLLM X's tree
+    python tools/upstream.py suite [ISSUE ...] [--vllm X] vLLM's peer suite (tests/v1/core, tests/v1/kv_connector/unit)
+                                                          on the stock tree and the patched one: counts side by side
+    python tools/upstream.py test ISSUE [--vllm X] [--fixed-in Y]
+        the issue's `regression --style vllm` test, placed into vLLM X's own test tree (its sdist's tests, fetched and
+        sha256-checked by bench/measure/peer_tests.py) and run there with vLLM's conftest: on stock X it must fail;
+        on X with the patch (or on release Y) it must pass. Also replays the repro on the patched tree (clean).
+
+Trees: artifacts/cache/vllm-trees/X (harness/vllm_trees.py), patched copies in artifacts/cache/vllm-patched/X/ISSUE
+(hard links, then `patch -p1`: patch writes new files, so the stock tree is untouched). Every vLLM process here is
+the default venv's python with the tree first on PYTHONPATH. Exit 0 as expected, 1 not as expected, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench" / "measure"))
+
+from harness.errors import BadInput  # noqa: E402
+from harness.vllm_trees import CACHE, fetch_tree, venv_python  # noqa: E402
+
+PATCHES = ROOT / "upstream" / "patches"
+PATCHED = CACHE / "vllm-patched"
+PY = str(venv_python("0.33.0") or sys.executable)
+SDIST_CACHE = Path.home() / ".cache" / "hybrid-harness"
+
+
+def patch_file(issue: str) -> Path:
+    path = PATCHES / f"{issue}.patch"
+    if not path.exists():
+        raise BadInput(f"no source patch for {issue} (have: {', '.join(p.stem for p in sorted(PATCHES.glob('*.patch')))})")
+    return path
+
+
+def patched_tree(version: str, issues: list[str]) -> Path:
+    """A copy of vLLM `version`'s tree with the issues' patches applied (`patch -p1`, must apply cleanly)."""
+    stock = fetch_tree(version)
+    dest = PATCHED / version / "+".join(issues)
+    if (dest / ".complete").exists():
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-al", str(stock), str(dest)], check=True)
+    for issue in issues:
+        out = subprocess.run(["patch", "-p1", "--no-backup-if-mismatch", "-i", str(patch_file(issue))], cwd=dest,
+                             capture_output=True, text=True)
+        if out.returncode or "offset" in out.stdout or "fuzz" in out.stdout.lower():
+            shutil.rmtree(dest, ignore_errors=True)
+            raise BadInput(f"{issue}.patch does not apply cleanly to vLLM {version}: {out.stdout.strip()} "
+                           f"{out.stderr.strip()}")
+    (dest / ".complete").write_text("\n".join(issues) + "\n")
+    return dest
+
+
+def test_tree(version: str) -> Path:
+    """vLLM `version`'s own tests (sdist, sha256-checked), extracted once by peer_tests."""
+    import peer_tests
+
+    return peer_tests.extract_tests(peer_tests.fetch_sdist(version, SDIST_CACHE), version, SDIST_CACHE)
+
+
+def pytest_run(tests: Path, tree: Path, paths: list[str], log: Path, stop_first: bool = False) -> dict:
+    """pytest in vLLM's test folder with `tree` first on PYTHONPATH and peer_tests' plugin (its deselection rules
+    and CPU settings): the plugin's counts, and the failing tests."""
+    import peer_tests
+
+    report = log.with_suffix(".json")
+    report.unlink(missing_ok=True)
+    cmd, env = peer_tests.pytest_command(None, report, False)
+    cmd = [PY, *cmd[1:len(cmd) - len(peer_tests.SELECTED)], *paths]
+    if not stop_first:
+        cmd.remove("-x")
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), env["PYTHONPATH"]])
+    env.pop("HH_VLLM", None)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        rc = subprocess.run(cmd, cwd=tests, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+    doc = json.loads(report.read_text()) if report.exists() else {}
+    return {"exit": rc, **{k: doc.get(k) for k in ("passed", "failed", "skipped", "errors")},
+            "failures": [f.split(": ", 1)[0] for f in doc.get("failures") or []], "log": str(log)}
+
+
+def cmd_patch(args) -> int:
+    for issue in args.issues:
+        print(f"{issue}: applies cleanly to vLLM {args.vllm}: {patched_tree(args.vllm, [issue])}")
+    return 0
+
+
+def cmd_suite(args) -> int:
+    """Stock and patched counts of vLLM's peer suite; exit 1 when the patched tree fails a test stock passes."""
+    import peer_tests
+
+    tests = test_tree(args.vllm)
+    logs = CACHE / "upstream-logs" / args.vllm
+    issues = args.issues or sorted(p.stem for p in PATCHES.glob("*.patch"))
+    rows = {"stock": pytest_run(tests, fetch_tree(args.vllm), list(peer_tests.SELECTED), logs / "stock.log")}
+    sets = [[i] for i in issues] + ([issues] if len(issues) > 1 and args.together else [])
+    for s in sets:
+        rows["+".join(s)] = pytest_run(tests, patched_tree(args.vllm, s), list(peer_tests.SELECTED),
+                                       logs / f"{'+'.join(s)}.log")
+    stock_failed = set(rows["stock"]["failures"])
+    lines = [f"vLLM {args.vllm}'s peer suite ({', '.join(peer_tests.SELECTED)}), stock tree vs patched tree:", "",
+             "| tree | passed | failed | errors | skipped | new failures |", "|---|---|---|---|---|---|"]
+    bad = False
+    for name, r in rows.items():
+        new = sorted(set(r["failures"]) - stock_failed)
+        bad |= bool(new)
+        lines.append(f"| {name} | {r['passed']} | {r['failed']} | {r['errors']} | {r['skipped']} | "
+                     f"{', '.join(f'`{n}`' for n in new) or 'none'} |")
+    print("\n".join(lines))
+    if args.out:
+        Path(args.out).write_text("\n".join(lines) + "\n")
+        Path(args.out).with_suffix(".json").write_text(json.dumps(
+            {k: {x: y for x, y in v.items() if x != "log"} for k, v in rows.items()}, indent=1) + "\n")
+    return 1 if bad else 0
+
+
+def finding_for(issue: str, tree: Path, work: Path) -> Path:
+    """The issue's repro run on `tree`: its finding artifact (the repro must show it there)."""
+    from harness.known_issues import known_issue_by_id
+
+    repro = ROOT / known_issue_by_id(issue).repro
+    out = subprocess.run([PY, "-m", "harness", "--vllm", str(tree), "run", str(repro), "--artifacts", str(work)],
+                         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    found = sorted(work.glob("*.json"))
+    if out.returncode != 1 or not found:
+        raise BadInput(f"{issue}: its repro shows nothing on {tree} (exit {out.returncode}): {out.stdout[-300:]}")
+    return found[-1]
+
+
+def cmd_test(args) -> int:
+    stock = fetch_tree(args.vllm)
+    fixed_tree = fetch_tree(args.fixed_in) if args.fixed_in else patched_tree(args.vllm, [args.issue])
+    fixed_label = f"vLLM {args.fixed_in}" if args.fixed_in else f"vLLM {args.vllm} + {args.issue}.patch"
+    work = Path(tempfile.mkdtemp(prefix="hh-upstream-"))
+    artifact = finding_for(args.issue, stock, work / "finding")
+    test_file = work / "test.py"
+    emit = subprocess.run([PY, "-m", "harness", "--vllm", str(stock), "regression", str(artifact), "--style", "vllm",
+                           "-o", str(test_file)], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if emit.returncode:
+        raise BadInput(f"regression --style vllm failed: {emit.stderr.strip()[-400:]}")
+    place = emit.stdout.split("its place in vLLM's tree: ", 1)[1].rstrip(")\n")
+    results = {}
+    for label, version, tree in (("stock", args.vllm, stock), ("fixed", args.fixed_in or args.vllm, fixed_tree)):
+        tests = work / f"tests-{label}"
+        shutil.copytree(test_tree(version), tests)
+        (tests / place).write_text(test_file.read_text())
+        results[label] = pytest_run(tests, tree, [place], work / f"{label}.log")
+    ok = results["stock"]["failed"] == 1 and results["fixed"]["passed"] == 1 and not results["fixed"]["failed"]
+    print(f"{args.issue}: {place} in vLLM {args.vllm}'s own test tree: stock "
+          f"{'FAILS' if results['stock']['failed'] else 'passes'}; {fixed_label}: "
+          f"{'passes' if results['fixed']['passed'] and not results['fixed']['failed'] else 'FAILS'}"
+          f" ({'as expected' if ok else 'NOT AS EXPECTED'}; logs in {work})")
+    if args.keep:
+        Path(args.keep).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(test_file, args.keep)
+    if not args.fixed_in:  # the repro on the patched tree: clean
+        from harness.known_issues import known_issue_by_id
+
+        rep = subprocess.run([PY, "-m", "harness", "--vllm", str(fixed_tree), "run",
+                              str(ROOT / known_issue_by_id(args.issue).repro), "--artifacts", str(work / "patched")],
+                             cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        print(f"{args.issue}: repro on the patched tree: exit {rep.returncode} "
+              f"({'clean' if rep.returncode == 0 else 'NOT CLEAN'}) {rep.stdout.strip().splitlines()[-1:]}")
+        ok &= rep.returncode == 0
+    return 0 if ok else 1
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("patch")
+    p.add_argument("issues", nargs="+")
+    s = sub.add_parser("suite")
+    s.add_argument("issues", nargs="*")
+    s.add_argument("--together", action="store_true", help="also every patch applied at once")
+    s.add_argument("--out")
+    t = sub.add_parser("test")
+    t.add_argument("issue")
+    t.add_argument("--fixed-in", help="the release that fixed it (instead of the patch)")
+    t.add_argument("--keep", help="also copy the emitted test here")
+    for q in (p, s, t):
+        q.add_argument("--vllm", default="0.33.0", help="the release whose tree and tests are used")
+    args = parser.parse_args(argv)
+    try:
+        return {"patch": cmd_patch, "suite": cmd_suite, "test": cmd_test}[args.cmd](args)
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
