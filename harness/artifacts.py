@@ -30,7 +30,7 @@ def finding_artifact(scenario: Scenario, findings: list[Finding], vllm_version: 
     """A self-contained artifact: `hybrid-harness run ARTIFACT.json` replays its scenario under the recorded
     configuration (`config`: RunConfig.as_json, the engine tier's `auto` async scheduling as `trace` resolved it;
     `tier`, `mutant`, `model` and `engine` repeated for readers and older tools). With a verdict
-    (harness.known.Verdict), it records which findings are known (and by which fix) and which are new;
+    (harness.verdict.Verdict), it records which findings are known (and by which fix) and which are new;
     "signature" is the first new one (or the first finding of an all-known input)."""
     config = config.with_resolved(trace)
     artifact = {

@@ -287,7 +287,7 @@ class Campaign:
 
 
 def finding_verdict(folder: Path) -> dict:
-    """A kept finding's verdict (harness.known.Verdict.to_json): which signatures are known, which new."""
+    """A kept finding's verdict (harness.verdict.Verdict.to_json): which signatures are known, which new."""
     doc = json.loads((folder / "finding.json").read_text())
     if "verdict" not in doc:  # kept by an older hybrid-harness: nothing was shown to be known, so it counts as new
         sigs = [f["signature"] for f in doc.get("findings", [])] or [doc.get("signature", "?")]

@@ -1,6 +1,6 @@
 """What a fuzz target does with one input: decode, replay, judge, classify, keep findings on disk.
 
-Every finding of an input is classified by the known issues' fixes (harness/known.py): an input is *new*
+Every finding of an input is classified by the known issues' fixes (harness/verdict.py): an input is *new*
 when any of its findings is unexplained (or revealed once a known fix lets the replay run on). The target
 raises `Finding` for a new input every time it runs it (a crash file replays non-zero every time, whatever
 is on disk), unless `keep_going` (campaign workers keep the finding on disk and go on instead of

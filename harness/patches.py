@@ -94,10 +94,9 @@ def check() -> list[str]:
 
 
 class suspended:
-    """`with suspended("patch:NAME"):` the live patches recorded under that label are taken out (their owners get
-    back what was there before) for the with-block and put back after it, in order: a replay of the system
-    without a mutant inside a process that has it applied (harness.known: is a finding the mutant's, or the
-    known fixes'?)."""
+    """`with suspended("patch:NAME"):` the live patches recorded under that label (`prefix=True`: every label that
+    starts with it) are taken out (their owners get back what was there before) for the with-block and put back
+    after it, in order: harness.known_issues asks each fix's probe of vLLM's code as shipped this way."""
 
     def __init__(self, by: str, *, prefix: bool = False) -> None:
         self.by, self.prefix = by, prefix  # prefix: every live patch whose label starts with `by`

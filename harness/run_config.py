@@ -1,7 +1,7 @@
 """One run configuration: how a scenario is replayed and judged, as one immutable value.
 
 Built once at an entry point (the CLI from its flags, a fuzz target from the environment its campaign wrote,
-a test from its arguments) and passed explicitly to `replay`, the verdict (`harness.known`), minimization,
+a test from its arguments) and passed explicitly to `replay`, the verdict (`harness.verdict`), minimization,
 diff, the engine driver and its workers; recorded in every finding artifact (`as_json`), so a kept finding
 replays the way it was found in a fresh process with an empty environment (`from_json`). Only the entry points
 read `HH_*` (`from_env`); campaign workers get theirs from `to_env`.

@@ -34,8 +34,12 @@ def _run(scenario, mutant, scheduling: str, runner: str = "v2"):
     from harness.engine.scheduler import EngineDriver
     from harness.oracles import judge
 
+    from harness.patching import patched
+    from harness.run_config import RunConfig
+
     driver = EngineDriver(scenario, mutant, EngineOptions(runner=runner, async_scheduling=scheduling))
-    trace = driver.run()
+    with patched(RunConfig(mutant=mutant)):  # the driver is vLLM's loop itself: the mutant goes on around it
+        trace = driver.run()
     tokens = {rid: list(r.vreq.all_token_ids) for rid, r in driver.reqs.items()}
     return driver.asynchronous, tokens, sorted({f.signature for f in judge(trace)})
 
@@ -66,32 +70,30 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from harness.generate import random_scenario
-    from harness.mutants import mutant_applied
     from harness.vllm_adapter import installed_version, supports_prefill_checkpoints
 
     checkpoints = supports_prefill_checkpoints() and args.against == "sync" and args.runner == "v2"
     other_runner = args.runner if args.against == "sync" else "v1"
     tokens_differ, explained, verdicts_differ, skipped, ran, asynchronous = [], [], [], 0, 0, 0
     started = time.perf_counter()
-    with mutant_applied(args.mutant):
-        for seed in range(args.seed, args.seed + args.count):
-            scenario = random_scenario(seed, checkpoints=checkpoints)
-            try:
-                on = _run(scenario, args.mutant, "auto", args.runner)
-                off = _run(scenario, args.mutant, "off", other_runner)
-            except BadInput as exc:
-                skipped += 1
-                print(f"seed {seed}: skipped: {exc}", flush=True)
-                continue
-            ran += 1
-            asynchronous += on[0]
-            if on[1] != off[1]:
-                why = _explained(scenario, on, off)
-                (explained if why else tokens_differ).append(seed)
-                print(f"seed {seed}: tokens differ ({why or 'UNEXPLAINED'}): async {on[1]} sync {off[1]}", flush=True)
-            if on[2] != off[2]:
-                verdicts_differ.append(seed)
-                print(f"seed {seed}: verdicts differ: async {on[2]} sync {off[2]}", flush=True)
+    for seed in range(args.seed, args.seed + args.count):
+        scenario = random_scenario(seed, checkpoints=checkpoints)
+        try:
+            on = _run(scenario, args.mutant, "auto", args.runner)
+            off = _run(scenario, args.mutant, "off", other_runner)
+        except BadInput as exc:
+            skipped += 1
+            print(f"seed {seed}: skipped: {exc}", flush=True)
+            continue
+        ran += 1
+        asynchronous += on[0]
+        if on[1] != off[1]:
+            why = _explained(scenario, on, off)
+            (explained if why else tokens_differ).append(seed)
+            print(f"seed {seed}: tokens differ ({why or 'UNEXPLAINED'}): async {on[1]} sync {off[1]}", flush=True)
+        if on[2] != off[2]:
+            verdicts_differ.append(seed)
+            print(f"seed {seed}: verdicts differ: async {on[2]} sync {off[2]}", flush=True)
     elapsed = time.perf_counter() - started
     other = f"{args.runner.upper()} synchronously" if args.against == "sync" else "the V1 runner (synchronous)"
     print(f"async differential, vLLM {installed_version()}, {args.runner.upper()} runner against {other}"

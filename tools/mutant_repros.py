@@ -27,7 +27,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     from harness.errors import HarnessError
     from harness.generate import random_scenario
-    from harness.mutants import REGISTRY, mutant_applied
+    from harness.mutants import REGISTRY
     from harness.mutation import describe_scenario, kills, minimized_kill
     from harness.run_config import RunConfig
     from harness.replay import replay
@@ -43,8 +43,7 @@ def main() -> int:
         for seed in range(args.count):
             scenario = random_scenario(seed, checkpoints=supports_prefill_checkpoints(), retention=supports_retention())
             try:
-                with mutant_applied(name):
-                    fired = bool(judge(replay(scenario, name)))
+                fired = bool(judge(replay(scenario, name)))
                 sig = kills(scenario_to_json(scenario), name) if fired else None
             except HarnessError:
                 continue

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from harness.generate import random_scenario
-from harness.mutants import REGISTRY, mutant_applied
+from harness.mutants import REGISTRY
 from harness.oracles import judge, merge_output_summaries, output_summary
 from harness.replay import replay
 from harness.stamp import stamp
@@ -23,13 +23,12 @@ from harness.vllm_adapter import installed_version, load_vllm, supports_prefill_
 
 def sweep(scenarios, mutant: str | None) -> dict:
     total = {"scenarios_with_findings": 0, "symbolic_only": 0}
-    with mutant_applied(mutant):
-        for sc in scenarios:
-            trace = replay(sc, mutant, tier="model")
-            total = merge_output_summaries(total, output_summary(trace))
-            findings = judge(trace)
-            total["scenarios_with_findings"] += bool(findings)
-            total["symbolic_only"] += bool(findings) and not any(f.oracle == "output" for f in findings)
+    for sc in scenarios:
+        trace = replay(sc, mutant, tier="model")
+        total = merge_output_summaries(total, output_summary(trace))
+        findings = judge(trace)
+        total["scenarios_with_findings"] += bool(findings)
+        total["symbolic_only"] += bool(findings) and not any(f.oracle == "output" for f in findings)
     return total
 
 

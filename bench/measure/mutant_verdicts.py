@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# the pre-change rule (harness/known.py before the fix-replay verdicts): prefix/suffix patterns on findings[0]
+# the pre-change rule (the registry module before the fix-replay verdicts): prefix/suffix patterns on findings[0]
 OLD_PATTERNS = (("vllm-exception:", " in get_new_blocks"), ("provenance:", "-after-accepted-reset"))
 
 

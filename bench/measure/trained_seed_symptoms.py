@@ -16,8 +16,6 @@ import itertools
 import re
 import sys
 from pathlib import Path
-
-from harness.mutants import mutant_applied
 from harness.oracles import output_symptom, reference_output
 from harness.replay import replay
 from harness.scenario import parse_scenario
@@ -48,16 +46,15 @@ def main() -> None:
     mutant = None if tuple(int(x) for x in re.findall(r"\d+", version)[:2]) < (0, 28) else "seed-unmarked-early-return"
     tok, model = ByteTokenizer(), trained_model()
     rows, counts = [], {}
-    with mutant_applied(mutant):
-        for ta, tb in itertools.product(TEXTS, repeat=2):
-            a = tok.encode(ta, bos=False)[:15]
-            b = a[:14] + tok.encode(" " + tb, bos=False)[:6]
-            trace = replay(scenario(a, b), mutant, "model", model=model)
-            rec = next(r for r in trace.outputs if r.request == "b")
-            symptom = output_symptom(rec) or "match"
-            counts[symptom] = counts.get(symptom, 0) + 1
-            got, want = tok.decode(rec.tokens[rec.prompt_len:]), tok.decode(reference_output(rec))
-            rows.append(f"| `{tok.decode(b)}` | {symptom} | {max(rec.max_diff):.3g} | `{got}` | `{want}` |")
+    for ta, tb in itertools.product(TEXTS, repeat=2):
+        a = tok.encode(ta, bos=False)[:15]
+        b = a[:14] + tok.encode(" " + tb, bos=False)[:6]
+        trace = replay(scenario(a, b), mutant, "model", model=model)
+        rec = next(r for r in trace.outputs if r.request == "b")
+        symptom = output_symptom(rec) or "match"
+        counts[symptom] = counts.get(symptom, 0) + 1
+        got, want = tok.decode(rec.tokens[rec.prompt_len:]), tok.decode(reference_output(rec))
+        rows.append(f"| `{tok.decode(b)}` | {symptom} | {max(rec.max_diff):.3g} | `{got}` | `{want}` |")
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     text = "\n".join([
         f"# Seed bug on a locally trained model (vLLM {version}{' + mutant ' + mutant if mutant else ''})", "",
