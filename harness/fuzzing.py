@@ -58,14 +58,16 @@ class Target:
     def __init__(self, config: RunConfig | None = None, artifacts: str | os.PathLike = "artifacts/fuzz",
                  keep_going: bool = False) -> None:
         """`keep_going`: a campaign worker keeps a new finding on disk and goes on instead of raising."""
-        from harness.mutants import apply_mutant
+        from harness.patching import patched
         from harness.vllm_adapter import installed_version, load_vllm
 
         load_vllm()
         self.config = config or RunConfig()
         self.version = installed_version()
         self.mutant, self.tier = self.config.mutant, self.config.tier
-        self._undo_mutant = apply_mutant(self.mutant) if self.mutant else None
+        # the mutant goes on once for the process (every replay's configuration names it, so none applies it again)
+        self._patches = contextlib.ExitStack()
+        self._patches.enter_context(patched(RunConfig(mutant=self.mutant)))
         # engine --forward model too; mode none only with vLLM's own runners
         self.budget = run_budget(self.config)
         # the mutator clears the checkpoint bit; inputs that have it are passed over, never decoded otherwise
@@ -134,9 +136,7 @@ class Target:
 
     def close(self) -> None:
         """Undo the mutant (a worker process never needs to; an in-process user does)."""
-        if self._undo_mutant is not None:
-            self._undo_mutant()
-            self._undo_mutant = None
+        self._patches.close()
 
     def _count_outputs(self, trace) -> None:
         self.outputs = merge_output_summaries(self.outputs, output_summary(trace))
