@@ -175,8 +175,11 @@ def render(artifact: dict, issue: KnownIssue | None, test_text: str | None, test
         md += ["", "Where vLLM and the fixed code part (the lines the suggested patch changes): "
                + ", ".join(f"`{x}`" for x in patched_lines(patch)) + f" (vLLM {artifact.get('vllm_version')})."]
     md += ["", "### Regression range", "", rng, "", "### Suggested patch", ""]
-    md += (["Applies with `patch -p1` to vLLM 0.33.0 (checked by `python tools/upstream.py patch ...`; vLLM's "
-            "tests/v1/core and tests/v1/kv_connector/unit on the patched tree: `python tools/upstream.py suite`):",
+    others = sorted(p.parent.name for p in PATCHES.glob(f"*/{issue.id}.patch")) if issue else []
+    md += (["Applies with `patch -p1` to vLLM 0.33.0 (`upstream/patches/" + (issue.id if issue else "") + ".patch`"
+            + "".join(f"; for {v}: `upstream/patches/{v}/{issue.id}.patch`, the same change" for v in others)
+            + "; checked by `python tools/upstream.py patch ISSUE [--vllm X]`; vLLM's tests/v1/core and "
+            "tests/v1/kv_connector/unit on the patched tree beside stock: `python tools/upstream.py suite`):",
             "", "```diff", patch.split("\n\n", 1)[1].rstrip(), "```"] if patch else
            ["None yet in upstream/patches/: the harness's run-time fix "
             + (f"`{issue.fix_name}` ({issue.fix.bug_class.removeprefix('fix: ')}, patching `{issue.fix_target}`)"

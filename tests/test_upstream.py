@@ -16,7 +16,7 @@ from harness.errors import BadInput
 from harness.known_issues import KNOWN_ISSUES, ROOT, known_issue_by_id
 from harness.vllm_trees import RELEASES, has_tree, parse_releases, tree_path
 
-PATCHES = sorted((ROOT / "upstream" / "patches").glob("*.patch"))
+PATCHES = sorted((ROOT / "upstream" / "patches").glob("**/*.patch"))
 
 
 def test_releases_parse_ranges_lists_and_refuse_garbage():
@@ -99,11 +99,12 @@ def test_every_patch_names_an_open_issue_and_its_fix():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("patch", PATCHES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_patch_applies_cleanly_to_the_tree_it_was_made_on(patch, tmp_path):
-    tree = tree_path("0.33.0")
-    if not has_tree("0.33.0"):
-        pytest.skip(f"vLLM 0.33.0's unpacked wheel is not cached at {tree} (python tools/upstream.py patch fills it)")
+    version = patch.parent.name if patch.parent.name[0].isdigit() else "0.33.0"
+    tree = tree_path(version)
+    if not has_tree(version):
+        pytest.skip(f"vLLM {version}'s unpacked wheel is not cached at {tree} (python tools/upstream.py patch fills it)")
     out = subprocess.run(["patch", "-p1", "--dry-run", "-d", str(tree), "-i", str(patch)], capture_output=True,
                          text=True)
     assert out.returncode == 0 and "offset" not in out.stdout and "fuzz" not in out.stdout.lower(), out.stdout

@@ -37,8 +37,10 @@ PY = str(venv_python("0.33.0") or sys.executable)
 SDIST_CACHE = Path.home() / ".cache" / "hybrid-harness"
 
 
-def patch_file(issue: str) -> Path:
-    path = PATCHES / f"{issue}.patch"
+def patch_file(issue: str, version: str = "0.33.0") -> Path:
+    """upstream/patches/ISSUE.patch is against 0.33.0; upstream/patches/X/ISSUE.patch against release X."""
+    path = PATCHES / version / f"{issue}.patch"
+    path = path if path.exists() or version != "0.33.0" else PATCHES / f"{issue}.patch"
     if not path.exists():
         raise BadInput(f"no source patch for {issue} (have: {', '.join(p.stem for p in sorted(PATCHES.glob('*.patch')))})")
     return path
@@ -54,7 +56,7 @@ def patched_tree(version: str, issues: list[str]) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["cp", "-al", str(stock), str(dest)], check=True)
     for issue in issues:
-        out = subprocess.run(["patch", "-p1", "--no-backup-if-mismatch", "-i", str(patch_file(issue))], cwd=dest,
+        out = subprocess.run(["patch", "-p1", "--no-backup-if-mismatch", "-i", str(patch_file(issue, version))], cwd=dest,
                              capture_output=True, text=True)
         if out.returncode or "offset" in out.stdout or "fuzz" in out.stdout.lower():
             shutil.rmtree(dest, ignore_errors=True)
@@ -104,7 +106,8 @@ def cmd_suite(args) -> int:
 
     tests = test_tree(args.vllm)
     logs = CACHE / "upstream-logs" / args.vllm
-    issues = args.issues or sorted(p.stem for p in PATCHES.glob("*.patch"))
+    folder = PATCHES / args.vllm if (PATCHES / args.vllm).is_dir() else PATCHES
+    issues = args.issues or sorted(p.stem for p in folder.glob("*.patch"))
     rows = {"stock": pytest_run(tests, fetch_tree(args.vllm), list(peer_tests.SELECTED), logs / "stock.log")}
     sets = [[i] for i in issues] + ([issues] if len(issues) > 1 and args.together else [])
     for s in sets:
