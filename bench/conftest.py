@@ -6,7 +6,11 @@ import platform
 
 import pytest
 
-from harness.vllm_adapter import installed_version, torch_module
+from harness.vllm_env import prepare
+
+prepare()  # the benchmark session's entry point: set up for vLLM before anything imports it
+
+from harness.vllm_adapter import installed_version, torch_module  # noqa: E402
 
 
 @pytest.fixture

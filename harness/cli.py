@@ -427,7 +427,7 @@ def _cache_mode_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def _engine_flags(parser: argparse.ArgumentParser) -> None:
-    from harness.engine.options import ASYNC_MODES, COPY_TIMINGS, FORWARDS, KERNELS, RUNNERS
+    from harness.engine_options import ASYNC_MODES, COPY_TIMINGS, FORWARDS, KERNELS, RUNNERS
 
     parser.add_argument("--runner", choices=RUNNERS, help="engine tier: the worker that runs vLLM's scheduler output "
                         "(auto = the model runner vLLM picks; mirror = the harness's V1 worker shadow)")
@@ -586,10 +586,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.vllm:
-            from harness.release import use_tree
+        from harness.vllm_env import prepare
 
-            use_tree(args.vllm)
+        prepare(args.vllm)  # before anything imports vLLM (the tree --vllm names, the CPU platform)
         return args.func(args)
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -135,6 +135,9 @@ def main(tier: str) -> None:
     """A target script's whole body: set up, sweep where a campaign asks, instrument, fuzz (or replay a file)."""
     import atheris
 
+    from harness.vllm_env import prepare
+
+    prepare()  # before anything imports vLLM
     target = FuzzTarget(tier)
     if target.search.opening_sweep and target.search.keep_going:
         target.opening_sweep()

@@ -5,7 +5,7 @@
 - `model`: the same loop with the tiny hybrid LM as the worker's forward backend
   (harness/model_tier.py: `ModelBackend`), scored against the uncached reference;
 - `engine`: vLLM's real Scheduler with a pluggable worker (harness/engine/); its `forward` option
-  (harness/engine/options.py, `--forward`) picks the symbolic token rule or the model tier's `ModelBackend`
+  (harness/engine_options.py, `--forward`) picks the symbolic token rule or the model tier's `ModelBackend`
   on the worker's page moves (runner `mirror`), scored against the same uncached reference.
 
 Each tier's code is imported only when asked for (torch for the model, vLLM's Scheduler for the engine).

@@ -11,7 +11,7 @@ read `HH_*` (`from_env`); campaign workers get theirs from `to_env`.
 - mutant: the mutant the caller applied (harness.mutants), recorded in the trace and in artifacts;
 - model: the model tier's weights, `random` (seeded) or `trained` (models/train.py, cached on disk), for the
   model tier and the engine tier's model forward;
-- engine: the engine tier's options (harness.engine.options.EngineOptions: runner, async scheduling, kernels,
+- engine: the engine tier's options (harness.engine_options.EngineOptions: runner, async scheduling, kernels,
   forward, copy timing);
 - known_fixes: fuzz the fixed system (every applicable known issue's fix applied; a finding is then confirmed
   on stock) or stock vLLM: the judge's policy (harness/verdict.py), which names the fixes of each replay it makes;
@@ -32,7 +32,7 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping
 
-from harness.engine.options import CHOICES, EngineOptions, engine_options
+from harness.engine_options import CHOICES, EngineOptions, engine_options
 from harness.errors import BadInput
 
 TIERS = ("symbolic", "model", "engine")

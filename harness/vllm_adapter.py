@@ -15,10 +15,12 @@ import os
 import sys
 from types import SimpleNamespace
 
-import harness.vllm_env  # noqa: F401  (the environment vLLM reads at import, set before it is imported here)
 from harness.errors import BadInput
 from harness.release import check_version, parse_version, vllm_release, vllm_source
 from harness.scenario import Geometry
+from harness.vllm_env import prepare
+
+prepare()  # a no-op after the entry point's own call; a library user importing this door directly
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "CRITICAL")
 

@@ -1,23 +1,37 @@
-"""The environment vLLM reads when it is imported, set before either door into vLLM (`harness.vllm_adapter`,
-`harness.engine`) imports it. vLLM resolves its platform once, at first use: a process that imported vLLM before
-these were set saw another platform (another Mamba state dtype, so other block sizes for a real model), and wrote
-those into the shared model-geometry cache (artifacts/cache/model-geometries.json) for every later process."""
+"""Process set-up for vLLM: `prepare()`, one explicit call at each entry point (harness.cli.main,
+harness.fuzz_target.main, the test and bench conftests, the measurement scripts) before anything imports vLLM.
+
+vLLM resolves its platform once, at first use: a process that imported vLLM before these were set saw another
+platform (another Mamba state dtype, so other block sizes for a real model), and once wrote those into the shared
+model-geometry cache (artifacts/cache/model-geometries.json) for every later process. The two doors into vLLM
+(harness.vllm_adapter, harness.engine) call `prepare()` as well, for a library user who imports them directly (a
+no-op after an entry point's call); nothing else in the harness touches the environment when imported (a test
+imports the configuration and judging modules in a fresh process and finds it untouched)."""
 
 from __future__ import annotations
 
 import os
 
-from harness.release import use_tree
+_PREPARED: list[bool] = []
 
-# the vLLM tree this run names (--vllm PATH, HH_VLLM), first on sys.path before anything imports vLLM
-use_tree()
 
-# CPU device inference, and vLLM's Triton check accepting a driverless machine (CUDA_VISIBLE_DEVICES set and
-# empty, vllm/triton_utils/importing.py) so vLLM picks its model runner as on a GPU host (--runner auto / v2);
-# Triton kernels without a harness replacement run in Triton's interpreter.
-# Only on a machine without an NVIDIA driver: on a GPU host the model tier's kernels need the GPU, and vLLM
-# finds Triton and the device by itself.
-if not os.path.exists("/proc/driver/nvidia/version"):
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+def prepare(tree: str | os.PathLike | None = None) -> None:
+    """Set this process up for vLLM: the vLLM tree (`tree`, else HH_VLLM) first on sys.path and PYTHONPATH
+    (harness.release.use_tree; BadInput for a path without vLLM), and, on a machine without an NVIDIA driver,
+    CPU device inference with vLLM's Triton check accepting the driverless machine (CUDA_VISIBLE_DEVICES set and
+    empty, vllm/triton_utils/importing.py), so vLLM picks its model runner as on a GPU host (--runner auto / v2);
+    Triton kernels without a harness replacement run in Triton's interpreter. On a GPU host the model tier's
+    kernels need the GPU, and vLLM finds Triton and the device by itself."""
+    from harness.release import use_tree
+
+    use_tree(tree)
+    if _PREPARED:
+        return
+    if not os.path.exists("/proc/driver/nvidia/version"):
+        os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+        os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    _PREPARED.append(True)
+
+
+__all__ = ["prepare"]

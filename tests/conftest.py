@@ -1,12 +1,13 @@
-"""Imported by pytest before any test module: the engine tier's environment is set before vLLM is imported
-(harness/engine/__init__.py: on a machine without an NVIDIA driver, vLLM's Triton check then accepts it and
-picks its model runner as on a GPU host), so a test's outcome never depends on which module imported vLLM
-first. Tests that start vLLM in a fresh process, run a campaign or sweep long are marked `slow`
+"""Imported by pytest before any test module: the process is set up for vLLM (harness.vllm_env.prepare, the
+test session's entry point: on a machine without an NVIDIA driver, vLLM's Triton check then accepts it and picks
+its model runner as on a GPU host), so a test's outcome never depends on which module imported vLLM first. Tests that start vLLM in a fresh process, run a campaign or sweep long are marked `slow`
 (`make test-fast` leaves them out)."""
 
-import harness.engine  # noqa: F401
+import pytest
 
-import pytest  # noqa: E402
+from harness.vllm_env import prepare
+
+prepare()
 
 # measured: `pytest --durations=100` on this 2-core box, each over ~1.5 s (most start a fuzz worker or a CLI
 # process that imports vLLM); `make test` runs them, `make test-fast` (the inner loop) does not

@@ -30,7 +30,7 @@ MIRROR = RunConfig(tier="engine").but(runner="mirror")
 def _engine_unavailable() -> str | None:
     """Why the engine cannot be built on this release (None: it can)."""
     try:
-        from harness.engine.options import EngineOptions
+        from harness.engine_options import EngineOptions
         from harness.engine.scheduler import EngineDriver
 
         EngineDriver(load_scenario(SEED), None, EngineOptions(runner="mirror"))
@@ -271,7 +271,7 @@ def test_a_failed_async_load_takes_vllms_own_recovery_path(policy):
     """The connector writes nothing and reports the request in failed_recving: under "fail" (vLLM's default)
     the request ends with an error, under "recompute" it recomputes from token 0 and later requests hit the
     blocks it cached; no oracle fires either way (the undelivered state is never read)."""
-    from harness.engine.options import EngineOptions
+    from harness.engine_options import EngineOptions
     from harness.engine.scheduler import EngineDriver
     from harness.oracles import judge
     from harness.scenario import parse_scenario

@@ -24,7 +24,7 @@ import harness.engine  # noqa: F401  (TRITON_INTERPRET=1 before Triton is import
 triton = pytest.importorskip("triton")
 torch = pytest.importorskip("torch")
 
-from harness.engine.options import EngineOptions  # noqa: E402
+from harness.engine_options import EngineOptions  # noqa: E402
 from harness.errors import BadInput  # noqa: E402
 from harness.scenario import load_scenario  # noqa: E402
 

@@ -29,7 +29,7 @@ MUTANT = None if seed_bug_release else "seed-unmarked-early-return"
 
 def _why_not() -> str | None:
     """Why the engine tier (mirror runner, model forward) cannot be built on this release (None: it can)."""
-    from harness.engine.options import EngineOptions
+    from harness.engine_options import EngineOptions
     from harness.engine.scheduler import EngineDriver
 
     try:

@@ -61,7 +61,7 @@ def test_engine_worker_support_matches_the_readme(runner):
 @pytest.mark.skipif(RELEASE != (0, 32), reason="0.32.x: the V2 worker with vLLM's own (interpreted) kernels")
 def test_v2_runs_with_triton_kernels_on_0_32():
     pytest.importorskip("triton")
-    from harness.engine.options import EngineOptions
+    from harness.engine_options import EngineOptions
     from harness.engine.scheduler import replay
 
     assert not judge(replay(load_scenario(SEED), None, EngineOptions(runner="v2", kernels="triton")))

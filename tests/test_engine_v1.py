@@ -21,7 +21,7 @@ pytestmark = needs_v1_runner  # every test here drives vLLM's V1 model runner
 
 
 def _replay(scenario, name=None, runner="v1", kernels="torch", scheduling="auto"):
-    from harness.engine.options import EngineOptions
+    from harness.engine_options import EngineOptions
     from harness.engine.scheduler import replay
 
     return replay(scenario, name, EngineOptions(runner=runner, kernels=kernels, async_scheduling=scheduling))
@@ -188,7 +188,7 @@ def test_v1_follows_async_scheduling_without_drafts():
     """The V1 worker follows vLLM's async decision where the config has no drafts (the K = 0 seed scenario);
     a config with n-gram drafts runs synchronously, and `on` is refused for it (EAGLE drafts:
     tests/test_v1_async_drafts.py)."""
-    from harness.engine.options import EngineOptions
+    from harness.engine_options import EngineOptions
     from harness.engine.scheduler import replay
 
     _v1_or_skip(load_scenario(SEED))
@@ -282,7 +282,7 @@ def test_the_v1_runner_reorders_and_builds_its_own_mamba_metadata():
     threshold (1 + K) and hands the kernels their state indices; the simulated forward reads only from it. The
     mirror reorders the same way (harness/worker.py `_reorder`), so the two tiers walk the same rows."""
     from harness.diff import diff
-    from harness.engine.options import EngineOptions
+    from harness.engine_options import EngineOptions
     from harness.engine.scheduler import EngineDriver
     from harness.run_config import RunConfig
 

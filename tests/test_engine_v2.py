@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engine.options import EngineOptions
+from harness.engine_options import EngineOptions
 from harness.errors import BadInput
 from harness.oracles import judge
 from harness.scenario import load_scenario

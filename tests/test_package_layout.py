@@ -77,6 +77,27 @@ def test_both_tiers_implement_the_step_loops_contract():
         assert wanted <= {n for n in dir(cls) if callable(getattr(cls, n))}, (cls, wanted - set(dir(cls)))
 
 
+def test_configuration_and_judging_modules_leave_the_environment_alone():
+    """Process set-up is one explicit call at each entry point (harness.vllm_env.prepare), never a side effect of
+    importing the run configuration or the judging code (importing harness.run_config once set CUDA_VISIBLE_DEVICES
+    through the engine package)."""
+    import os
+    import subprocess
+    import sys
+
+    watched = ("VLLM_TARGET_DEVICE", "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET")
+    env = {k: v for k, v in os.environ.items() if k not in watched}
+    probe = ("import os, sys; import harness.run_config, harness.verdict, harness.known_issues, harness.scenario, "
+             "harness.sweep, harness.patching, harness.cli; "
+             f"print(sorted(k for k in {watched!r} if k in os.environ), 'vllm' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip().splitlines()[-1] == "[] False", out.stdout
+    prepared = probe.replace("import os, sys;", "import os, sys; import harness.vllm_env as e; e.prepare();")
+    out = subprocess.run([sys.executable, "-c", prepared], capture_output=True, text=True, check=True, env=env)
+    if not os.path.exists("/proc/driver/nvidia/version"):
+        assert out.stdout.strip().splitlines()[-1] == f"{sorted(watched)} False", out.stdout
+
+
 def test_either_door_into_vllm_sets_its_environment_first():
     """vLLM resolves its platform once, at first use: a process that imports vLLM through the symbolic tier's door
     (`harness.vllm_adapter`) sees the same platform as one through the engine tier's (it once saw another, whose

@@ -22,7 +22,7 @@ MUTANT = "v1-async-valid-count-unwaited"
 
 
 def _run(scheduling="auto", timing="early", mutant=None):
-    from harness.engine.options import EngineOptions
+    from harness.engine_options import EngineOptions
     from harness.engine.scheduler import EngineDriver
 
     try:
@@ -134,7 +134,7 @@ def test_forced_resume_under_late_copies_reads_a_clobbered_accepted_count():
     0.33.0): a request resumed right after a forced preemption takes the previous step's accepted count, which
     lands on its row after add_request reset it. Only late copies show this form; the issue's fix removes it. The
     repro is for 0.33.0 (older releases hit other bugs first)."""
-    from harness.engine.options import EngineOptions
+    from harness.engine_options import EngineOptions
     from harness.engine.scheduler import replay
     from harness.vllm_adapter import installed_version
 

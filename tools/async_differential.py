@@ -30,7 +30,7 @@ from harness.errors import BadInput  # noqa: E402
 
 
 def _run(scenario, mutant, scheduling: str, runner: str = "v2"):
-    from harness.engine.options import EngineOptions
+    from harness.engine_options import EngineOptions
     from harness.engine.scheduler import EngineDriver
     from harness.oracles import judge
 

@@ -4,12 +4,14 @@ This package is the harness's second door into vLLM (the first is `harness/vllm_
 `harness.engine.scheduler` builds a real `VllmConfig` and `Scheduler` and drives them as `EngineCore` does;
 `harness.engine.connector` is the KV connector class vLLM loads for the scenario's external hits;
 `harness.diff` compares this tier with the mirrored (symbolic) one. Importing this package itself
-imports nothing from vLLM (it sets the environment vLLM reads on import).
+imports nothing from vLLM.
 """
 
 from __future__ import annotations
 
-import harness.vllm_env  # noqa: F401  (before vLLM is imported: the CLI imports this package before any tier runs)
+from harness.vllm_env import prepare
+
+prepare()  # a no-op after the entry point's own call; a library user importing this door directly
 
 
 def replay(scenario, mutant: str | None = None, options=None, model: str = "random"):

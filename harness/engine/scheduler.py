@@ -49,7 +49,7 @@ from harness.vllm_adapter import (
 )
 from harness.engine.config import build_scheduler, derive_geometry
 from harness.engine.model_geometry import group_kinds, group_mixers, kind_indices
-from harness.engine.options import EngineOptions
+from harness.engine_options import EngineOptions
 from harness.engine.workers import make_worker
 
 MODEL_RUNNERS = ("mirror", "v1", "v2")  # the workers that run a forward backend (--forward model)

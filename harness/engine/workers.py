@@ -22,7 +22,7 @@ from harness.engine.config import picks_v2, resumed_ids
 
 
 def make_worker(driver, runner: str):
-    """The worker for `runner` (harness.engine.options.RUNNERS); `auto` is the runner vLLM picked for the
+    """The worker for `runner` (harness.engine_options.RUNNERS); `auto` is the runner vLLM picked for the
     config (the Scheduler records it: `use_v2_model_runner`, v1/core/sched/scheduler.py:387): the V2 worker or
     the V1 worker (vLLM's own runner either way); a scenario that worker cannot follow is bad input naming
     why, not a silent fall-back to the mirror."""

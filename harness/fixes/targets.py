@@ -37,8 +37,9 @@ class VllmClass:
     name: str
 
     def __call__(self):
-        import harness.vllm_env  # noqa: F401  (the platform vLLM resolves at import)
+        from harness.vllm_env import prepare
 
+        prepare()  # a no-op after the entry point's own call
         return getattr(importlib.import_module(self.module), self.name)
 
 
