@@ -86,6 +86,11 @@ class Campaign:
         return self.config.mutant
 
     def __post_init__(self) -> None:
+        # the workers run in the repository (cwd=ROOT): a relative folder is the user's, resolved here against the
+        # campaign's own working directory, so the workers' corpus, crash and findings folders are the campaign's
+        # (relative, a worker started from elsewhere read a corpus folder that did not exist and was restarted
+        # for ever, each start failing at once)
+        self.corpus, self.artifacts = Path(self.corpus).resolve(), Path(self.artifacts).resolve()
         self.findings_dir = self.artifacts / "findings"
         self.crash_dir = self.artifacts / "crashes"
         for d in (self.corpus, self.findings_dir, self.crash_dir):

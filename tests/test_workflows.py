@@ -36,10 +36,11 @@ def test_workflow_is_well_formed(path):
 
 
 def _commands(script: str) -> list[list[str]]:
-    """The commands a shell script runs (comments and blank lines dropped), each split into words."""
+    """The commands a shell script runs (comments and blank lines dropped, backslash-continued lines joined),
+    each split into words."""
     import shlex
 
-    return [shlex.split(line, comments=True) for line in script.splitlines()
+    return [shlex.split(line, comments=True) for line in script.replace("\\\n", " ").splitlines()
             if line.strip() and not line.strip().startswith("#")]
 
 
@@ -99,6 +100,27 @@ def test_campaign_expectation_script(tmp_path):
         (verdicts / "findings" / name / "finding.json").write_text(json.dumps({"verdict": verdict}))
     assert _expect(verdicts, "--expect", "findings", "--signature-prefix", "live-column") == 1
     assert _expect(verdicts, "--expect", "findings", "--signature-prefix", "pool-accounting") == 0
+
+
+def test_campaign_expectation_known_issues_reported(tmp_path):
+    """--expect known (a release carrying registered known issues; the campaign fuzzes the fixed system): exit 0
+    and the campaign's summary attributes a kept signature to each named issue."""
+    seed = {"signatures": ["live-column:RUNNING"], "known": {"live-column:RUNNING": "seed-external-hit-unmarked"},
+            "unexplained": [], "revealed": [], "new": False}
+    known = _campaign(tmp_path / "known", code=0)
+    (known / "campaign.json").write_text(json.dumps({"verdicts": {"finding-k": seed}}))
+    assert _expect(known, "--expect", "known", "--known-issues", "seed-external-hit-unmarked") == 0
+    assert _expect(known, "--expect", "clean", "--known-issues", "") == 0  # the workflow's empty `known`
+    assert _expect(known, "--expect", "known", "--known-issues", "seed-external-hit-unmarked other-issue") == 1
+    assert _expect(known, 1, "--expect", "known", "--known-issues", "seed-external-hit-unmarked") == 1  # new finding
+    assert _expect(known, 3, "--expect", "known", "--known-issues", "seed-external-hit-unmarked") == 1
+    assert _expect(known, "--expect", "known") == 2  # which issues is part of the expectation
+    assert _expect(known, "--expect", "clean", "--known-issues", "seed-external-hit-unmarked") == 2
+    silent = _campaign(tmp_path / "silent", code=0)  # exit 0 but nothing reported as known
+    (silent / "campaign.json").write_text(json.dumps({"verdicts": {}}))
+    assert _expect(silent, "--expect", "known", "--known-issues", "seed-external-hit-unmarked") == 1
+    (silent / "campaign.json").unlink()
+    assert _expect(silent, "--expect", "known", "--known-issues", "seed-external-hit-unmarked") == 1
 
 
 def test_bench_values_hand_the_action_one_value_per_benchmark(tmp_path):
