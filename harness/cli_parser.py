@@ -54,8 +54,8 @@ def _engine_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser(commands: dict) -> argparse.ArgumentParser:
-    """The command line; `commands`: each subcommand's function by name (harness.cli)."""
-    """The command line. Long: one flat declaration per subcommand and flag, read top to bottom like --help."""
+    """The command line; `commands`: each subcommand's function by name (harness.cli). Long: one declaration per
+    subcommand and flag, in the order `--help` lists them."""
     parser = argparse.ArgumentParser(prog="hybrid-harness", description=DESCRIPTION)
     parser.add_argument("--vllm", metavar="PATH", help="import vLLM from this tree (a source checkout or an unpacked "
                         "wheel) instead of the installed release, in this process and every worker it starts "
