@@ -157,6 +157,9 @@ def vllm_source() -> VllmSource:
     commit = _git(root, "rev-parse", "HEAD")
     kind = "installed" if str(root) in site else "wheel" if wheel and not commit else "checkout"
     version = version.lstrip("v")
+    if not re.match(r"\d+\.\d+\.\d+", version):
+        raise BadInput(f"vLLM at {root}: its version {version!r} is no release number (no vllm-*.dist-info, no "
+                       "vllm/_version.py, no release tag reachable from HEAD: `git fetch --tags` or write _version.py)")
     return VllmSource(version, parse_version(version), str(root), kind, commit)
 
 
