@@ -7,6 +7,14 @@ from harness.mutants.base import Mutant, bound_arguments, method_wrapped, wrap_m
 from harness.patches import undo_all
 
 
+def _ships_v1_runner() -> bool:
+    """The reset is V1's InputBatch.add_request (gpu_input_batch.py:479 in 0.33.0): gone with the V1 runner in
+    0.34.0, whose worker shadow then keeps the count as V2 does (harness/worker.py)."""
+    from harness.release import vllm_release
+
+    return vllm_release().v1_runner
+
+
 # -- fix: V1 re-add keeps num_accepted for running rows (as V2 does, model_states/mamba_hybrid.py:112-115) --
 def _keep_accepted_on_readd(original):
     def readded_num_accepted(self, request, kind):
@@ -234,7 +242,7 @@ FIXES = (
     Fix(_gdn_draftless_fix(), "GPUModelRunner._build_attention_metadata + GDNAttentionMetadataBuilder.build",
         _gdn_without_zero_draft_rows),  # gdn-draftless-decode-first-column
     Fix(_keep_accepted_fix(), "InputBatch (V1 re-add) + WorkerShadow.readded_num_accepted",
-        None),  # v1-readd-resets-num-accepted
+        _ships_v1_runner),  # v1-readd-resets-num-accepted
     Fix(_copy_layout_fix(), "GPUModelRunner._update_states + GPUModelRunner._prepare_inputs",
         _v1_gathers_accepted_by_prev_rows),  # v1-async-accepted-copy-race
 )
