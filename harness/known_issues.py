@@ -33,6 +33,9 @@ class KnownIssue:
     # scheduler code only vLLM's own Scheduler runs (the engine tier, any runner): the mirrored tiers' scheduler
     # loop does not follow it
     engine_only: bool = False
+    # the first release without the bug (None: open in the newest tested release); on a release or tree at or
+    # past it, the bug showing again is a regression, never filed KNOWN (`regressed_for`)
+    fixed_in: tuple | None = None
 
     @property
     def fix(self):
@@ -69,6 +72,10 @@ class KnownIssue:
             return "mirror" in self.runners
         return runner in self.runners or (runner == "auto" and bool({"v1", "v2"} & set(self.runners)))
 
+    def open_here(self) -> bool:
+        """The installed vLLM is older than the release that fixed this issue (or it is still open)."""
+        return self.fixed_in is None or _installed() < self.fixed_in
+
     def repro_expected(self) -> bool:
         """Should the repro show this issue on the installed release?"""
         from harness.vllm_adapter import _parse_version, installed_version
@@ -101,7 +108,8 @@ def load(path: Path = DATA) -> tuple[KnownIssue, ...]:
                 reached_by=entry["reached_by"], fix_name=entry["fix"],
                 repro_from=_version(entry.get("repro_from", "0.26.0"), where),
                 runners=tuple(runners) if runners is not None else None,
-                engine_only=bool(entry.get("engine_only", False))))
+                engine_only=bool(entry.get("engine_only", False)),
+                fixed_in=_version(entry["fixed_in"], where) if "fixed_in" in entry else None))
         except KeyError as exc:
             raise BadInput(f"{where}: missing {exc.args[0]!r}") from None
     ids = [k.id for k in issues]
@@ -140,12 +148,27 @@ def fixes_for(verdict: dict | None) -> list[KnownIssue]:
     return [k for k in KNOWN_ISSUES if k.id in ids and k.applicable()]
 
 
+def _installed() -> tuple[int, ...]:
+    from harness.release import vllm_source
+
+    return vllm_source().parsed
+
+
 @functools.cache
 def issues_for(tier: str, runner: str = "auto") -> tuple[KnownIssue, ...]:
     """The known issues whose fixes can change a replay on this tier: the fix's target exists in the installed
-    release and the code carrying the bug runs there (a V2-runner issue is not judged on the mirrored tiers)."""
-    return tuple(k for k in KNOWN_ISSUES if k.runs_on(tier, runner) and k.applicable())
+    release, the release is older than the one that fixed it, and the code carrying the bug runs there (a
+    V2-runner issue is not judged on the mirrored tiers)."""
+    return tuple(k for k in KNOWN_ISSUES if k.runs_on(tier, runner) and k.applicable() and k.open_here())
+
+
+@functools.cache
+def regressed_for(tier: str, runner: str = "auto") -> tuple[KnownIssue, ...]:
+    """Fixed known issues whose old code is back: a vLLM at or past the release that fixed one (a developer's
+    tree, say) whose code the fix's probe finds again. A finding its fix removes is a regression: new, never
+    KNOWN (harness.verdict marks it)."""
+    return tuple(k for k in KNOWN_ISSUES if k.runs_on(tier, runner) and k.applicable() and not k.open_here())
 
 
 __all__ = ["KNOWN_ISSUES", "KnownIssue", "ROOT", "fixes_for", "issues_by_ids", "issues_for", "known_issue_by_id",
-           "load"]
+           "load", "regressed_for"]

@@ -65,6 +65,7 @@ def run_sweep(config, first_seed: int, count: int, artifacts: Path, out=print) -
         if verdict.is_new:
             result.new.append((seed, path))
             latent = f"; latent behind {'+'.join(verdict.latent)}" if verdict.latent else ""
+            latent += "".join(f"; {sig} a regression of {i}" for sig, i in verdict.regressions.items())
             out(f"FINDING seed {seed}: new {', '.join(verdict.new)} (known: {verdict.known or 'none'}{latent}) ({path})")
         elif verdict.departure:
             out(f"MIRROR DEPARTURE seed {seed} (not a vLLM finding): {', '.join(verdict.new)}; {verdict.engine} "

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from harness.known_issues import KNOWN_ISSUES, issues_for
+from harness.known_issues import KNOWN_ISSUES, issues_for, regressed_for
 from harness.run_config import RunConfig
 
 
@@ -37,6 +37,9 @@ class Verdict:
     # the fixes whose changed schedule exposes a revealed finding that stock vLLM does not reach (known ids): a real
     # bug of the system under test, latent on stock behind those fixes (`confirm_on_stock`)
     latent: list[str] = field(default_factory=list)
+    # unexplained signatures a fixed known issue's fix removes, on a vLLM at or past the release that fixed it: its
+    # old code is back (signature -> issue id); new, never KNOWN
+    regressions: dict[str, str] = field(default_factory=dict)
     # the symbolic tier's new findings, replayed on the engine tier (`confirm_on_engine`): "confirmed",
     # "departure: ..." (vLLM's own Scheduler and runner show nothing new: the mirror departs, not vLLM),
     # "unconfirmable: ..." (the engine tier cannot express the scenario; the mirror's verdict stands); "" not asked
@@ -74,11 +77,15 @@ class Verdict:
             out["engine"] = self.engine
         if self.latent:
             out["latent"] = self.latent
+        if self.regressions:
+            out["regressions"] = self.regressions
         return out
 
     def label(self, signature: str) -> str:
         if signature in self.known:
             return f"KNOWN {self.known[signature]}"
+        if signature in self.regressions:
+            return f"NEW (regression of {self.regressions[signature]})"
         if self.latent and signature in self.revealed:
             return f"NEW (latent behind {'+'.join(self.latent)})"
         return "NEW"
@@ -94,10 +101,22 @@ def new_signatures(verdict: dict) -> list[str]:
     return list(verdict.get("unexplained", [])) + [f"revealed:{s}" for s in verdict.get("revealed", [])]
 
 
-def classify(signatures, replay_signatures, issues=None) -> Verdict:
+def classify(signatures, replay_signatures, issues=None, regressed=()) -> Verdict:
     """Judge an input's signatures by the known fixes. `replay_signatures(issues)` replays the input with
     those issues' fixes applied (and the input's mutant, if any) and returns the signatures it shows.
-    `issues`: the candidates (default: every applicable one)."""
+    `issues`: the candidates (default: every applicable one); `regressed`: fixed issues whose code is back
+    (harness.known_issues.regressed_for): what their fix removes stays new, marked a regression."""
+    verdict = _classify(signatures, replay_signatures, issues)
+    for issue in regressed:
+        if not verdict.unexplained:
+            break
+        base = [k for k in (issues or []) if k.id != issue.id]
+        gone = set(verdict.unexplained) - set(replay_signatures([*base, issue])) - set(verdict.regressions)
+        verdict.regressions.update({sig: issue.id for sig in sorted(gone)})
+    return verdict
+
+
+def _classify(signatures, replay_signatures, issues=None) -> Verdict:
     ordered = list(dict.fromkeys(signatures))  # oracle order: the first new one heads the report
     shown = set(ordered)
     verdict = Verdict(ordered)
@@ -156,7 +175,8 @@ def judge_scenario(scenario, findings, mutant: str | None = None, tier: str | No
     change `config` (harness.run_config.RunConfig.of); `issues`: the candidates (default: the tier's)."""
     cfg = RunConfig.of(config, mutant=mutant, tier=tier).but(fixes=())
     return classify([f.signature for f in findings], _signature_replays(scenario, cfg),
-                    issues_for(cfg.tier, cfg.engine.runner) if issues is None else issues)
+                    issues_for(cfg.tier, cfg.engine.runner) if issues is None else issues,
+                    regressed_for(cfg.tier, cfg.engine.runner))
 
 
 def replay_and_judge(scenario, mutant: str | None = None, tier: str | None = None, known_fixes: bool | None = None,
@@ -244,7 +264,8 @@ def confirm_on_stock(scenario, fixed_findings, issues, *, config: RunConfig) -> 
     # the fixed and the stock replays are done already
     replay_signatures = _signature_replays(scenario, config, {frozenset(k.id for k in issues): set(fixed),
                                                               frozenset(): set(stock)})
-    verdict = classify(stock, replay_signatures, issues) if stock else Verdict([], revealed=fixed)
+    regressed = regressed_for(config.tier, config.engine.runner)
+    verdict = classify(stock, replay_signatures, issues, regressed) if stock else Verdict([], revealed=fixed)
     if verdict.revealed and not verdict.known:
         verdict.latent = _exposing_fixes(set(verdict.revealed), list(issues), replay_signatures)
     return verdict
