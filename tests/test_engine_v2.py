@@ -60,10 +60,13 @@ def test_v2_seed_rows_and_reads_equal_the_mirror():
 def test_v2_keeps_accepted_count_across_a_skipped_step():
     """A running request skipped for a step: V1 re-adds its row with num_accepted reset to 1 (known issue
     v1-readd-resets-num-accepted, the mirror shows it); V2 keeps num_accepted per request slot, so the
-    state it reads is right. vLLM's own rejection sampler decided acceptance here."""
+    state it reads is right. vLLM's own rejection sampler decided acceptance here. Where vLLM ships no V1 runner
+    (0.34+) the mirror keeps the count as V2 does (harness/worker.py readded_num_accepted)."""
+    from testlib import HAS_V1_RUNNER
+
     v2 = _replay(SPEC, V2)
     mirror = _replay(SPEC, EngineOptions(runner="mirror"))
-    assert {f.oracle for f in judge(mirror)} == {"provenance"}
+    assert {f.oracle for f in judge(mirror)} == ({"provenance"} if HAS_V1_RUNNER else set())
     assert judge(v2) == []
     decode_reads = [r for r in v2.reads if r.what == "initial"]
     assert decode_reads and all(r.conv == r.fed and r.ssm == r.fed for r in decode_reads)

@@ -9,7 +9,7 @@ from harness.trace import CacheCheck, Read, RowView, Trace, VllmException
 
 from harness.scenario import load_scenario
 
-from testlib import SCENARIOS, by_oracle, needs_checkpoints, release_in, run, version_tuple
+from testlib import SCENARIOS, by_oracle, needs_checkpoints, needs_v1_runner, release_in, run, version_tuple
 
 
 def _trace() -> Trace:
@@ -96,6 +96,7 @@ def test_provenance_and_cache_trip_on_checkpoint_mid_block_start():
 
 @pytest.mark.skipif(version_tuple() < (0, 27), reason="vLLM 0.26.0 refuses this scenario at engine start: its "
                     "3-token budget is below the 4-token Mamba block (sub-block chunks since 0.27.0)")
+@needs_v1_runner  # the reset is V1's InputBatch.add_request: the mirror keeps the count where V1 is gone
 def test_provenance_names_the_v1_accepted_reset():
     """A real V1 behaviour (protocol doc §6.6): re-adding a skipped spec-decode row resets num_accepted."""
     _, findings = run("spec-unscheduled-accepted-reset.json")
