@@ -1,4 +1,4 @@
-# make venv [VLLM=0.27.1]   build the virtual environment for one vLLM release (default 0.33.0 -> .venv/);
+# make venv [VLLM=0.27.1]   build the virtual environment for one vLLM release (default 0.34.0 -> .venv/);
 #                            VLLM=PATH: a vLLM source checkout or unpacked wheel, run on the default release's venv
 # make test  [VLLM=...]     run the test suite, every benchmark once untimed (bootstraps the venv)
 # make test-fast            the inner loop: the suite without the tests marked slow (under a minute)
@@ -19,8 +19,8 @@
 # TIER=engine               fuzz/sweep the engine tier (vLLM's own Scheduler, connector and model runner)
 # TORCH=, TORCH_INDEX=       the torch build (default the CPU wheel from PyTorch's CPU index); a GPU machine:
 #                            make venv TORCH=2.13.0 TORCH_INDEX=https://pypi.org/simple (PyPI's Linux wheel is CUDA)
-VLLM ?= 0.33.0
-DEFAULT_VLLM := 0.33.0
+VLLM ?= 0.34.0
+DEFAULT_VLLM := 0.34.0
 TORCH ?= 2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 PYTHON ?= python3

@@ -23,7 +23,7 @@ from harness.known_issues import ROOT
 
 # vLLM's releases from the harness's floor (0.26.0) to the newest it has run (PyPI's list, 2026): bisect's default
 RELEASES = ("0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
-DEFAULT_RELEASE = "0.33.0"  # the Makefile's DEFAULT_VLLM: `.venv` holds it
+DEFAULT_RELEASE = "0.34.0"  # the Makefile's DEFAULT_VLLM: `.venv` holds it
 CACHE = ROOT / "artifacts" / "cache"
 TREES = CACHE / "vllm-trees"
 WHEELS = CACHE / "wheels"
