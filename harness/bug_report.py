@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 from harness.errors import BadInput
 from harness.known_issues import ROOT, KnownIssue, known_issue_by_id
@@ -182,7 +181,7 @@ def render(artifact: dict, issue: KnownIssue | None, test_text: str | None, test
             "tests/v1/kv_connector/unit on the patched tree beside stock: `python tools/upstream.py suite`):",
             "", "```diff", patch.split("\n\n", 1)[1].rstrip(), "```"] if patch else
            ["None yet in upstream/patches/: the harness's run-time fix "
-            + (f"`{issue.fix_name}` ({issue.fix.bug_class.removeprefix('fix: ')}, patching `{issue.fix_target}`)"
+            + (f"`{issue.fix_name}` ({issue.fix_what}, patching `{issue.fix_target}`)"
                if issue else "") + " is the change to make."])
     md += ["", "### Regression test for vLLM's tree", "", test_note]
     if test_text:

@@ -347,7 +347,7 @@ def _cmd_known(args: argparse.Namespace) -> int:
     if args.action == "list":
         for k in KNOWN_ISSUES:
             print(f"{k.id}\n  {k.summary}\n  repro: {k.repro}  ({k.releases})\n  reached by: {k.reached_by}\n"
-                  f"  fix: {k.fix.bug_class.removeprefix('fix: ')} (patches {k.fix_target})")
+                  f"  fix: {k.fix_what} (patches {k.fix_target})")
         return EXIT_OK
     from harness.known_check import BLOCKED, run_known_check
     from harness.vllm_adapter import installed_version

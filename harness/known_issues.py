@@ -46,9 +46,17 @@ class KnownIssue:
 
     @property
     def fix_target(self) -> str:
+        """The vLLM code the fix patches, by name."""
         from harness.fixes import fix_by_name
 
         return fix_by_name(self.fix_name).target
+
+    @property
+    def fix_what(self) -> str:
+        """What the fix changes, in words."""
+        from harness.fixes import fix_by_name
+
+        return fix_by_name(self.fix_name).what
 
     def applicable(self) -> bool:
         """The installed release carries the code this issue's fix changes (read once per process)."""
@@ -78,16 +86,14 @@ class KnownIssue:
 
     def repro_expected(self) -> bool:
         """Should the repro show this issue on the installed release?"""
-        from harness.vllm_adapter import _parse_version, installed_version
-
-        return self.applicable() and _parse_version(installed_version()) >= self.repro_from
+        return self.applicable() and _installed() >= self.repro_from
 
 
-def _version(text: str, where: str) -> tuple[int, ...]:
+def _version(text: str, where: str, key: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split("."))
     except ValueError:
-        raise BadInput(f"{where}: repro_from {text!r} is not a release like 0.33.0") from None
+        raise BadInput(f"{where}: {key} {text!r} is not a release like 0.33.0") from None
 
 
 def load(path: Path = DATA) -> tuple[KnownIssue, ...]:
@@ -106,10 +112,10 @@ def load(path: Path = DATA) -> tuple[KnownIssue, ...]:
             issues.append(KnownIssue(
                 id=entry["id"], summary=entry["summary"], releases=entry["releases"], repro=entry["repro"],
                 reached_by=entry["reached_by"], fix_name=entry["fix"],
-                repro_from=_version(entry.get("repro_from", "0.26.0"), where),
+                repro_from=_version(entry.get("repro_from", "0.26.0"), where, "repro_from"),
                 runners=tuple(runners) if runners is not None else None,
                 engine_only=bool(entry.get("engine_only", False)),
-                fixed_in=_version(entry["fixed_in"], where) if "fixed_in" in entry else None))
+                fixed_in=_version(entry["fixed_in"], where, "fixed_in") if "fixed_in" in entry else None))
         except KeyError as exc:
             raise BadInput(f"{where}: missing {exc.args[0]!r}") from None
     ids = [k.id for k in issues]
@@ -134,11 +140,6 @@ def _applicable_ids() -> frozenset[str]:
 
 def known_issue_by_id(issue_id: str) -> KnownIssue:
     return next(k for k in KNOWN_ISSUES if k.id == issue_id)
-
-
-def issues_by_ids(ids) -> list[KnownIssue]:
-    wanted = set(ids)
-    return [k for k in KNOWN_ISSUES if k.id in wanted]
 
 
 def fixes_for(verdict: dict | None) -> list[KnownIssue]:
@@ -170,5 +171,5 @@ def regressed_for(tier: str, runner: str = "auto") -> tuple[KnownIssue, ...]:
     return tuple(k for k in KNOWN_ISSUES if k.runs_on(tier, runner) and k.applicable() and not k.open_here())
 
 
-__all__ = ["KNOWN_ISSUES", "KnownIssue", "ROOT", "fixes_for", "issues_by_ids", "issues_for", "known_issue_by_id",
+__all__ = ["KNOWN_ISSUES", "KnownIssue", "ROOT", "fixes_for", "issues_for", "known_issue_by_id",
            "load", "regressed_for"]

@@ -30,15 +30,15 @@ def wanted(config) -> list:
     return out + [k.fix for k in KNOWN_ISSUES if k.id in ids]
 
 
-def _live() -> list[str]:
-    """The mutants and fixes in force now, in the order they were applied."""
-    return list(dict.fromkeys(p.by.removeprefix(_LABEL) for p in active(_LABEL)))
+def _live() -> set[str]:
+    """The mutants and fixes in force now."""
+    return {p.by.removeprefix(_LABEL) for p in active(_LABEL)}
 
 
 @contextlib.contextmanager
 def patched(config):
     """Run the with-block with `config`'s mutant and fixes in force."""
-    live = set(_live())
+    live = _live()
     undo = []
     try:
         for mutant in wanted(config):

@@ -106,11 +106,13 @@ def classify(signatures, replay_signatures, issues=None, regressed=()) -> Verdic
     those issues' fixes applied (and the input's mutant, if any) and returns the signatures it shows.
     `issues`: the candidates (default: every applicable one); `regressed`: fixed issues whose code is back
     (harness.known_issues.regressed_for): what their fix removes stays new, marked a regression."""
+    if issues is None:
+        issues = [k for k in KNOWN_ISSUES if k.applicable()]
     verdict = _classify(signatures, replay_signatures, issues)
     for issue in regressed:
         if not verdict.unexplained:
             break
-        base = [k for k in (issues or []) if k.id != issue.id]
+        base = [k for k in issues if k.id != issue.id]
         gone = set(verdict.unexplained) - set(replay_signatures([*base, issue])) - set(verdict.regressions)
         verdict.regressions.update({sig: issue.id for sig in sorted(gone)})
     return verdict

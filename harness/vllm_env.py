@@ -22,6 +22,8 @@ def prepare(tree: str | os.PathLike | None = None) -> None:
     empty, vllm/triton_utils/importing.py), so vLLM picks its model runner as on a GPU host (--runner auto / v2);
     Triton kernels without a harness replacement run in Triton's interpreter. On a GPU host the model tier's
     kernels need the GPU, and vLLM finds Triton and the device by itself."""
+    if _PREPARED and tree is None:  # the doors' calls after the entry point's (every fix applied makes one)
+        return
     from harness.release import use_tree
 
     use_tree(tree)

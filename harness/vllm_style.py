@@ -75,7 +75,7 @@ def _docstring(issue: KnownIssue | None, scenario, signature: str, version: str)
               "nvidia/NVIDIA-Nemotron-H-4B-Instruct-128K):", "", f"    vllm serve MODEL {' '.join(flags)}",
               f"    LLM(model=MODEL, {args})", "",
               f"Found by hybrid-harness on vLLM {version} (finding {signature}). The expected values are vLLM's "
-              f"with the fix applied" + (f" ({issue.fix.bug_class.removeprefix('fix: ')})" if issue else "")
+              f"with the fix applied" + (f" ({issue.fix_what})" if issue else "")
               + "; the release with the bug fails here."]
     wrapped = [textwrap.fill(p, 100, break_long_words=False, break_on_hyphens=False)
                if p and not p.startswith("    ") else p for p in parts]

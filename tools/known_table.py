@@ -154,7 +154,7 @@ def docs_table(issues=None) -> str:
                  f"- **Shows on:** {_shows_on(k)}.",
                  f"- **Repro:** {repro}.",
                  f"- **Fix:** `{k.fix.name}` in {where} (patches `{k.fix_target}`): "
-                 f"{_md(k.fix.bug_class.removeprefix('fix: '))}.")]
+                 f"{_md(k.fix_what)}.")]
     return "\n".join(rows)
 
 

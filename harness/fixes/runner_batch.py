@@ -172,31 +172,30 @@ def _runner_draft_counts(draft_counts: list):
     return make
 
 
+def _builder_rows_fix(name: str, what: str, rule, *runner_wraps) -> Mutant:
+    """A fix in the Mamba builder's rows (`rule` over the runner's draft counts), with the V1 runner's wraps it needs
+    besides the draft counts' (`runner_wraps`: (method, make) pairs)."""
+    def patch():
+        counts: list = []
+        return undo_all([*(wrap_method(V1_RUNNER(), method, make) for method, make in runner_wraps),
+                         wrap_method(V1_RUNNER(), "_build_attention_metadata", _runner_draft_counts(counts)),
+                         wrap_method(MAMBA_BUILDER(), "_compute_common_metadata", _builder_rows(counts, rule))])
+
+    return Mutant(name=name, bug_class=f"fix: {what}", releases="where the issue is known", origin="hybrid-harness",
+                  patch=patch, is_applied=lambda: method_wrapped(MAMBA_BUILDER(), "_compute_common_metadata"))
+
+
 def _recompute_as_prefill_fix() -> Mutant:
     """Both places: the reorder ranks the recompute among the extends, the builder sends it to the prefill
     kernels."""
-    def patch():
-        draft_counts: list = []
-        return undo_all([wrap_method(V1_RUNNER(), "_may_reorder_batch", _recomputes_behind_decodes),
-                         wrap_method(V1_RUNNER(), "_build_attention_metadata", _runner_draft_counts(draft_counts)),
-                         wrap_method(MAMBA_BUILDER(), "_compute_common_metadata",
-                                     _builder_rows(draft_counts, _draftless_extends_prefill))])
-
-    return Mutant(name="fix-recompute-as-prefill", bug_class="fix: a resumed request's draft-less recompute runs "
-                  "through the prefill kernels", releases="where the issue is known", origin="hybrid-harness",
-                  patch=patch, is_applied=lambda: method_wrapped(MAMBA_BUILDER(), "_compute_common_metadata"))
+    return _builder_rows_fix("fix-recompute-as-prefill", "a resumed request's draft-less recompute runs through the "
+                             "prefill kernels", _draftless_extends_prefill,
+                             ("_may_reorder_batch", _recomputes_behind_decodes))
 
 
 def _padded_tail_decode_fix() -> Mutant:
-    def patch():
-        counts: list = []
-        return undo_all([wrap_method(V1_RUNNER(), "_build_attention_metadata", _runner_draft_counts(counts)),
-                         wrap_method(MAMBA_BUILDER(), "_compute_common_metadata",
-                                     _builder_rows(counts, _padded_tails_decode))])
-
-    return Mutant(name="fix-padded-tail-decode", bug_class="fix: the Mamba builder runs a padded prompt tail through "
-                  "the decode kernels (0.30.0's rule)", releases="where the issue is known", origin="hybrid-harness",
-                  patch=patch, is_applied=lambda: method_wrapped(MAMBA_BUILDER(), "_compute_common_metadata"))
+    return _builder_rows_fix("fix-padded-tail-decode", "the Mamba builder runs a padded prompt tail through the decode "
+                             "kernels (0.30.0's rule)", _padded_tails_decode)
 
 
 def _runner_counts_drafts() -> bool:

@@ -8,6 +8,7 @@ defines `MUTANT = Mutant(...)` (docs/mutants.md), so a vLLM developer can fuzz a
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 from pathlib import Path
 
@@ -33,7 +34,9 @@ REGISTRY: dict[str, Mutant] = {
                      *V2_MUTANTS, *GDN_MUTANTS)}
 
 
+@functools.cache
 def _from_file(path: Path) -> Mutant:
+    """Loaded once per process (every replay's configuration names the mutant, harness/patching.py)."""
     spec = importlib.util.spec_from_file_location(f"hybrid_harness_user_mutant_{path.stem}", path)
     if spec is None or spec.loader is None:
         raise BadInput(f"cannot load mutant file {path}")
