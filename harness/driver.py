@@ -541,6 +541,7 @@ class Driver:
         """Record the cache-integrity inputs after a step (trace.CacheRecorder, shared with the engine tier)."""
         self.cache.record(step, {r.id: (r.vreq.block_hashes, r.fps) for r in self.reqs.values()},
                           self.alloc.cached_mamba_entries())
+        self.cache.record_key_breaks(step, self.alloc.cache_key_breaks())
 
 
 __all__ = ["Driver"]

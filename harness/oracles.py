@@ -5,7 +5,9 @@
 2. provenance    every state the worker reads holds exactly the prefix it is meant to summarize;
 3. cache         after every step, every Mamba-group prefix-cache key resolves to a block holding the
                  state of the prefix that key names;
-4. pool          at the end every block is back in the free queue once, no ref count is left;
+4. pool          at the end every block is back in the free queue once, no ref count is left; after every
+                 step every prefix-cache key maps to a block holding it as its primary hash or as an alias
+                 beside one (the pool's own rule for removing a block's keys);
 5. exception     vLLM raised at some step;
 6. retention     (sparse prefix-cache retention) a prefill chunk that ends where vLLM keeps a state (a
                  replay boundary, a shared-prefix junction, a multiple of the interval) leaves that state in the
@@ -112,9 +114,10 @@ def cache_integrity(trace: Trace) -> list[Finding]:
 
 
 def pool_accounting(trace: Trace) -> list[Finding]:
+    keys = _key_rule(trace)
     pool = trace.pool_end
     if pool is None:  # trace.unjudged says why
-        return []
+        return keys
     problems = []
     if pool["live_requests"]:
         problems.append(f"requests still hold blocks: {pool['live_requests']}")
@@ -126,8 +129,20 @@ def pool_accounting(trace: Trace) -> list[Finding]:
         problems.append(f"free queue walk finds {len(pool['free_walk'])} blocks, counter says {pool['num_free']}")
     if pool["ref_cnt"]:
         problems.append(f"non-zero ref counts left: {pool['ref_cnt']}")
-    return [Finding("pool-accounting", trace.steps_run, None, None, [], expected="every block free once, no refs",
-                    actual=p, detail=p, signature="pool-accounting") for p in problems]
+    return keys + [
+        Finding("pool-accounting", trace.steps_run, None, None, [], expected="every block free once, no refs",
+                actual=p, detail=p, signature="pool-accounting") for p in problems]
+
+
+def _key_rule(trace: Trace) -> list[Finding]:
+    """After every step each prefix-cache key maps to a block that holds it as its primary hash or as an alias,
+    and aliases sit only beside a primary: the pool removes a block's keys through its primary (vLLM 0.34.0
+    block_pool.py:605-623), so a key outside the rule outlives the block's contents."""
+    return [Finding("pool-accounting", step, None, None, [], expected="every prefix-cache key held by its block "
+                    "as its primary hash or an alias beside one", actual=what,
+                    detail=f"a key for {owner or 'a prefix no request hashed'} maps to block {block}: {what}",
+                    signature="pool-accounting:cache-key", excerpt=trace.excerpt(step))
+            for step, block, what, owner in trace.key_breaks]
 
 
 def vllm_exception(trace: Trace) -> list[Finding]:

@@ -289,17 +289,22 @@ def test_{func}():
         for rid, request in reqs.items():
             for k, block_hash in enumerate(request.block_hashes):
                 owners.setdefault(bytes(block_hash), PREFIX_STATES[rid][(k + 1) * HASH_BLOCK_SIZE])
-        cached = manager.block_pool.cached_block_hash_to_block
+        pool = manager.block_pool
+        cached = pool.cached_block_hash_to_block
         dup_ids = getattr(cached, "_dup_ids", {{}})  # vLLM 0.34+: keys map to block ids, a key's several in _dup_ids
         for key, value in cached._cache.items():
-            if kv_cache_utils.get_group_id(key) != MAMBA:
-                continue
-            seen_keys.add(bytes(key))
-            want = owners[bytes(kv_cache_utils.get_block_hash(key))]
             if isinstance(value, int):
                 block_ids = list(dup_ids.get(key, (value,)))
             else:  # earlier releases: a block, or a dict of the blocks cached under one key
                 block_ids = [b.block_id for b in (value.values() if isinstance(value, dict) else [value])]
+            for block_id in block_ids:  # a key is its block's primary hash or an alias beside one
+                primary = pool.blocks[block_id].block_hash
+                assert primary is not None and (key == primary or key in pool.cached_block_hashes_by_block.get(
+                    block_id, ())), f"a prefix-cache key maps to block {{block_id}}, which does not hold it"
+            if kv_cache_utils.get_group_id(key) != MAMBA:
+                continue
+            seen_keys.add(bytes(key))
+            want = owners[bytes(kv_cache_utils.get_block_hash(key))]
             for block_id in block_ids:
                 conv, ssm = pages.page(block_id)
                 assert conv[0] == want and ssm == want, (

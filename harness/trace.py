@@ -152,6 +152,9 @@ class Trace:
     # the retention oracle's facts of the geometry: sparse prefix-cache retention (None: dense), the Mamba block,
     # EAGLE's block drop (its replay boundaries lie a block lower)
     retention: Retention | None = None
+    # (step, block, what is wrong, the prefix the key names or None) for every prefix-cache key that broke the pool's
+    # key rule after a step (vllm_adapter.Allocator.cache_key_breaks), the first step each showed
+    key_breaks: list[tuple[int, int, str, str | None]] = field(default_factory=list)
 
     def name(self, state: State | None) -> str:
         """'a[:14]' for the state of request a's first 14 tokens; drafts and unknown prefixes say so."""
@@ -192,6 +195,7 @@ class CacheRecorder:
         self.hash_owner: dict[bytes, tuple[str, int]] = {}
         self.hashes_named: dict[str, int] = {}
         self.checked: dict[tuple[bytes, int], int] = {}
+        self.breaks_seen: set[tuple[bytes, int, str]] = set()
 
     def record(self, step: int, requests: dict[str, tuple[list, list[int]]], entries) -> None:
         """requests: id -> (vLLM block_hashes, prefix fingerprints); entries: (hash bytes, block) pairs."""
@@ -215,6 +219,15 @@ class CacheRecorder:
             rid, n = owner
             conv, ssm = self.states.page(block)
             self.trace.cache.append(CacheCheck(step, block, n, rid, conv[0], ssm))
+
+    def record_key_breaks(self, step: int, breaks) -> None:
+        """breaks: (key bytes, block, what) of the keys that break the pool's key rule now; each kept once."""
+        for key, block, what in breaks:
+            if (key, block, what) in self.breaks_seen:
+                continue
+            self.breaks_seen.add((key, block, what))
+            owner = next(((rid, n) for h, (rid, n) in self.hash_owner.items() if key.startswith(h)), None)
+            self.trace.key_breaks.append((step, block, what, f"{owner[0]}[:{owner[1]}]" if owner else None))
 
 
 def blocks_to_hold(tokens: int, block_sizes: tuple[int, int], lookahead: int, groups: tuple[int, int] = (1, 1),

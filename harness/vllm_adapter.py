@@ -348,6 +348,26 @@ class Allocator:
                 out.append((bytes(key[:-len(suffix)]), block_id))
         return out
 
+    def cache_key_breaks(self) -> list[tuple[bytes, int, str]]:
+        """Every prefix-cache key of any group that breaks the pool's own rule: a key maps to a block that holds it
+        as its primary hash (`block.block_hash`) or as one of its aliases (`cached_block_hashes_by_block`), and a
+        block has aliases only alongside a primary (block_pool.py:605-623, 640-660 in 0.34.0: eviction, reset and
+        promotion remove a block's keys through the primary, so a key outside that rule outlives its block's
+        contents and a later hit reads whatever the block holds next). (key, block id, what is wrong)."""
+        pool = self.block_pool
+        aliases = pool.cached_block_hashes_by_block
+        out = []
+        for key, block_id in cache_map_entries(pool.cached_block_hash_to_block):
+            primary = pool.blocks[block_id].block_hash
+            if primary is None:
+                out.append((bytes(key), block_id, "the block it maps to has no primary hash"))
+            elif key != primary and key not in aliases.get(block_id, ()):
+                out.append((bytes(key), block_id, "the block it maps to holds neither it as its primary nor as an alias"))
+        for block_id, keys in aliases.items():
+            if keys and pool.blocks[block_id].block_hash is None:
+                out.append((bytes(next(iter(keys))), block_id, "aliases on a block without a primary hash"))
+        return out
+
     def pool_snapshot(self) -> dict:
         """Free-queue walk, ref counts and cached keys, for pool accounting."""
         pool = self.block_pool

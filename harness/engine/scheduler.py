@@ -471,6 +471,7 @@ class EngineDriver:
     def _check_cache(self, step: int) -> None:
         self.cache.record(step, {rid: (r.vreq.block_hashes, r.fps) for rid, r in self.reqs.items()},
                           self.alloc.cached_mamba_entries())
+        self.cache.record_key_breaks(step, self.alloc.cache_key_breaks())
 
 
 def replay(scenario: Scenario, mutant: str | None = None, options: EngineOptions | None = None,

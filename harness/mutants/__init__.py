@@ -18,6 +18,7 @@ from harness.mutants.bank import BANK
 from harness.mutants.gdn import GDN_MUTANTS
 from harness.mutants.lifetime import (
     ASYNC_LOAD_CACHED_EARLY,
+    CACHE_KEY_OUTLIVES_BLOCK,
     MAMBA_ADMISSION_UNCAPPED,
     MAMBA_FREE_LEAKS_BLOCK,
     MAMBA_NONE_SPEC_BLOCKS_DROPPED,
@@ -30,7 +31,7 @@ from harness.patches import suspended
 
 REGISTRY: dict[str, Mutant] = {
     m.name: m for m in (SEED_UNMARKED_EARLY_RETURN, MAMBA_FREE_LEAKS_BLOCK, MAMBA_OVERALLOCATE, MAMBA_ADMISSION_UNCAPPED,
-                     MAMBA_NONE_SPEC_BLOCKS_DROPPED, ASYNC_LOAD_CACHED_EARLY, *BANK, *V1_MUTANTS,
+                     MAMBA_NONE_SPEC_BLOCKS_DROPPED, ASYNC_LOAD_CACHED_EARLY, CACHE_KEY_OUTLIVES_BLOCK, *BANK, *V1_MUTANTS,
                      *V2_MUTANTS, *GDN_MUTANTS)}
 
 

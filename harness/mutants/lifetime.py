@@ -95,3 +95,26 @@ ASYNC_LOAD_CACHED_EARLY = Mutant(
     "nothing valid", releases="0.26.0-0.34.x", origin="",
     patch=lambda: wrap_method(_kv_cache_manager(), "allocate_slots", _cached_before_load),
     is_applied=lambda: method_wrapped(_kv_cache_manager(), "allocate_slots"))
+
+
+# -- a block's alias keys forgotten when its keys are removed (block_pool.py:605-623 in 0.34.0 pops the primary and
+# every alias in `cached_block_hashes_by_block`; this pops the primary only): the aliases keep naming the block after
+# it is evicted and reused, so a partial-tail hit under one reads whatever the block holds next ---------------------
+def _aliases_forgotten(original):
+    def _remove_cached_block_hashes(self, block):
+        self.cached_block_hashes_by_block.pop(block.block_id, None)
+        return original(self, block)
+    return _remove_cached_block_hashes
+
+
+def _block_pool():
+    from harness.vllm_adapter import block_pool_class
+
+    return block_pool_class()
+
+
+CACHE_KEY_OUTLIVES_BLOCK = Mutant(
+    name="cache-key-outlives-block", bug_class="lifetime: a block's alias keys (partial-tail hashes beside its "
+    "primary) are not removed with it, so they name the block after it is reused", releases="0.32.0-0.34.x",
+    origin="", patch=lambda: wrap_method(_block_pool(), "_remove_cached_block_hashes", _aliases_forgotten),
+    is_applied=lambda: method_wrapped(_block_pool(), "_remove_cached_block_hashes"))
