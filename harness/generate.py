@@ -123,15 +123,53 @@ def with_retention(doc: dict, draw: random.Random) -> dict:
     return doc
 
 
+def with_scheduler_knobs(doc: dict, draw: random.Random) -> dict:
+    """The scenario document with 0.34's scheduler knobs and prefix-cache hit limits drawn by `draw` (engine tier):
+    parked connector loads under a cap (max_num_inflight_kv_loads, 1-4) a third of the time, cache-aware admission
+    (a window of 2-8, engaged from an empty or a half-full cache) a quarter, and a hit limit on one request in six
+    (0: skip reading the cache; else prompt logprobs from a token inside the prompt)."""
+    g = doc["geometry"]
+    if draw.random() < 1 / 3:
+        g["max_num_inflight_kv_loads"] = draw.choice([1, 1, 2, 4])
+    if draw.random() < 1 / 4:
+        g["cache_aware_admission_window"] = draw.choice([2, 4, 8])
+        g["cache_aware_admission_threshold"] = draw.choice([0.0, 0.0, 0.5])
+    for req in doc["requests"]:
+        if draw.random() < 1 / 6:
+            n = req["prompt"]["length"]
+            req["prefix_cache_hit_limit"] = 0 if draw.random() < 0.25 else draw.randint(1, max(1, n - 1))
+    return doc
+
+
+def with_late_pressure(doc: dict, draw: random.Random) -> dict:
+    """One scenario in five (harness geometry, align mode) gets two requests that arrive after the others and
+    together fill most of the pool, so the earlier requests' cached blocks are evicted and their keys removed
+    (the pool's key rule, cache-key-outlives-block): short scenarios otherwise rarely evict a cached block."""
+    g = doc["geometry"]
+    if draw.random() >= 0.2 or g.get("model") is not None or g.get("mamba_cache_mode", "align") != "align":
+        return doc
+    block, k = g["mamba_block_size"], g["num_speculative_tokens"]
+    each = min(g["max_model_len"] - 2, largest_request(g["num_blocks"], block, k) - 8) * 3 // 5
+    if each < 2:
+        return doc
+    after = max(r["arrival_step"] for r in doc["requests"]) + draw.choice([12, 20, 30])
+    for rid in ("y", "z"):
+        doc["requests"].append({"id": rid, "prompt": {"length": each, "seed": draw.randrange(1 << 16)},
+                                "arrival_step": after, "max_tokens": 1})
+    return doc
+
+
 def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
                     modes: tuple[str, ...] = ("align",), models: tuple = (), model_share: float = 0.2,
-                    retention: bool = False) -> Scenario:
+                    retention: bool = False, scheduler_knobs: bool = False, late_pressure: bool = False) -> Scenario:
     """small: the model tier's scenarios (shorter prompts, at least two outputs so repeats can show). modes: the
     Mamba cache modes to draw from (the engine tier with vLLM's runners: align and none), from a stream of its
     own, so every seed's scenario is otherwise the same. models: real models' geometries to draw from (the
     engine tier: harness.engine.model_catalog.shipped_geometries), `model_share` of the scenarios (one in five by
     default), from a stream of its own. retention: draw a prefix-cache retention (`with_retention`; releases with
-    sparse retention), from a stream of its own."""
+    sparse retention), from a stream of its own. scheduler_knobs: draw 0.34's scheduler knobs and hit limits
+    (`with_scheduler_knobs`; the engine tier on releases that have them); late_pressure: now and then two late
+    requests that evict the cache (`with_late_pressure`); each from a stream of its own."""
     rng = random.Random(seed)
     geo = random_geometry(rng, checkpoints=checkpoints)
     mamba, k = geo["mamba_block_size"], geo["num_speculative_tokens"]
@@ -175,7 +213,12 @@ def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
                        "request": rng.choice(requests)["id"]})
     doc = {"version": 1, "name": f"random-{seed}", "geometry": geo, "requests": requests, "events": events,
            "max_steps": 400}
-    return parse_scenario(_configured(doc, seed, modes, models, model_share, retention))
+    doc = _configured(doc, seed, modes, models, model_share, retention)
+    if late_pressure and not small:
+        with_late_pressure(doc, random.Random(f"{seed}:late-pressure"))
+    if scheduler_knobs:
+        with_scheduler_knobs(doc, random.Random(f"{seed}:scheduler-knobs"))
+    return parse_scenario(doc)
 
 
 def _configured(doc: dict, seed: int, modes: tuple[str, ...], models: tuple, model_share: float,

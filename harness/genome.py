@@ -79,6 +79,10 @@ class Budget:
     # an align-mode token budget below the block: 0.26.0 refuses it at engine start (vllm_adapter.
     # supports_budget_below_block); there the decoder raises the budget to the block (the same bytes consumed)
     budget_below_block: bool = True
+    # generator inputs only (a draws bit of their own, DRAWS_LATER): 0.34's scheduler knobs and prefix-cache hit
+    # limits (the engine tier on releases that have them), and late requests that evict the cache (every tier)
+    scheduler_knobs: bool = False
+    late_pressure: bool = True
 
 
 def geometry_from(r: _Reader, budget: Budget) -> dict:
@@ -128,6 +132,9 @@ GENERATOR_INPUT = len(GENERATOR_MAGIC) + 8 + 1
 # input written before a draw or a model existed (no such byte or bit: read as 0) still decodes to the scenario it
 # was kept for
 DRAWS_RETENTION, DRAWS_EVERY_MODEL = 1, 2
+# a second draws byte after it (absent, as in inputs written before it: 0): bit 0 = the draws added with vLLM 0.34,
+# the scheduler knobs and hit limits (Budget.scheduler_knobs) and the late requests that evict the cache
+DRAWS_LATER = 1
 MODELS_SHIFT = 2
 LEGACY_MODELS = (4, 5)  # models drawn by an input with no count: without / with DRAWS_EVERY_MODEL
 
@@ -152,7 +159,7 @@ def generator_input(rng: random.Random, seed: int | None = None, mask: int | Non
     seed = rng.getrandbits(64) if seed is None else seed
     if mask is None:
         mask = 0 if rng.random() < 0.5 else rng.randrange(1, 256)
-    return GENERATOR_MAGIC + seed.to_bytes(8, "little") + bytes([mask, generator_draws_byte()])
+    return GENERATOR_MAGIC + seed.to_bytes(8, "little") + bytes([mask, generator_draws_byte(), DRAWS_LATER])
 
 
 def is_generator_input(data: bytes) -> bool:
@@ -165,9 +172,10 @@ def generator_fields(data: bytes) -> tuple[int, int]:
     return int.from_bytes(body[:8], "little"), body[8]
 
 
-def generator_draws(data: bytes, draw: int = DRAWS_RETENTION) -> bool:
-    """Whether a generator input takes one of the sweep's later draws (a bit of the byte after the swarm mask)."""
-    return len(data) > GENERATOR_INPUT and bool(data[GENERATOR_INPUT] & draw)
+def generator_draws(data: bytes, draw: int = DRAWS_RETENTION, byte: int = 0) -> bool:
+    """Whether a generator input takes one of the sweep's later draws (a bit of the `byte`th draws byte after the
+    swarm mask)."""
+    return len(data) > GENERATOR_INPUT + byte and bool(data[GENERATOR_INPUT + byte] & draw)
 
 
 def models_drawn(data: bytes) -> int:
@@ -191,7 +199,8 @@ def budget_scenario(seed: int, budget: Budget, checkpoints: bool) -> Scenario:
 
     scenario = random_scenario(seed, checkpoints=checkpoints, small=budget.small, modes=budget.cache_modes,
                                models=budget.models, model_share=1.0 if budget.model_always else 0.2,
-                               retention=budget.retention)
+                               retention=budget.retention, scheduler_knobs=budget.scheduler_knobs,
+                               late_pressure=budget.late_pressure)
     if budget.eagle_drafts or not budget.budget_below_block:
         return parse_scenario(_within_release(_drafts_for(scenario_to_json(scenario), budget), budget))
     return scenario
@@ -210,6 +219,8 @@ def _decode_generated(data: bytes, budget: Budget) -> Scenario:
     seed, mask = generator_fields(data)
     off = {name for bit, name in enumerate(SWARM) if mask >> bit & 1}
     budget = budget if generator_draws(data) else replace(budget, retention=False)
+    if not generator_draws(data, DRAWS_LATER, byte=1):
+        budget = replace(budget, scheduler_knobs=False, late_pressure=False)
     if not budget.model_always:
         budget = replace(budget, models=_models_of(budget.models, models_drawn(data)))
     scenario = budget_scenario(seed, budget, checkpoints=budget.checkpoints and "checkpoints" not in off)
@@ -409,6 +420,15 @@ def _pinned_mode(mode: str, modes: tuple[str, ...], small: bool) -> str:
                    f"(this configuration runs {', '.join(modes)})")
 
 
+def _has_scheduler_knobs() -> bool:
+    """Every 0.34 scheduler knob and the prefix-cache hit limit (harness/release.py)."""
+    from harness.release import vllm_release
+    from harness.scenario import SCHEDULER_KNOBS
+
+    release = vllm_release()
+    return release.hit_limit and set(SCHEDULER_KNOBS) <= release.scheduler_knobs
+
+
 def run_budget(config) -> Budget:
     """The budget a run configuration (harness.run_config.RunConfig) decodes inputs with."""
     return release_budget(small=config.runs_model, tier=config.tier, runner=config.engine.runner,
@@ -446,6 +466,7 @@ def release_budget(small: bool = False, tier: str = "symbolic", runner: str = "m
                       sub_block_hash=supports_prefix_match_unit(), load_failures=supports_failed_recving(),
                       cache_modes=modes, models=models, model_always=bool(model_config),
                       retention=supports_retention(), eagle_drafts=eagle_drafts,
-                      budget_below_block=supports_budget_below_block())
+                      budget_below_block=supports_budget_below_block(),
+                      scheduler_knobs=_has_scheduler_knobs())
     return Budget(checkpoints=supports_prefill_checkpoints(), small=small, retention=supports_retention(),
                   budget_below_block=supports_budget_below_block())

@@ -15,7 +15,9 @@
 7. liveness      the run stops with arrived requests unfinished (nothing scheduled and nothing left to change
                  it, or the step limit reached after more idle steps than the longest load could explain)
                  while the pool could hold each of them on its own: vLLM would hang there;
-8. output        (model tier) every generated token's logits match the uncached reference within
+8. hit-limit     (engine tier, 0.34+) a request with a prefix-cache hit limit L (prompt logprobs from token L)
+                 is admitted with at most L tokens read from the prefix cache or a connector;
+9. output        (model tier) every generated token's logits match the uncached reference within
                  LOGIT_TOLERANCES[dtype] and every token is the reference's greedy choice; a divergence is
                  classified by symptom: repeat (the cached run copies an earlier span verbatim where the
                  reference does not), garbage (non-finite logits, or an error wider than the reference
@@ -143,6 +145,18 @@ def _key_rule(trace: Trace) -> list[Finding]:
                     detail=f"a key for {owner or 'a prefix no request hashed'} maps to block {block}: {what}",
                     signature="pool-accounting:cache-key", excerpt=trace.excerpt(step))
             for step, block, what, owner in trace.key_breaks]
+
+
+def hit_limit(trace: Trace) -> list[Finding]:
+    """A request with a prefix-cache hit limit L (prompt logprobs from token L) starts every admission from at most
+    L computed tokens: vLLM bounds its local lookup by L and reads no external KV for it (v1/request.py:352-362,
+    kv_cache_manager.py:324, scheduler.py:1182-1183 in 0.34.0). Past L the user's prompt logprobs lose rows."""
+    return [Finding("hit-limit", step, rid, None, [], expected=f"at most {limit} tokens read from the caches",
+                    actual=f"admitted with {computed} computed tokens",
+                    detail=f"request {rid} asks for prompt logprobs from token {limit} (prefix_cache_hit_limit "
+                           f"{limit}) and starts from {computed} cached or loaded tokens",
+                    signature="hit-limit", excerpt=trace.excerpt(step, rid))
+            for step, rid, limit, computed in trace.hit_limited if computed > limit]
 
 
 def vllm_exception(trace: Trace) -> list[Finding]:
@@ -412,6 +426,7 @@ ORACLES = {
     "vllm-exception": vllm_exception,
     "retention": retention,
     "liveness": liveness,
+    "hit-limit": hit_limit,
     "output": outputs,
 }
 

@@ -238,6 +238,9 @@ class VllmRelease:
     budget_below_block: bool
     resumes_as_new: bool  # a preempted request is re-sent in full as a new one (0.34.0, scheduler.py:1619-1626)
     default_block_size: int  # CacheConfig.DEFAULT_BLOCK_SIZE (16; 64 from 0.34.0)
+    # the scheduler knobs of harness.scenario.SCHEDULER_KNOBS this release's SchedulerConfig has (0.34.0+)
+    scheduler_knobs: frozenset
+    hit_limit: bool  # Request.prefix_cache_hit_limit, set from SamplingParams.prompt_logprob_start (0.34.0+)
 
     @property
     def version(self) -> str:
@@ -282,7 +285,19 @@ def vllm_release() -> VllmRelease:
         budget_below_block=_budget_below_block(),
         resumes_as_new=not {"resumed_req_ids", "resumed_from_preemption"} & set(CachedRequestData.__dataclass_fields__),
         default_block_size=int(getattr(CacheConfig, "DEFAULT_BLOCK_SIZE", 16)),
+        scheduler_knobs=frozenset(_fields("vllm.config", "SchedulerConfig")),
+        hit_limit=hasattr(_import("vllm.v1.request").Request, "get_prefix_cache_hit_limit"),
     )
+
+
+def _import(module: str):
+    import importlib
+
+    return importlib.import_module(module)
+
+
+def _fields(module: str, cls: str) -> set[str]:
+    return set(getattr(_import(module), cls).__dataclass_fields__)
 
 
 __all__ = ["MIN_VERSION", "NEWEST_TESTED", "TREE_ENV", "VllmRelease", "VllmSource", "check_version",

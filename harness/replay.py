@@ -28,11 +28,25 @@ def replay(scenario, mutant: str | None = None, tier: str | None = None, model=N
         return _run(scenario, cfg, model)
 
 
+def engine_scheduler_knobs(scenario) -> list[str]:
+    """The scenario's settings that only vLLM's own Scheduler follows (the engine tier): 0.34's scheduler knobs and
+    per-request prefix-cache hit limits."""
+    from harness.scenario import OPTIONAL_REQUEST, SCHEDULER_KNOBS
+
+    knobs = [f"geometry.{n}" for n in SCHEDULER_KNOBS if getattr(scenario.geometry, n) is not None]
+    return knobs + [f"requests[{r.id}].{n}" for r in scenario.requests for n in OPTIONAL_REQUEST
+                    if getattr(r, n) is not None]
+
+
 def _run(scenario, cfg: RunConfig, model):
     mutant, tier = cfg.mutant, cfg.tier
     if tier != "engine" and any(r.external is not None and r.external.load_fails for r in scenario.requests):
         raise BadInput("external.load_fails: failed loads run on the engine tier only (vLLM's own recovery "
                        "path, which the mirrored scheduler does not model)")
+    scheduler_knobs = engine_scheduler_knobs(scenario)
+    if tier != "engine" and scheduler_knobs:
+        raise BadInput(f"{', '.join(scheduler_knobs)}: vLLM's own scheduler code (0.34+), which the engine tier "
+                       "runs and the mirrored scheduler does not model")
     if tier == "symbolic":
         from harness.driver import Driver
 

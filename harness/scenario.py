@@ -54,6 +54,14 @@ class Geometry(_Strict):
     # multiple of the scheduler block). None = dense (every state a chunk ends on), the releases without the knob
     # and every scenario written before it; left out of the document when None so those documents stay as they were
     prefix_cache_retention_interval: int | None = Field(default=None, ge=0)
+    # SchedulerConfig knobs 0.34 added (config/scheduler.py:78, 223-237 in 0.34.0; engine tier, vLLM's own scheduler):
+    # max_num_inflight_kv_loads lets requests the connector loads asynchronously start their loads while the running
+    # batch is full (parked in `async_kv_waiting`) and caps the loads holding blocks; the cache-aware admission window
+    # admits, among the first N waiting requests, those with a cached prefix first, once the cache is at least
+    # `threshold` used. None = vLLM's default (no cap, arrival order); left out of the document when None
+    max_num_inflight_kv_loads: int | None = Field(default=None, ge=1, le=512)
+    cache_aware_admission_window: int | None = Field(default=None, ge=0, le=512)
+    cache_aware_admission_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
 
     @field_validator("model")
     @classmethod
@@ -158,6 +166,11 @@ class RequestSpec(_Strict):
     # and rejection paths, otherwise seeded Gumbel sampling and the random rejection path; vLLM's default is
     # 1.0). The tokens are the harness's either way: the forward's logits are one-hot.
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    # how many leading tokens the request may read from the prefix cache (Request.prefix_cache_hit_limit, 0.34+; engine
+    # tier): what prompt logprobs from token N ask of vLLM (SamplingParams(prompt_logprobs=1, prompt_logprob_start=N,
+    # skip_reading_prefix_cache=False)); 0: skip_reading_prefix_cache=True. Such a request reads no external (connector)
+    # KV (request.py:358-362). None = unbounded, vLLM's default; left out of the document when None
+    prefix_cache_hit_limit: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _positive_chunks(self) -> RequestSpec:
@@ -292,9 +305,20 @@ def load_scenario(path: str | Path) -> Scenario:
     return parse_scenario(data, base_dir=path.parent)
 
 
+# fields a document leaves out while they hold vLLM's default (None), so documents written before them stay as they were
+SCHEDULER_KNOBS = ("max_num_inflight_kv_loads", "cache_aware_admission_window", "cache_aware_admission_threshold")
+OPTIONAL_GEOMETRY = ("prefix_cache_retention_interval", *SCHEDULER_KNOBS)
+OPTIONAL_REQUEST = ("prefix_cache_hit_limit",)
+
+
 def scenario_to_json(scenario: Scenario) -> dict:
-    # no "workload": null on plain scenarios nor a dense retention, so their documents stay as they were
+    # no "workload": null on plain scenarios
     exclude: dict = {"workload": True} if scenario.workload is None else {}
-    if scenario.geometry.prefix_cache_retention_interval is None:
-        exclude["geometry"] = {"prefix_cache_retention_interval"}
+    unset = {name for name in OPTIONAL_GEOMETRY if getattr(scenario.geometry, name) is None}
+    if unset:
+        exclude["geometry"] = unset
+    requests = {i: set(names) for i, req in enumerate(scenario.requests)
+                if (names := [n for n in OPTIONAL_REQUEST if getattr(req, n) is None])}
+    if requests:
+        exclude["requests"] = requests
     return scenario.model_dump(mode="json", by_alias=True, exclude_defaults=False, exclude=exclude or None)

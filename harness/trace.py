@@ -155,6 +155,9 @@ class Trace:
     # (step, block, what is wrong, the prefix the key names or None) for every prefix-cache key that broke the pool's
     # key rule after a step (vllm_adapter.Allocator.cache_key_breaks), the first step each showed
     key_breaks: list[tuple[int, int, str, str | None]] = field(default_factory=list)
+    # (step, request, its prefix-cache hit limit, the computed tokens it was admitted with) each time a request with a
+    # hit limit (Request.prefix_cache_hit_limit, 0.34+) is scheduled as new (engine tier)
+    hit_limited: list[tuple[int, str, int, int]] = field(default_factory=list)
 
     def name(self, state: State | None) -> str:
         """'a[:14]' for the state of request a's first 14 tokens; drafts and unknown prefixes say so."""

@@ -559,6 +559,11 @@ def kv_cache_manager_class():
     return _vllm().KVCacheManager
 
 
+def request_class():
+    """vLLM's Request class, for patches of its cache-hit bounds."""
+    return _vllm().Request
+
+
 def scheduler_class():
     """vLLM's Scheduler class, for patches of its chunk rule (`_mamba_block_aligned_split`)."""
     return _vllm().Scheduler

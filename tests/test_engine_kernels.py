@@ -256,3 +256,25 @@ def test_triton_kernels_run_after_the_v1_workers_replacements_were_registered():
         pytest.skip(f"the V1 worker cannot run here: {exc}")
     a, b = _replay(SPEC, "triton"), _replay(SPEC, "torch")
     assert [astuple(r) for r in a.reads] == [astuple(r) for r in b.reads]
+
+
+def test_logprob_kernels_on_random_logits():
+    """The prompt-logprob path's kernels (a request with a prefix-cache hit limit asks for prompt logprobs)."""
+    from harness.engine import kernels_v2
+
+    logprob = pytest.importorskip("vllm.v1.worker.gpu.sample.logprob")
+    prompt_logprob = pytest.importorskip("vllm.v1.worker.gpu.sample.prompt_logprob")
+    g = torch.Generator().manual_seed(0)
+    logits, sampled = torch.randn(5, 300, generator=g), torch.randint(0, 300, (5,), generator=g)
+    rows = torch.randint(1, 300, (3, 20), generator=g)
+    qsl, idx, computed = torch.tensor([0, 4, 6, 9]), torch.tensor([2, 0, 1]), torch.tensor([3, 7, 0])
+    out = {}
+    for kind in ("triton", "torch"):
+        with kernels_v2.mode(kind):
+            t = logprob.compute_topk_scores(logits.clone(), 3, sampled.clone())
+            ids = prompt_logprob.get_prompt_logprobs_token_ids(9, qsl, idx, computed, rows)
+        out[kind] = t, ids
+    (want, want_ids), (got, got_ids) = out["triton"], out["torch"]
+    assert torch.equal(got.logprob_token_ids, want.logprob_token_ids)
+    assert torch.equal(got.selected_token_ranks, want.selected_token_ranks) and torch.equal(got_ids, want_ids)
+    assert torch.allclose(got.logprobs, want.logprobs, atol=1e-5)

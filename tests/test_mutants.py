@@ -7,7 +7,8 @@ import pytest
 from harness.cli import main
 from harness.errors import BadInput
 from harness.mutants import REGISTRY, apply_mutant, get_mutant
-from harness.vllm_adapter import block_pool_class, installed_version, kv_cache_manager_class, mamba_manager_class
+from harness.vllm_adapter import (block_pool_class, installed_version, kv_cache_manager_class, mamba_manager_class,
+                                   request_class, scheduler_class)
 
 from testlib import release_in, run
 
@@ -28,9 +29,9 @@ MUTANT = Mutant(name="user", bug_class="drops the first CoW copy", releases="any
 
 
 def _methods():
-    cls, pool, manager = mamba_manager_class(), block_pool_class(), kv_cache_manager_class()
-    return {**{k: v for k, v in vars(cls).items()}, **{f"pool.{k}": v for k, v in vars(pool).items()},
-            **{f"manager.{k}": v for k, v in vars(manager).items()}}
+    classes = {"": mamba_manager_class(), "pool.": block_pool_class(), "manager.": kv_cache_manager_class(),
+               "scheduler.": scheduler_class(), "request.": request_class()}
+    return {f"{prefix}{k}": v for prefix, cls in classes.items() for k, v in vars(cls).items()}
 
 
 def test_bank_has_at_least_twelve_with_public_origins():

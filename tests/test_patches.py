@@ -10,6 +10,7 @@ import pytest
 
 from harness import patches
 from harness.known_issues import KNOWN_ISSUES
+from harness.errors import BadInput
 from harness.mutants import REGISTRY, get_mutant
 from harness.vllm_adapter import load_vllm
 
@@ -42,7 +43,7 @@ def _patchers():
 def _apply(mutant):
     try:
         return mutant.apply()
-    except (ImportError, AttributeError, RuntimeError) as exc:  # code this release does not have
+    except (ImportError, AttributeError, RuntimeError, BadInput) as exc:  # code this release does not have
         pytest.skip(f"{mutant.name}: not on this release ({exc!r})")
 
 
@@ -53,7 +54,7 @@ def warm():
     for _, mutant in _patchers():
         try:
             mutant.apply()()
-        except (ImportError, AttributeError, RuntimeError):
+        except (ImportError, AttributeError, RuntimeError, BadInput):
             pass
     assert not patches.active("patch:"), [p.describe() for p in patches.active("patch:")]
 

@@ -156,7 +156,9 @@ def _offline_hf_cache() -> Path:
 # vLLM here is the CUDA wheel installed --no-deps: without a driver it detects no platform at all
 # (UnspecifiedPlatform) and the root conftest's cleanup calls into a missing accelerator. vLLM's CPU CI runs a CPU
 # build, which this stands for; set before the conftests load (vLLM picks its platform on first import).
-ENV = {} if os.path.exists("/proc/driver/nvidia/version") else {"VLLM_TARGET_DEVICE": "cpu"}
+# CUDA_VISIBLE_DEVICES set and empty: vLLM's Triton check accepts the driverless machine (triton_utils/importing.py),
+# which 0.34's CPU platform requires on x86 (platforms/cpu.py:241-243 in 0.34.0), as harness/vllm_env.py sets it
+ENV = {} if os.path.exists("/proc/driver/nvidia/version") else {"VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": ""}
 
 # (setting, why): what differs from vLLM's CI besides the rules and stubs
 SETTINGS: list[tuple[str, str]] = [

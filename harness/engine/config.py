@@ -116,11 +116,40 @@ def derive_geometry(scenario: Scenario) -> EngineGeometry:
                        f"has no such mode (it has {', '.join(_cache_modes())})")
     if g.mamba_cache_mode == "all":
         _check_all_mode(g)
+    _check_scheduler_knobs(scenario)
     # mode none: vLLM sets the Mamba block to max_model_len when prefix caching is off
     # (model_executor/models/config.py:781-787 in 0.33.0, MambaModelConfig.verify_and_update_config)
     mamba_block = g.max_model_len if g.mamba_cache_mode == "none" else g.mamba_block_size
     return EngineGeometry(g.mamba_block_size, g.hash_block_size, g.num_speculative_tokens, g.mamba_cache_mode,
                           mamba_block)
+
+
+def _check_scheduler_knobs(scenario: Scenario) -> None:
+    """BadInput for a 0.34 scheduler knob or a prefix-cache hit limit the release does not have."""
+    from harness.release import vllm_release
+    from harness.scenario import SCHEDULER_KNOBS
+
+    release = vllm_release()
+    for name in SCHEDULER_KNOBS:
+        if getattr(scenario.geometry, name) is not None and name not in release.scheduler_knobs:
+            raise BadInput(f"geometry.{name}: vLLM {installed_version()}'s SchedulerConfig has no {name} (0.34.0+)")
+    if not release.hit_limit and any(r.prefix_cache_hit_limit is not None for r in scenario.requests):
+        raise BadInput(f"prefix_cache_hit_limit: vLLM {installed_version()}'s Request has no prefix_cache_hit_limit "
+                       "(v1/request.py, 0.34.0+)")
+
+
+def set_scheduler_knobs(vc, g) -> None:
+    """The geometry's 0.34 scheduler knobs on the (cached, shared) config the Scheduler reads, vLLM's defaults where
+    it leaves one unset, as the pool size is set (build_scheduler)."""
+    from harness.release import vllm_release
+    from harness.scenario import SCHEDULER_KNOBS
+
+    fields = type(vc.scheduler_config).__dataclass_fields__
+    for name in vllm_release().scheduler_knobs & set(SCHEDULER_KNOBS):
+        value = getattr(g, name)
+        if value is None:  # a pydantic dataclass keeps its Field(default=...) as the field's default
+            value = getattr(fields[name].default, "default", fields[name].default)
+        object.__setattr__(vc.scheduler_config, name, value)
 
 
 MAMBA_CHUNK_SIZE = 256  # the stand-in model's Mamba2 chunk (ModelConfigStandIn.get_mamba_chunk_size)
@@ -228,6 +257,7 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirro
                            "forward)")
         vc = vllm_config(*args, failure_policy=g.kv_load_failure_policy, async_scheduling=False, **modes)
     vc.cache_config.num_gpu_blocks = g.num_blocks  # the Scheduler reads it once, when built
+    set_scheduler_knobs(vc, g)
     retention = retention_config(g)
     if supports_retention():  # the planner's source (kv_cache_planning.py:736-740); connectors read it there too
         vc.cache_config.prefix_cache_retention_interval = g.prefix_cache_retention_interval

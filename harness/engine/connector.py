@@ -52,6 +52,13 @@ class HarnessConnector(KVConnectorBase_V1, SupportsHMA):
         self.offered[rid] = (num_computed_tokens, ext, is_async and ext > 0)
         return ext, is_async and ext > 0
 
+    def may_load_async(self, request) -> bool:
+        """Whether this request's hit may load asynchronously (base.py:639-649 in 0.34.0: with
+        --max-num-inflight-kv-loads such a request is parked in `async_kv_waiting` and may start its load while the
+        running batch is full): the scenario gives it an async hit not yet consumed."""
+        spec = self.plan.get(request.request_id)
+        return spec is not None and spec[1] and request.request_id not in self.used
+
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
         rid = request.request_id
         if num_external_tokens <= 0 or rid in self.used:

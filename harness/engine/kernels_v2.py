@@ -42,8 +42,11 @@ from harness.engine.kernels_v2_sampling import (
     _gumbel_combine_kernel,
     _gumbel_sample_kernel,
     _insert_resampled_kernel,
+    _prompt_logprobs_token_ids_kernel,
+    _ranks_kernel,
     _rejection_kernel,
     _resample_kernel,
+    _topk_log_softmax_kernel,
 )
 
 _registered = ""
@@ -374,6 +377,9 @@ KERNELS = {
     _G + "model_states.mamba_hybrid._fill_num_accepted_kernel": _fill_num_accepted_kernel,
     _G + "sample.gumbel._gumbel_sample_kernel": _gumbel_sample_kernel,
     _G + "sample.gumbel._gumbel_combine_kernel": _gumbel_combine_kernel,  # 0.34.0
+    _G + "sample.logprob._topk_log_softmax_kernel": _topk_log_softmax_kernel,
+    _G + "sample.logprob._ranks_kernel": _ranks_kernel,
+    _G + "sample.prompt_logprob._prompt_logprobs_token_ids_kernel": _prompt_logprobs_token_ids_kernel,
     _G + "spec_decode.rejection_sampler._gather_draft_sampled_kernel": _gather_draft_sampled_kernel,
     _G + "spec_decode.rejection_sampler_utils._compute_local_logits_stats_kernel": _compute_local_logits_stats_kernel,
     _G + "spec_decode.rejection_sampler_utils._rejection_kernel": _rejection_kernel,

@@ -182,6 +182,40 @@ def _gumbel_combine_kernel(local_argmax_ptr, local_argmax_stride, local_max_ptr,
         sampled_ptr[row] = local_argmax_ptr[row, winner]
 
 
+# -- logprobs (gpu/sample/logprob.py, prompt_logprob.py): a request asking for prompt logprobs (a prefix-cache hit
+# limit, harness/engine/scheduler.py `hit_limit_params`) runs them over the whole vocabulary, which Triton's
+# interpreter takes seconds a row for. The same math; the sums run in torch's order, not the kernel's blocks ---------
+
+def _topk_log_softmax_kernel(output_ptr, logits_ptr, logits_stride, topk_ids_ptr, topk_ids_stride, topk, vocab_size,
+                             BLOCK_SIZE=1024, TOPK_BLOCK_SIZE=None, **_):
+    """logprob.py:17-57: per row, the fp32 log-softmax (shifted by the row's maximum) at the given token ids."""
+    rows, k, v = output_ptr.shape[0], int(topk), int(vocab_size)
+    logits = logits_ptr[:rows, :v].to(torch.float32)
+    top = logits.max(dim=1, keepdim=True).values
+    lse = torch.log(torch.exp(logits - top).sum(dim=1, keepdim=True))
+    ids = topk_ids_ptr[:rows, :k].long()
+    output_ptr.view(rows, -1)[:, :k] = logits.gather(1, ids) - top - lse
+
+
+def _ranks_kernel(output_ptr, logits_ptr, logits_stride, token_ids_ptr, vocab_size, BLOCK_SIZE=8192, **_):
+    """logprob.py:60-78: per row, how many logits are at least the token's."""
+    rows, v = output_ptr.shape[0], int(vocab_size)
+    logits = logits_ptr[:rows, :v]
+    x = logits.gather(1, token_ids_ptr[:rows].long().view(rows, 1))
+    output_ptr[:rows] = (logits >= x).sum(dim=1).to(output_ptr.dtype)
+
+
+def _prompt_logprobs_token_ids_kernel(prompt_logprobs_token_ids_ptr, query_start_loc_ptr, idx_mapping_ptr,
+                                      num_computed_tokens_ptr, all_token_ids_ptr, all_token_ids_stride,
+                                      BLOCK_SIZE=1024, **_):
+    """prompt_logprob.py:236-266: each query token's next token, read from its request's token row."""
+    for b in range(idx_mapping_ptr.shape[0]):
+        state = int(idx_mapping_ptr[b])
+        start, end = int(query_start_loc_ptr[b]), int(query_start_loc_ptr[b + 1])
+        first = int(num_computed_tokens_ptr[state]) + 1
+        prompt_logprobs_token_ids_ptr[start:end] = all_token_ids_ptr[state, first:first + end - start]
+
+
 # -- the rejection sampler (gpu/spec_decode/rejection_sampler*.py) -------------------------------------------------
 
 def _gather_draft_sampled_kernel(draft_sampled_ptr, pos_ptr, input_ids_ptr, positions_ptr, logits_indices_ptr,

@@ -113,7 +113,8 @@ class EngineDriver:
         self.connector = connector
         self.reqs: dict[str, _Req] = {}
         for spec in scenario.requests:
-            sp = self.v.SamplingParams(max_tokens=spec.max_tokens, temperature=spec.temperature)
+            sp = self.v.SamplingParams(max_tokens=spec.max_tokens, temperature=spec.temperature,
+                                       **hit_limit_params(spec.prefix_cache_hit_limit))
             vreq = self.v.Request(request_id=spec.id, prompt_token_ids=list(self.prompts[spec.id]), sampling_params=sp,
                                   pooling_params=None, block_hasher=self.alloc.hasher)
             r = _Req(spec, vreq, self.truths[spec.id])
@@ -126,7 +127,8 @@ class EngineDriver:
         for ev in scenario.events:
             self.events.setdefault(ev.step, []).append(ev)
         self.loads: dict[str, int] = {}  # request -> step whose output reports its async load finished
-        self.landing: dict[str, int] = {}  # request -> the tokens its async load delivers when it finishes
+        # request -> (the tokens its async load delivers when it finishes, the block ids it was handed)
+        self.landing: dict[str, tuple[int, list]] = {}
         self.chunk_idx: dict[str, int] = {}
         self.cache = CacheRecorder(self.trace, self.states, eg.hash_block_size)
         self.step_idx = 0
@@ -196,15 +198,17 @@ class EngineDriver:
         so they hold nothing valid until the step that reports it finished (`_land_loads`)."""
         if is_async:
             self.loads[rid] = self.step_idx + load_steps - 1
-            self.landing[rid] = total
+            # a real connector writes into the block ids it was handed now, whatever owns them when the load lands
+            self.landing[rid] = (total, [list(t) for t in self.alloc.block_ids(rid)])
             self._deliver(rid, total, loading=True)
         else:
             self._deliver(rid, total)
 
-    def _deliver(self, rid: str, total: int, loading: bool = False) -> None:
-        """Write what the connector loaded (`loading`: mark those blocks as holding nothing valid yet)."""
+    def _deliver(self, rid: str, total: int, loading: bool = False, tables=None) -> None:
+        """Write what the connector loaded into `tables` (default: the request's blocks now); `loading`: mark those
+        blocks as holding nothing valid yet."""
         r = self.reqs[rid]
-        tables = self.alloc.block_ids(rid)
+        tables = tables if tables is not None else self.alloc.block_ids(rid)
         B = self.eg.block_size
         col = (total - 1) // B
         local = self.connector.offered.get(rid, (0,))[0]  # the local hit the connector was shown
@@ -224,9 +228,10 @@ class EngineDriver:
     def _land_loads(self, done: set[str]) -> None:
         """The async loads a step reports finished have landed: their states are in the blocks now."""
         for rid in sorted(done):
-            total = self.landing.pop(rid, None)
-            if total is not None:
-                self._deliver(rid, total)
+            landing = self.landing.pop(rid, None)
+            if landing is not None:
+                total, tables = landing
+                self._deliver(rid, total, tables=tables)
 
     # -- the loop -----------------------------------------------------------------------------------------
     def run(self) -> Trace:
@@ -280,6 +285,7 @@ class EngineDriver:
                 r.arrived = True
                 self._call(r.id, "add_request", sched.add_request, r.vreq)
         so = self.so = self._call("", "schedule", sched.schedule)
+        self._record_hit_limits(so, step)
         self._check_output(so)
         self._check_chunks(so)
         core_tables = {rid: self.alloc.block_ids(rid) for rid in so.num_scheduled_tokens}
@@ -329,6 +335,14 @@ class EngineDriver:
         pending, so, step = self.batch_queue.pop()
         ids, sampled_ids = self._call("", "get_output", self.worker.collect, pending) if pending is not None else ([], [])
         self._update(so, step, ids, sampled_ids)
+
+    def _record_hit_limits(self, so, step: int) -> None:
+        """What a request with a prefix-cache hit limit starts from each time it is (re)admitted: the hit-limit
+        oracle's input."""
+        for new in so.scheduled_new_reqs:
+            limit = self.reqs[new.req_id].spec.prefix_cache_hit_limit
+            if limit is not None:
+                self.trace.hit_limited.append((step, new.req_id, limit, new.num_computed_tokens))
 
     def _check_output(self, so) -> None:
         """A SchedulerOutput no runner can execute is vLLM's fault: a request with as many spec-decode rows as
@@ -472,6 +486,16 @@ class EngineDriver:
         self.cache.record(step, {rid: (r.vreq.block_hashes, r.fps) for rid, r in self.reqs.items()},
                           self.alloc.cached_mamba_entries())
         self.cache.record_key_breaks(step, self.alloc.cache_key_breaks())
+
+
+def hit_limit_params(limit: int | None) -> dict:
+    """The SamplingParams a user gives for a prefix-cache hit limit (v1/request.py:364-378 in 0.34.0): prompt
+    logprobs from token `limit` with cache reads allowed; 0: skip reading the prefix cache."""
+    if limit is None:
+        return {}
+    if limit == 0:
+        return {"skip_reading_prefix_cache": True}
+    return {"prompt_logprobs": 1, "prompt_logprob_start": limit, "skip_reading_prefix_cache": False}
 
 
 def replay(scenario: Scenario, mutant: str | None = None, options: EngineOptions | None = None,

@@ -24,6 +24,7 @@ from harness.mutants.lifetime import (
     MAMBA_NONE_SPEC_BLOCKS_DROPPED,
     MAMBA_OVERALLOCATE,
 )
+from harness.mutants.scheduler_paths import SCHEDULER_PATH_MUTANTS
 from harness.mutants.seed import SEED_UNMARKED_EARLY_RETURN
 from harness.mutants.worker_v1 import V1_MUTANTS
 from harness.mutants.worker_v2 import V2_MUTANTS
@@ -32,7 +33,7 @@ from harness.patches import suspended
 REGISTRY: dict[str, Mutant] = {
     m.name: m for m in (SEED_UNMARKED_EARLY_RETURN, MAMBA_FREE_LEAKS_BLOCK, MAMBA_OVERALLOCATE, MAMBA_ADMISSION_UNCAPPED,
                      MAMBA_NONE_SPEC_BLOCKS_DROPPED, ASYNC_LOAD_CACHED_EARLY, CACHE_KEY_OUTLIVES_BLOCK, *BANK, *V1_MUTANTS,
-                     *V2_MUTANTS, *GDN_MUTANTS)}
+                     *V2_MUTANTS, *GDN_MUTANTS, *SCHEDULER_PATH_MUTANTS)}
 
 
 @functools.cache

@@ -39,7 +39,14 @@ class Mutant:
 
     def apply(self) -> Callable[[], None]:
         with applying(f"patch:{self.name}"):  # harness/patches.py records what it replaces under this name
-            undo = self.patch()
+            try:
+                undo = self.patch()
+            except (AttributeError, ImportError) as exc:  # its target is code this release does not have
+                from harness.errors import BadInput
+                from harness.release import vllm_source
+
+                raise BadInput(f"mutant {self.name} patches vLLM {self.releases}: vLLM {vllm_source().version} lacks "
+                               f"its target ({exc})") from None
         if not self.is_applied():
             undo()
             raise RuntimeError(f"mutant {self.name}: self-check failed, patch not in place")
