@@ -71,6 +71,9 @@ if part banks; then
   check --trials 3 --budget-seconds 120 --seed-corpus \
     --only mamba-retention-resend-boundary-at-prompt-end $BLIND/mamba-retention-mask-boundary-off-by-one.py \
     --out $R/mutants_check_retention.md
+  # vLLM 0.34's new paths: the pool's key rule (every tier), parked loads, hit limits, cache-aware admission (engine)
+  check --trials 3 --budget-seconds 120 --seed-corpus --only cache-key-outlives-block hit-limit-ignored-locally \
+    aborted-load-freed-early cache-aware-probe-takes-refs --out $R/mutants_check_034.md
 fi
 if part peer; then
   # vLLM's own unit tests per allocator-side mutant (each peer_tests.md with its .json beside it)
@@ -104,4 +107,5 @@ if part upstream; then
   "$PY" -m harness bisect --known --jobs 2 -o $R/known_releases.md || [[ $? == 1 ]]
   "$PY" -m harness report-bug --open -o docs/upstream
   "$PY" tools/upstream.py suite --out $R/upstream_peer_suite.md || [[ $? == 1 ]]
+  "$PY" tools/upstream.py suite --vllm 0.34.0 --out $R/upstream_peer_suite_0.34.0.md || [[ $? == 1 ]]
 fi
