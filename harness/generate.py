@@ -125,15 +125,22 @@ def with_retention(doc: dict, draw: random.Random) -> dict:
 
 def with_scheduler_knobs(doc: dict, draw: random.Random) -> dict:
     """The scenario document with 0.34's scheduler knobs and prefix-cache hit limits drawn by `draw` (engine tier):
-    parked connector loads under a cap (max_num_inflight_kv_loads, 1-4) a third of the time, cache-aware admission
-    (a window of 2-8, engaged from an empty or a half-full cache) a quarter, and a hit limit on one request in six
-    (0: skip reading the cache; else prompt logprobs from a token inside the prompt)."""
+    parked connector loads under a cap (max_num_inflight_kv_loads, 1-4) a third of the time, with an async load
+    aborted around its start half of those, cache-aware admission (a window of 2-8, engaged from an empty or a
+    half-full cache) a quarter, and a hit limit on one request in six (0: skip reading the cache; else prompt
+    logprobs from a token inside the prompt)."""
     g = doc["geometry"]
     if draw.random() < 1 / 3:
         g["max_num_inflight_kv_loads"] = draw.choice([1, 1, 2, 4])
+        # a parked or started load aborted in flight, half the time (`_aborted_kv_loads`, counted by the cap)
+        loading = [r for r in doc["requests"] if (r.get("external") or {}).get("async")]
+        if loading and draw.random() < 0.5:
+            r = draw.choice(loading)
+            doc["events"].append({"step": r["arrival_step"] + draw.choice([0, 1, 1, 2]), "kind": "abort",
+                                  "request": r["id"]})
     if draw.random() < 1 / 4:
         g["cache_aware_admission_window"] = draw.choice([2, 4, 8])
-        g["cache_aware_admission_threshold"] = draw.choice([0.0, 0.0, 0.5])
+        g["cache_aware_admission_threshold"] = draw.choice([0.0, 0.0, 0.0, 0.5])
     for req in doc["requests"]:
         if draw.random() < 1 / 6:
             n = req["prompt"]["length"]
