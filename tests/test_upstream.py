@@ -45,6 +45,8 @@ def test_status_reads_the_verdict_for_an_issue_and_the_signatures_for_a_finding(
     issue = Target("x", "s.json", {}, issue="seed-external-hit-unmarked")
     row = {"signatures": ["cache-integrity"], "known": {"cache-integrity": "seed-external-hit-unmarked+other"}}
     assert status(issue, row) == SHOWS
+    # attributed only because its fix changes the schedule: the other known fixes alone leave nothing it removes
+    assert status(issue, {**row, "needed": False}) == OTHER
     assert status(issue, {"signatures": ["cache-integrity"], "known": {}}) == OTHER
     assert status(issue, {"signatures": [], "known": {}}) == CLEAN
     assert status(issue, {"error": "bad input"}) == NA
