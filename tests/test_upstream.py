@@ -89,7 +89,38 @@ def test_known_table_marks_fixed_and_disagreements_with_known_check():
 def test_severity_and_patched_lines():
     assert severity(["vllm-exception:x", "liveness:stuck"])[0].startswith("crash")
     assert severity(["liveness:stuck"])[0].startswith("stall")
-    assert patched_lines("--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -644,8 +644,11 @@\n") == ["vllm/x.py:647-648"]
+    hunk = "--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -644,5 +644,6 @@\n a\n b\n-c\n+C\n+D\n e\n"
+    assert patched_lines(hunk) == ["vllm/x.py:646"]  # the line it replaces
+    assert patched_lines(hunk.replace("-c\n", " c\n")) == ["vllm/x.py:after 646"]  # a pure insertion
+
+
+def test_every_hand_sized_test_names_a_known_issue_and_imports_only_vllm_torch_and_pytest():
+    hand = sorted((ROOT / "upstream" / "tests").glob("*.py"))
+    assert hand, "upstream/tests/ is empty"
+    for path in hand:
+        known_issue_by_id(path.stem)  # StopIteration for a test of no known issue
+        text = path.read_text()
+        roots = {line.split()[1].split(".")[0] for line in text.splitlines() if line.startswith(("import ", "from "))}
+        assert roots <= {"vllm", "torch", "pytest"}, (path.name, roots)
+        assert text.startswith("# SPDX-License-Identifier: Apache-2.0") and "\ndef test_" in text
+
+
+@pytest.mark.slow
+def test_a_report_moves_the_repro_onto_a_real_model_and_checks_it_there():
+    """report-bug's user configuration: the repro at Nemotron-H 4B's own block (vLLM's rule, no --block-size),
+    replayed on the engine tier with the model's KV cache groups, shows the issue and its fix removes it."""
+    from harness.bug_report import REAL_MODEL, on_real_model
+    from harness.scenario import load_scenario
+
+    issue = known_issue_by_id("sync-external-admission-undercount")
+    real = on_real_model(issue, load_scenario(ROOT / issue.repro))
+    if real is None:
+        pytest.skip(f"this release builds no geometry for {REAL_MODEL}")
+    g = real["doc"]["geometry"]
+    assert real["checked"] and g["model"] == REAL_MODEL and g["mamba_block_size"] == real["block"] > 16
+    hit = real["doc"]["requests"][0]["external"]["tokens"]
+    assert hit % real["block"] == 0  # the hit still ends on a Mamba block boundary, the prompt one token past it
+    assert real["doc"]["requests"][0]["prompt"]["length"] == hit + 1
 
 
 def test_every_patch_names_an_open_issue_and_its_fix():

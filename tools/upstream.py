@@ -3,12 +3,13 @@
     python tools/upstream.py patch ISSUE [--vllm X]      apply upstream/patches/ISSUE.patch to a copy of vLLM X's tree
     python tools/upstream.py suite [ISSUE ...] [--vllm X] vLLM's peer suite (tests/v1/core, tests/v1/kv_connector/unit)
                                                           on the stock tree and the patched one: counts side by side
-    python tools/upstream.py test ISSUE [--vllm X] [--fixed-in Y]
+    python tools/upstream.py test ISSUE [--vllm X] [--fixed-in Y] [--hand]
         the issue's `regression --style vllm` test, placed into vLLM X's own test tree (its sdist's tests, fetched and
         sha256-checked by bench/measure/peer_tests.py) and run there with vLLM's conftest: on stock X it must fail;
         on X with the patch (or on release Y) it must pass. Also replays the repro on the patched tree (clean) and,
         for a test outside the extracted tree (a model runner's, tests/v1/worker), runs vLLM's own tests there that
-        import a module the patch changes, stock and patched: the patch adds no failure.
+        import a module the patch changes, stock and patched: the patch adds no failure. --hand: the hand-sized
+        test upstream/tests/ISSUE.py instead of the emitted one (what the bug report shows first).
 
 Trees: artifacts/cache/vllm-trees/X (harness/vllm_trees.py), patched copies in artifacts/cache/vllm-patched/X/ISSUE
 (hard links, then `patch -p1`: patch writes new files, so the stock tree is untouched). Every vLLM process here is
@@ -34,6 +35,7 @@ from harness.errors import BadInput  # noqa: E402
 from harness.vllm_trees import CACHE, fetch_tree, venv_python  # noqa: E402
 
 PATCHES = ROOT / "upstream" / "patches"
+HAND_TESTS = ROOT / "upstream" / "tests"  # hand-sized tests for vLLM's tree, one per issue where written
 PATCHED = CACHE / "vllm-patched"
 PY = str(venv_python("0.33.0") or sys.executable)
 SDIST_CACHE = Path.home() / ".cache" / "hybrid-harness"
@@ -196,14 +198,23 @@ def cmd_test(args) -> int:
     fixed_tree = fetch_tree(args.fixed_in) if args.fixed_in else patched_tree(args.vllm, [args.issue])
     fixed_label = f"vLLM {args.fixed_in}" if args.fixed_in else f"vLLM {args.vllm} + {args.issue}.patch"
     work = Path(tempfile.mkdtemp(prefix="hh-upstream-"))
-    artifact = finding_for(args.issue, stock, work / "finding")
-    test_file = work / "test.py"
-    emit = subprocess.run([PY, "-m", "harness", "--vllm", str(stock), "regression", str(artifact), "--style", "vllm",
-                           "-o", str(test_file)], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    if emit.returncode:
-        raise BadInput(f"regression --style vllm failed: {emit.stderr.strip()[-400:]}")
-    place = emit.stdout.split("its place in vLLM's tree: ", 1)[1].rstrip(")\n")
+    if args.hand:  # the hand-sized test (upstream/tests/ISSUE.py) instead of the emitted one
+        from harness.known_issues import known_issue_by_id
+        from harness.vllm_style import folder_for
+
+        test_file = HAND_TESTS / f"{args.issue}.py"
+        if not test_file.exists():
+            raise BadInput(f"no hand-sized test {test_file.relative_to(ROOT)}")
+        place = f"{folder_for(known_issue_by_id(args.issue))}/test_hh_{args.issue.replace('-', '_')}_hand.py"
+    else:
+        artifact = finding_for(args.issue, stock, work / "finding")
+        test_file = work / "test.py"
+        emit = subprocess.run([PY, "-m", "harness", "--vllm", str(stock), "regression", str(artifact), "--style",
+                               "vllm", "-o", str(test_file)], cwd=ROOT, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+        if emit.returncode:
+            raise BadInput(f"regression --style vllm failed: {emit.stderr.strip()[-400:]}")
+        place = emit.stdout.split("its place in vLLM's tree: ", 1)[1].rstrip(")\n")
     results, peers = {}, {}
     # beside a test outside the extracted tree (tests/v1/worker), vLLM's own tests there of the patched modules
     importing = [] if args.fixed_in else patched_modules(patch_file(args.issue, args.vllm))
@@ -251,6 +262,7 @@ def main(argv=None) -> int:
     t.add_argument("issue")
     t.add_argument("--fixed-in", help="the release that fixed it (instead of the patch)")
     t.add_argument("--keep", help="also copy the emitted test here")
+    t.add_argument("--hand", action="store_true", help="run the hand-sized test upstream/tests/ISSUE.py instead")
     for q in (p, s, t):
         q.add_argument("--vllm", default="0.33.0", help="the release whose tree and tests are used")
     args = parser.parse_args(argv)
