@@ -4,8 +4,9 @@ Replays one target on each release, each in its own process with its own vLLM (h
 vLLM (known fixes off; findings classified by the registered fixes, harness/verdict.py), then reads the
 regression range (last release not showing it -> first showing it) and the fixed range (last showing it -> first
 after it that does not) off the per-release rows. A target is a finding artifact (it shows when one of the
-artifact's signatures fires), a known issue id (when a finding is attributed to that issue; its repro on the
-tier its code runs on), or a scenario file (when anything fires).
+artifact's signatures fires), a known issue id (when a finding is attributed to that issue and the issue is needed
+for it: with every other known fix applied the repro still shows something this one's fix removes; its repro on
+the tier its code runs on), or a scenario file (when anything fires).
 
 `bisect --known` does it for every known issue at once, one process per release, and beside each cell runs the
 release's `known check` of that issue, so the table and the registry's own check can be compared.
@@ -101,6 +102,8 @@ def replay_item(item: dict) -> dict:
                    known=dict(verdict.known) if verdict else {}, new=verdict.new if verdict else [])
         if item.get("issue"):
             issue = known_issue_by_id(item["issue"])
+            if issue.id in {i for v in row["known"].values() for i in v.split("+")}:
+                row["needed"] = _issue_needed(scenario, config, issue)
             checked, _ = run_known_check(config, issues=[issue])
             row["known_check"] = checked[0]["status"]
     except BadInput as exc:
@@ -108,6 +111,24 @@ def replay_item(item: dict) -> dict:
     except HarnessError as exc:
         row.update(error="harness error", why=str(exc)[:300])
     return row
+
+
+def _issue_needed(scenario, config, issue: KnownIssue) -> bool:
+    """Whether the repro shows something with the fixes of every other known issue open here that it does not show
+    with this issue's fix added. A finding `classify` attributes to the first single fix that removes it; a fix
+    that only changes the schedule can remove another issue's finding (0.26.0's deferred-free repro: its fix skips
+    three preemptions and hides the connector lookup's precopy, whose own fix alone leaves the repro clean)."""
+    from harness.known_issues import issues_for
+    from harness.oracles import judge
+    from harness.replay import replay
+
+    others = [k.id for k in issues_for(config.tier, config.engine.runner if config.tier == "engine" else "auto")
+              if k.id != issue.id]
+
+    def signatures(fixes):
+        return {f.signature for f in judge(replay(scenario, config=config.but(fixes=tuple(fixes))))}
+
+    return bool(signatures(others) - signatures([*others, issue.id]))
 
 
 def worker(items_file: str) -> int:
@@ -124,7 +145,7 @@ def status(target: Target, row: dict) -> str:
         return "error"
     if target.issue:
         ids = {i for v in row.get("known", {}).values() for i in v.split("+")}
-        return SHOWS if target.issue in ids else OTHER if row.get("signatures") else CLEAN
+        return SHOWS if target.issue in ids and row.get("needed", True) else OTHER if row.get("signatures") else CLEAN
     if target.signatures:
         return SHOWS if set(target.signatures) & set(row.get("signatures", ())) else \
             OTHER if row.get("signatures") else CLEAN
@@ -196,7 +217,9 @@ def describe_row(target: Target, row: dict | None) -> str:
     if not row["signatures"]:
         return "clean"
     labels = [f"{s} [{row['known'].get(s, 'NEW')}]" for s in row["signatures"]]
-    return ", ".join(labels)
+    unneeded = f" ({target.issue}'s fix is not needed: with the other known fixes applied it changes nothing)" \
+        if target.issue and row.get("needed") is False else ""
+    return ", ".join(labels) + unneeded
 
 
 CELL = {SHOWS: "reproduces", CLEAN: "clean", OTHER: "other findings", NA: "n/a", "error": "harness error"}
@@ -260,7 +283,9 @@ def command(args) -> int:
             text = (stamp("hybrid-harness bisect --known" + (f" --releases {args.releases}" if args.releases else ""))
                     + "\n\nEach known issue's repro replayed on stock vLLM of every release (one process per "
                     "release: its venv, else `--vllm` on its unpacked wheel), on the tier its code runs on; a cell "
-                    "says whether a finding is attributed to the issue (its fix removes it). `fixed`: clean after a "
+                    "says whether a finding is attributed to the issue (its fix removes it) and the issue is needed "
+                    "for it (with every other known fix applied, the repro still shows something this issue's fix "
+                    "removes; else `other findings`). `fixed`: clean after a "
                     "release that reproduced it; `clean`: clean before any did; `n/a`: the release cannot express "
                     "the repro (bad input). (!) marks a cell where the release's `known check` disagrees.\n\n"
                     + table + "\n" + "".join(f"\n- disagrees: {d}" for d in disagree) + "\n")
@@ -275,7 +300,7 @@ def command(args) -> int:
         row = results[v].get(target.label)
         sts.append(status(target, row or {"error": "harness error"}))
         print(f"  {v:8s} {sts[-1]:6s} {describe_row(target, row)}")
-    what = (f"a finding attributed to {target.issue}" if target.issue else
+    what = (f"a finding attributed to {target.issue}, which the other known fixes alone leave" if target.issue else
             f"one of {', '.join(target.signatures)}" if target.signatures else "any finding")
     print(f"shows = {what}; tier {target.config.get('tier', 'symbolic')}")
     for line in ranges(releases, sts).describe():

@@ -57,10 +57,15 @@ def user_config(scenario) -> tuple[dict, list[str]]:
 
 
 def folder_for(issue: KnownIssue) -> str:
+    from harness import vllm_style_runner
+
+    if issue.fix_target == vllm_style_runner.TARGET:
+        return vllm_style_runner.FOLDER
     cls = issue.fix_target.split(".")[0]
     if cls not in FOLDERS or issue.runners is not None or issue.engine_only:
         raise BadInput(f"--style vllm: {issue.id} is in {issue.code} code ({issue.fix_target}); only allocator and "
-                       "Scheduler-split issues replay as a vLLM unit test so far (tests/v1/core)")
+                       "Scheduler-split issues (tests/v1/core) and the V2 runner's batch order (tests/v1/worker) "
+                       "replay as a vLLM unit test so far")
     return FOLDERS[cls]
 
 
@@ -94,8 +99,14 @@ def emit_vllm_test(artifact: dict, issues: list[KnownIssue]) -> tuple[str, str]:
     scenario = parse_scenario(artifact["scenario"])
     issue = issues[0] if len(issues) == 1 else None
     folder = folder_for(issue) if issue else "tests/v1/core"
+    if folder != "tests/v1/core":  # a model runner's test (tests/v1/worker)
+        from harness.vllm_style_runner import emit_runner_test
+
+        return emit_runner_test(artifact, issue, _docstring(issue, scenario, artifact["signature"],
+                                                            artifact.get("vllm_version", "?")))
     for k in issues:
-        folder_for(k)  # each must be allocator or split code
+        if folder_for(k) != folder:  # each must be allocator or split code
+            raise BadInput(f"--style vllm: {k.id}'s code is tested in {folder_for(k)}, not with allocator issues")
     name = (issue.id if issue else artifact["signature"].split(":")[0]).replace("-", "_")
     body = emit_regression(scenario, artifact["signature"], None, issues, split=True)
     # vLLM's header and docstring instead of the standalone file's; pytest and the stub's SimpleNamespace imported

@@ -45,6 +45,8 @@ def test_status_reads_the_verdict_for_an_issue_and_the_signatures_for_a_finding(
     issue = Target("x", "s.json", {}, issue="seed-external-hit-unmarked")
     row = {"signatures": ["cache-integrity"], "known": {"cache-integrity": "seed-external-hit-unmarked+other"}}
     assert status(issue, row) == SHOWS
+    # attributed only because its fix changes the schedule: the other known fixes alone leave nothing it removes
+    assert status(issue, {**row, "needed": False}) == OTHER
     assert status(issue, {"signatures": ["cache-integrity"], "known": {}}) == OTHER
     assert status(issue, {"signatures": [], "known": {}}) == CLEAN
     assert status(issue, {"error": "bad input"}) == NA
@@ -87,7 +89,38 @@ def test_known_table_marks_fixed_and_disagreements_with_known_check():
 def test_severity_and_patched_lines():
     assert severity(["vllm-exception:x", "liveness:stuck"])[0].startswith("crash")
     assert severity(["liveness:stuck"])[0].startswith("stall")
-    assert patched_lines("--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -644,8 +644,11 @@\n") == ["vllm/x.py:647-648"]
+    hunk = "--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -644,5 +644,6 @@\n a\n b\n-c\n+C\n+D\n e\n"
+    assert patched_lines(hunk) == ["vllm/x.py:646"]  # the line it replaces
+    assert patched_lines(hunk.replace("-c\n", " c\n")) == ["vllm/x.py:after 646"]  # a pure insertion
+
+
+def test_every_hand_sized_test_names_a_known_issue_and_imports_only_vllm_torch_and_pytest():
+    hand = sorted((ROOT / "upstream" / "tests").glob("*.py"))
+    assert hand, "upstream/tests/ is empty"
+    for path in hand:
+        known_issue_by_id(path.stem)  # StopIteration for a test of no known issue
+        text = path.read_text()
+        roots = {line.split()[1].split(".")[0] for line in text.splitlines() if line.startswith(("import ", "from "))}
+        assert roots <= {"vllm", "torch", "pytest", "types"}, (path.name, roots)
+        assert text.startswith("# SPDX-License-Identifier: Apache-2.0") and "\ndef test_" in text
+
+
+@pytest.mark.slow
+def test_a_report_moves_the_repro_onto_a_real_model_and_checks_it_there():
+    """report-bug's user configuration: the repro at Nemotron-H 4B's own block (vLLM's rule, no --block-size),
+    replayed on the engine tier with the model's KV cache groups, shows the issue and its fix removes it."""
+    from harness.bug_report import REAL_MODEL, on_real_model
+    from harness.scenario import load_scenario
+
+    issue = known_issue_by_id("sync-external-admission-undercount")
+    real = on_real_model(issue, load_scenario(ROOT / issue.repro))
+    if real is None:
+        pytest.skip(f"this release builds no geometry for {REAL_MODEL}")
+    g = real["doc"]["geometry"]
+    assert real["checked"] and g["model"] == REAL_MODEL and g["mamba_block_size"] == real["block"] > 16
+    hit = real["doc"]["requests"][0]["external"]["tokens"]
+    assert hit % real["block"] == 0  # the hit still ends on a Mamba block boundary, the prompt one token past it
+    assert real["doc"]["requests"][0]["prompt"]["length"] == hit + 1
 
 
 def test_every_patch_names_an_open_issue_and_its_fix():
@@ -110,31 +143,66 @@ def test_patch_applies_cleanly_to_the_tree_it_was_made_on(patch, tmp_path):
     assert out.returncode == 0 and "offset" not in out.stdout and "fuzz" not in out.stdout.lower(), out.stdout
 
 
-@pytest.mark.slow
-def test_vllm_style_test_imports_only_vllm_torch_and_pytest(tmp_path):
-    scenario = ROOT / known_issue_by_id("sync-external-admission-undercount").repro
+def _vllm_style_test(issue_id: str, tmp_path, *tier: str) -> tuple[Path, str]:
+    """The issue's repro run here (a finding), then `regression --style vllm`: the test file and where it goes;
+    the file imports only vLLM, torch and pytest (and the standard library's types)."""
     art = tmp_path / "art"
-    run = subprocess.run([sys.executable, "-m", "harness", "run", str(scenario), "--artifacts", str(art)],
-                         cwd=ROOT, capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "harness", "run", str(ROOT / known_issue_by_id(issue_id).repro), *tier,
+                          "--artifacts", str(art)], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 1, run.stdout + run.stderr
     out = tmp_path / "test_x.py"
     emit = subprocess.run([sys.executable, "-m", "harness", "regression", str(next(art.glob("*.json"))), "--style",
                            "vllm", "-o", str(out)], cwd=ROOT, capture_output=True, text=True)
     assert emit.returncode == 0, emit.stderr
-    assert "tests/v1/core/test_hh_sync_external_admission_undercount.py" in emit.stdout
     text = out.read_text()
     assert text.startswith("# SPDX-License-Identifier: Apache-2.0\n# SPDX-FileCopyrightText: Copyright contributors")
-    assert "def test_sync_external_admission_undercount(" in text and "--kv-transfer-config" in text
     roots = {line.split()[1].split(".")[0] for line in text.splitlines() if line.startswith(("import ", "from "))}
     assert roots <= {"vllm", "torch", "pytest", "types", "__future__"}, roots
+    return out, emit.stdout.split("its place in vLLM's tree: ", 1)[1].rstrip(")\n")
 
 
-def test_runner_issues_are_refused_by_the_vllm_style_with_a_reason():
+@pytest.mark.slow
+def test_vllm_style_test_imports_only_vllm_torch_and_pytest(tmp_path):
+    out, place = _vllm_style_test("sync-external-admission-undercount", tmp_path)
+    assert place == "tests/v1/core/test_hh_sync_external_admission_undercount.py"
+    text = out.read_text()
+    assert "def test_sync_external_admission_undercount(" in text and "--kv-transfer-config" in text
+
+
+def test_vllm_style_places_allocator_and_v2_batch_order_tests_and_refuses_other_runner_issues():
     from harness.vllm_style import folder_for
 
     assert folder_for(known_issue_by_id("checkpoint-midblock-start")) == "tests/v1/core"
+    assert folder_for(known_issue_by_id("v2-draftless-decode-after-prefill")) == "tests/v1/worker"
     with pytest.raises(BadInput, match="v1"):
         folder_for(known_issue_by_id("v1-readd-resets-num-accepted"))
+
+
+def test_a_decode_behind_a_prompt_chunk_without_drafts_is_the_batch_a_runner_test_keeps():
+    from harness.vllm_style_runner import Batch
+
+    # the repro's step 6: c decodes (its prompt done), a is a fresh 2-token prompt (1 + K)
+    rows = {"c": (1, 0, 4, 4), "a": (2, 0, 0, 2)}
+    assert Batch(6, rows, ("a", "c"), 2).decode_behind_prompt_chunk()
+    assert not Batch(6, rows, ("c", "a"), 2).decode_behind_prompt_chunk()
+    # a padded prompt tail (drafts) is decode-shaped: a decode after it stays a decode
+    assert not Batch(6, {"c": (2, 1, 8, 8), "t": (2, 1, 7, 8)}, ("t", "c"), 2).decode_behind_prompt_chunk()
+
+
+@pytest.mark.slow
+def test_vllm_style_runner_test_fails_on_stock_v2_and_imports_only_vllm_torch_and_pytest(tmp_path):
+    """The emitted tests/v1/worker test replays the repro's misordered batch on a runner stub: on this release's
+    V2 runner (0.32.0 on) it fails exactly as the issue says (the decode goes to the prefill kernels)."""
+    from harness.known_issues import known_issue_by_id as issue_by_id
+
+    issue = issue_by_id("v2-draftless-decode-after-prefill")
+    if not issue.repro_expected():
+        pytest.skip("this release has no V2 runner with the batch order of the issue")
+    out, place = _vllm_style_test(issue.id, tmp_path, "--tier", "engine", "--runner", "v2")
+    assert place == "tests/v1/worker/test_hh_v2_draftless_decode_after_prefill.py"
+    test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(out)], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert test.returncode == 1 and "go to the Mamba prefill kernels" in test.stdout, test.stdout[-2000:]
 
 
 def test_every_known_issue_has_a_bisect_target():

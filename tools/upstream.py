@@ -3,10 +3,13 @@
     python tools/upstream.py patch ISSUE [--vllm X]      apply upstream/patches/ISSUE.patch to a copy of vLLM X's tree
     python tools/upstream.py suite [ISSUE ...] [--vllm X] vLLM's peer suite (tests/v1/core, tests/v1/kv_connector/unit)
                                                           on the stock tree and the patched one: counts side by side
-    python tools/upstream.py test ISSUE [--vllm X] [--fixed-in Y]
+    python tools/upstream.py test ISSUE [--vllm X] [--fixed-in Y] [--hand]
         the issue's `regression --style vllm` test, placed into vLLM X's own test tree (its sdist's tests, fetched and
         sha256-checked by bench/measure/peer_tests.py) and run there with vLLM's conftest: on stock X it must fail;
-        on X with the patch (or on release Y) it must pass. Also replays the repro on the patched tree (clean).
+        on X with the patch (or on release Y) it must pass. Also replays the repro on the patched tree (clean) and,
+        for a test outside the extracted tree (a model runner's, tests/v1/worker), runs vLLM's own tests there that
+        import a module the patch changes, stock and patched: the patch adds no failure. --hand: the hand-sized
+        test upstream/tests/ISSUE.py instead of the emitted one (what the bug report shows first).
 
 Trees: artifacts/cache/vllm-trees/X (harness/vllm_trees.py), patched copies in artifacts/cache/vllm-patched/X/ISSUE
 (hard links, then `patch -p1`: patch writes new files, so the stock tree is untouched). Every vLLM process here is
@@ -32,6 +35,7 @@ from harness.errors import BadInput  # noqa: E402
 from harness.vllm_trees import CACHE, fetch_tree, venv_python  # noqa: E402
 
 PATCHES = ROOT / "upstream" / "patches"
+HAND_TESTS = ROOT / "upstream" / "tests"  # hand-sized tests for vLLM's tree, one per issue where written
 PATCHED = CACHE / "vllm-patched"
 PY = str(venv_python("0.33.0") or sys.executable)
 SDIST_CACHE = Path.home() / ".cache" / "hybrid-harness"
@@ -71,6 +75,42 @@ def test_tree(version: str) -> Path:
     import peer_tests
 
     return peer_tests.extract_tests(peer_tests.fetch_sdist(version, SDIST_CACHE), version, SDIST_CACHE)
+
+
+def patched_modules(patch: Path) -> list[str]:
+    """The modules a patch changes (`vllm.v1.worker.gpu.model_runner`)."""
+    return [line[6:].strip().removesuffix(".py").replace("/", ".")
+            for line in patch.read_text().splitlines() if line.startswith("+++ b/")]
+
+
+def folder_from_sdist(version: str, folder: str, tests: Path, importing: list[str] = ()) -> list[str]:
+    """From vLLM's sdist, where the extracted test tree (vLLM's allocator and connector tests) lacks them: the
+    package files (`__init__.py`, `conftest.py`) of `folder` and the folders above it, and the tests directly in
+    `folder` that import one of the modules `importing` (vLLM's own tests of the code a patch changes). Returns
+    those tests' paths."""
+    import tarfile
+
+    import peer_tests
+
+    wanted = {f"{'/'.join(folder.split('/')[:i])}/{name}" for i in range(1, folder.count("/") + 2)
+              for name in ("__init__.py", "conftest.py")}
+    top, peers = f"vllm-{version}/", []
+    with tarfile.open(peer_tests.fetch_sdist(version, SDIST_CACHE), "r:gz") as tar:
+        for member in tar:
+            rel = member.name[len(top):]
+            if not member.isfile() or (tests / rel).exists():
+                continue
+            peer = rel.startswith(f"{folder}/test_") and "/" not in rel[len(folder) + 1:] and rel.endswith(".py")
+            if rel in wanted or peer:
+                text = tar.extractfile(member).read()
+                if peer and not any(f"{m} import".encode() in text or f"import {m}\n".encode() in text
+                                    for m in importing):
+                    continue
+                (tests / rel).parent.mkdir(parents=True, exist_ok=True)
+                (tests / rel).write_bytes(text)
+                peers += [rel] if peer else []
+    (tests / folder).mkdir(parents=True, exist_ok=True)
+    return sorted(peers)
 
 
 def pytest_run(tests: Path, tree: Path, paths: list[str], log: Path, stop_first: bool = False) -> dict:
@@ -130,13 +170,23 @@ def cmd_suite(args) -> int:
     return 1 if bad else 0
 
 
-def finding_for(issue: str, tree: Path, work: Path) -> Path:
-    """The issue's repro run on `tree`: its finding artifact (the repro must show it there)."""
+def run_repro(issue: str, tree: Path, work: Path) -> subprocess.CompletedProcess:
+    """`hybrid-harness run` of the issue's repro on `tree`, on the tier its code runs on (a runner's issue: the
+    engine tier with that runner, as bisect replays it)."""
+    from harness.bisect import issue_config
     from harness.known_issues import known_issue_by_id
 
-    repro = ROOT / known_issue_by_id(issue).repro
-    out = subprocess.run([PY, "-m", "harness", "--vllm", str(tree), "run", str(repro), "--artifacts", str(work)],
-                         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    issue_ = known_issue_by_id(issue)
+    config = issue_config(issue_)
+    tier = ["--tier", "engine", "--runner", config["engine"]["runner"]] if config["tier"] == "engine" else []
+    return subprocess.run([PY, "-m", "harness", "--vllm", str(tree), "run", str(ROOT / issue_.repro), *tier,
+                           "--artifacts", str(work)],
+                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def finding_for(issue: str, tree: Path, work: Path) -> Path:
+    """The issue's repro run on `tree`: its finding artifact (the repro must show it there)."""
+    out = run_repro(issue, tree, work)
     found = sorted(work.glob("*.json"))
     if out.returncode != 1 or not found:
         raise BadInput(f"{issue}: its repro shows nothing on {tree} (exit {out.returncode}): {out.stdout[-300:]}")
@@ -148,34 +198,51 @@ def cmd_test(args) -> int:
     fixed_tree = fetch_tree(args.fixed_in) if args.fixed_in else patched_tree(args.vllm, [args.issue])
     fixed_label = f"vLLM {args.fixed_in}" if args.fixed_in else f"vLLM {args.vllm} + {args.issue}.patch"
     work = Path(tempfile.mkdtemp(prefix="hh-upstream-"))
-    artifact = finding_for(args.issue, stock, work / "finding")
-    test_file = work / "test.py"
-    emit = subprocess.run([PY, "-m", "harness", "--vllm", str(stock), "regression", str(artifact), "--style", "vllm",
-                           "-o", str(test_file)], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    if emit.returncode:
-        raise BadInput(f"regression --style vllm failed: {emit.stderr.strip()[-400:]}")
-    place = emit.stdout.split("its place in vLLM's tree: ", 1)[1].rstrip(")\n")
-    results = {}
+    if args.hand:  # the hand-sized test (upstream/tests/ISSUE.py) instead of the emitted one
+        from harness.known_issues import known_issue_by_id
+        from harness.vllm_style import folder_for
+
+        test_file = HAND_TESTS / f"{args.issue}.py"
+        if not test_file.exists():
+            raise BadInput(f"no hand-sized test {test_file.relative_to(ROOT)}")
+        place = f"{folder_for(known_issue_by_id(args.issue))}/test_hh_{args.issue.replace('-', '_')}_hand.py"
+    else:
+        artifact = finding_for(args.issue, stock, work / "finding")
+        test_file = work / "test.py"
+        emit = subprocess.run([PY, "-m", "harness", "--vllm", str(stock), "regression", str(artifact), "--style",
+                               "vllm", "-o", str(test_file)], cwd=ROOT, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+        if emit.returncode:
+            raise BadInput(f"regression --style vllm failed: {emit.stderr.strip()[-400:]}")
+        place = emit.stdout.split("its place in vLLM's tree: ", 1)[1].rstrip(")\n")
+    results, peers = {}, {}
+    # beside a test outside the extracted tree (tests/v1/worker), vLLM's own tests there of the patched modules
+    importing = [] if args.fixed_in else patched_modules(patch_file(args.issue, args.vllm))
     for label, version, tree in (("stock", args.vllm, stock), ("fixed", args.fixed_in or args.vllm, fixed_tree)):
         tests = work / f"tests-{label}"
         shutil.copytree(test_tree(version), tests)
+        own = folder_from_sdist(version, str(Path(place).parent), tests, importing)
         (tests / place).write_text(test_file.read_text())
         results[label] = pytest_run(tests, tree, [place], work / f"{label}.log")
+        if own:
+            peers[label] = pytest_run(tests, tree, own, work / f"{label}-peers.log")
     ok = results["stock"]["failed"] == 1 and results["fixed"]["passed"] == 1 and not results["fixed"]["failed"]
     print(f"{args.issue}: {place} in vLLM {args.vllm}'s own test tree: stock "
           f"{'FAILS' if results['stock']['failed'] else 'passes'}; {fixed_label}: "
           f"{'passes' if results['fixed']['passed'] and not results['fixed']['failed'] else 'FAILS'}"
           f" ({'as expected' if ok else 'NOT AS EXPECTED'}; logs in {work})")
+    if peers:
+        new = sorted(set(peers["fixed"]["failures"]) - set(peers["stock"]["failures"]))
+        print(f"{args.issue}: vLLM's own tests of {', '.join(importing)} there ({', '.join(own)}): stock "
+              f"{peers['stock']['passed']} passed, {peers['stock']['failed']} failed; patched "
+              f"{peers['fixed']['passed']} passed, {peers['fixed']['failed']} failed; new failures: "
+              f"{', '.join(new) or 'none'}")
+        ok &= not new
     if args.keep:
         Path(args.keep).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(test_file, args.keep)
     if not args.fixed_in:  # the repro on the patched tree: clean
-        from harness.known_issues import known_issue_by_id
-
-        rep = subprocess.run([PY, "-m", "harness", "--vllm", str(fixed_tree), "run",
-                              str(ROOT / known_issue_by_id(args.issue).repro), "--artifacts", str(work / "patched")],
-                             cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        rep = run_repro(args.issue, fixed_tree, work / "patched")
         print(f"{args.issue}: repro on the patched tree: exit {rep.returncode} "
               f"({'clean' if rep.returncode == 0 else 'NOT CLEAN'}) {rep.stdout.strip().splitlines()[-1:]}")
         ok &= rep.returncode == 0
@@ -195,6 +262,7 @@ def main(argv=None) -> int:
     t.add_argument("issue")
     t.add_argument("--fixed-in", help="the release that fixed it (instead of the patch)")
     t.add_argument("--keep", help="also copy the emitted test here")
+    t.add_argument("--hand", action="store_true", help="run the hand-sized test upstream/tests/ISSUE.py instead")
     for q in (p, s, t):
         q.add_argument("--vllm", default="0.33.0", help="the release whose tree and tests are used")
     args = parser.parse_args(argv)
