@@ -54,6 +54,11 @@ class Geometry(_Strict):
     # multiple of the scheduler block). None = dense (every state a chunk ends on), the releases without the knob
     # and every scenario written before it; left out of the document when None so those documents stay as they were
     prefix_cache_retention_interval: int | None = Field(default=None, ge=0)
+    # speculative method "extract_hidden_states" (num_speculative_tokens 1): the aux hidden-state layers its
+    # cache-only layer stores. vLLM gives that layer's group a block below the Mamba block and the engine core sets
+    # cache_config.block_size, the grid the Scheduler's Mamba split aligns to, to it (bench/results/block_sizes.md).
+    # Engine tier, geometry.model a model with aux hidden-state outputs. 0 = off, left out of the document
+    hidden_state_layers: int = Field(default=0, ge=0, le=8)
 
     @field_validator("model")
     @classmethod
@@ -92,6 +97,10 @@ class Geometry(_Strict):
                              "mamba_cache_mode 'none' has no prefix caching")
         if self.mamba_cache_mode == "all" and self.prefill_checkpoint:
             raise ValueError("prefill_checkpoint is align mode's (mamba_cache_mode 'all' caches every block)")
+        if self.hidden_state_layers and (self.model is None or self.num_speculative_tokens != 1
+                                         or self.eagle_block_drop or self.mamba_cache_mode != "align"):
+            raise ValueError("hidden_state_layers (extract_hidden_states) needs geometry.model, "
+                             "num_speculative_tokens 1, no eagle_block_drop and mamba_cache_mode 'align'")
         return self
 
     @property
@@ -295,6 +304,9 @@ def load_scenario(path: str | Path) -> Scenario:
 def scenario_to_json(scenario: Scenario) -> dict:
     # no "workload": null on plain scenarios nor a dense retention, so their documents stay as they were
     exclude: dict = {"workload": True} if scenario.workload is None else {}
-    if scenario.geometry.prefix_cache_retention_interval is None:
-        exclude["geometry"] = {"prefix_cache_retention_interval"}
+    g = scenario.geometry  # nor the extract_hidden_states layers when off
+    left_out = {name for name, off in (("prefix_cache_retention_interval", g.prefix_cache_retention_interval is None),
+                                       ("hidden_state_layers", not g.hidden_state_layers)) if off}
+    if left_out:
+        exclude["geometry"] = left_out
     return scenario.model_dump(mode="json", by_alias=True, exclude_defaults=False, exclude=exclude or None)

@@ -91,6 +91,29 @@ def _build_entry(model) -> tuple:
     return model, tuple(blocks), len(model_groups(model, vc, blocks[0], "align", 0).groups)
 
 
+def hidden_entry(model: tuple, layers: int) -> tuple | None:
+    """(`model`, `layers`, the hash block vLLM resolves, the hidden-state group's block) for extract_hidden_states
+    with `layers` aux layers on a model entry (`model_entry`) at one draft; None where vLLM refuses it (no aux
+    hidden-state outputs, no block for one draft, a hash unit the scenario format cannot hold)."""
+    from harness.engine.config import engine_block_sizes, vllm_namespace
+    from harness.engine.model_geometry import group_kinds
+
+    ref, blocks, _ = model
+    if len(blocks) < 2:
+        return None
+    vc = vllm_config(8, 2048, 65536, blocks[1], blocks[1], 1, False, "v1")
+    try:
+        groups = list(model_groups(ref, vc, blocks[1], "align", 1, layers).groups)
+        kvc = vllm_namespace().kci.KVCacheConfig(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=groups)
+        hidden = groups[group_kinds(groups).index("hidden")].kv_cache_spec.block_size
+        hash_block = engine_block_sizes(vc, kvc)[2]
+    except BadInput:
+        return None
+    # 0.26-0.27, where the hidden-state block does not divide the Mamba block, vLLM hashes by their lcm (Nemotron-H
+    # 4B, 3 aux layers: 215 and 992, 213280 tokens); the scenario format's hash unit divides the block
+    return (model, layers, hash_block, hidden) if blocks[1] % hash_block == 0 else None
+
+
 def shipped_geometries() -> tuple[tuple[str, tuple[int, ...], int], ...]:
     """`model_entry` of every shipped model config this release builds: what the fuzzers draw from."""
     if not _SHIPPED:
