@@ -237,8 +237,8 @@ def _decode_generated(data: bytes, budget: Budget) -> Scenario:
         geo["hash_block_size"] = geo["mamba_block_size"]
     if "spec_decode" in off and not budget.hidden:  # extract_hidden_states always drafts one token
         without_drafts(doc)
-    if "pool_pressure" in off:  # a pool that never evicts nor preempts
-        geo["num_blocks"] = 256
+    if "pool_pressure" in off:  # a pool that never evicts nor preempts (the hidden-state group's blocks besides)
+        geo["num_blocks"] = max(256, geo["num_blocks"]) if budget.hidden else 256
     if "events" in off:
         doc["events"] = []
     rng = random.Random(seed ^ mask)

@@ -43,11 +43,12 @@ def main() -> None:
     config = RunConfig(tier="engine").but(runner=args.runner)
     config = config.but(fixes=tuple(k.id for k in issues_for(config.tier, config.engine.runner)))
     minimum = mg.engine_block_size
-    stays, signatures = [], Counter()
+    stays, signatures, reproduced = [], Counter(), 0
     for path in paths:
         sc = parse_scenario(json.loads(path.read_text())["scenario"])
         found = {f.signature for f in judge(replay(sc, config=config))}
         signatures.update(found)
+        reproduced += bool(found)
         mg.engine_block_size = lambda groups: max(g.kv_cache_spec.block_size for g in groups)
         try:
             left = {f.signature for f in judge(replay(sc, config=config))}
@@ -55,8 +56,8 @@ def main() -> None:
             mg.engine_block_size = minimum
         if left:
             stays.append((path.name, sorted(found), sorted(left)))
-    print(f"vLLM {installed_version()}: {len(paths)} finding artifacts; signatures {dict(signatures)}; "
-          f"{len(paths) - len(stays)} clean with block_size at the Mamba block, {len(stays)} not:")
+    print(f"vLLM {installed_version()}: {len(paths)} finding artifacts, {reproduced} with findings on the fixed "
+          f"system (signatures {dict(signatures)}); with block_size at the Mamba block {len(stays)} keep findings:")
     for row in stays:
         print("  ", *row)
 
