@@ -121,7 +121,8 @@ def _hidden_picks(models: tuple, layers: int, eagle_drafts: bool) -> tuple:
     picks = tuple(p for p in (hidden_entry(m, layers) for m in models) if p is not None)
     if not picks:
         raise BadInput(f"--extract-hidden-states: none of {', '.join(str(m[0]) for m in models)} runs it on vLLM "
-                       f"{installed_version()} (a model with aux hidden-state outputs and a block for one draft)")
+                       f"{installed_version()} (a model with aux hidden-state outputs, a block for one draft and a "
+                       "hash unit dividing every group's block)")
     return picks
 
 

@@ -94,7 +94,7 @@ def _build_entry(model) -> tuple:
 def hidden_entry(model: tuple, layers: int) -> tuple | None:
     """(`model`, `layers`, the hash block vLLM resolves, the hidden-state group's block) for extract_hidden_states
     with `layers` aux layers on a model entry (`model_entry`) at one draft; None where vLLM refuses it (no aux
-    hidden-state outputs, no block for one draft, a hash unit the scenario format cannot hold)."""
+    hidden-state outputs, no block for one draft, a hash unit that does not divide every group's block)."""
     from harness.engine.config import engine_block_sizes, vllm_namespace
     from harness.engine.model_geometry import group_kinds
 
@@ -109,9 +109,11 @@ def hidden_entry(model: tuple, layers: int) -> tuple | None:
         hash_block = engine_block_sizes(vc, kvc)[2]
     except BadInput:
         return None
-    # 0.26-0.27, where the hidden-state block does not divide the Mamba block, vLLM hashes by their lcm (Nemotron-H
-    # 4B, 3 aux layers: 215 and 992, 213280 tokens); the scenario format's hash unit divides the block
-    return (model, layers, hash_block, hidden) if blocks[1] % hash_block == 0 else None
+    # 0.26-0.27 hash the unequal blocks by their lcm, which then divides no hidden-state block: vLLM's coordinator
+    # refuses that at engine start (every group's block a multiple of the hash unit, kv_cache_coordinator.py:563-569
+    # in 0.26.0; as the engine tier's Scheduler does), so no user runs it there
+    return (model, layers, hash_block, hidden) if all(g.kv_cache_spec.block_size % hash_block == 0
+                                                      for g in groups) else None
 
 
 def shipped_geometries() -> tuple[tuple[str, tuple[int, ...], int], ...]:
