@@ -72,6 +72,10 @@ def _row(name: str, drafter: str, K: int, user_block: int | None) -> dict:
                                                                kv_cache_groups=groups))
     except BadInput as exc:
         sched, hashb = f"refused: {exc}", ""
+    else:  # vLLM's coordinator needs every group's block a multiple of the hash unit (kv_cache_coordinator.py:563-569
+        # in 0.26.0; the prefix-cacheable groups', :663-676 in 0.34.0, every group here): else the engine does not start
+        if any(g.kv_cache_spec.block_size % hashb for g in groups):
+            hashb = f"{hashb} (refused at engine start: not a divisor of every group's block)"
     return {"align_block": block, "groups": ", ".join(f"{k} x{v}" if v > 1 else k for k, v in kinds.items()),
             "cache_block": cc_block, "mamba_block": max(mamba), "scheduler_block": sched, "hash_block": hashb,
             "below": cc_block < min(mamba)}
@@ -171,12 +175,16 @@ def main() -> None:
             lines.append(f"| {model} | {flags} | {span} | {groups} | {cc} | {mb} | {sb} / {hb} | "
                          f"{'**below**' if low else ''} |")
             if low:
-                below.append(f"- {model}, {flags}: {span}: block_size {cc} < Mamba block {mb}")
+                stops = "refused" in str(sb) + str(hb)
+                below.append(f"- {model}, {flags}: {span}: block_size {cc} < Mamba block {mb}"
+                             + (": vLLM refuses it at engine start" if stops else ""))
     lines += ["", "## Refused (no geometry)", ""]
     for (model, why), per_release in refused.items():
         drafters = sorted(set().union(*per_release.values()))
         lines.append(f"- {model}, {', '.join(drafters)} ({_ranges(releases, list(per_release))}): {why}")
-    lines += ["", f"## block_size below the Mamba block: {len(below)} configuration x release spans", ""] + below
+    runs = sum("refuses" not in line for line in below)
+    lines += ["", f"## block_size below the Mamba block: {len(below)} configuration x release spans, {runs} of them "
+              "engines that start", ""] + below
     command = "python bench/measure/block_sizes.py" + (f" --releases {args.releases}" if args.releases else "")
     lines += ["", stamp(command), ""]
     Path(args.out).write_text("\n".join(lines))
