@@ -46,6 +46,9 @@ if part fast; then
   pin "$OLD/bin/python" $M/trained_seed_symptoms.py --out $R/trained_seed_symptoms.md
   pin "$OLD/bin/python" $M/time_to_detect.py --trials 10 --budget 60 --out $R/time_to_detect.md
   pin "$PY" $M/input_distribution.py --count 1000 --out $R/input_distribution.md
+  # every release's block sizes per user configuration (its venv, else its unpacked wheel: `make results PART=upstream`
+  # fetches them)
+  pin "$PY" $M/block_sizes.py --out $R/block_sizes.md
 fi
 if part mutants; then
   check --budget-seconds 30 --out $R/mutants_check_30s.md

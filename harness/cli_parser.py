@@ -51,6 +51,11 @@ def _engine_flags(parser: argparse.ArgumentParser) -> None:
                         help="engine tier: a real hybrid model's KV cache groups and block sizes, built by vLLM from "
                         "its config.json (a shipped name: harness/model_configs, or a file); generated scenarios, and "
                         "a replayed one naming no model, run on it")
+    parser.add_argument("--extract-hidden-states", dest="hidden_states", type=int, metavar="N",
+                        help="engine tier: every generated scenario runs vLLM's speculative method "
+                        "extract_hidden_states (one draft) storing N aux hidden-state layers, on a model with aux "
+                        "hidden-state outputs (--model-config, else the shipped ones drawn): its hidden-state group's "
+                        "block is below the Mamba block (docs/engine-tier.md)")
 
 
 def build_parser(commands: dict) -> argparse.ArgumentParser:

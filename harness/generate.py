@@ -69,6 +69,26 @@ def with_model(doc: dict, model: tuple[str | dict, tuple[int, ...], int], drop_d
     return doc
 
 
+def with_hidden_states(doc: dict, pick: tuple) -> dict:
+    """The scenario document under vLLM's speculative method extract_hidden_states (`pick`: a model as
+    `with_model` takes it, the aux hidden-state layers, the hash block vLLM resolves for the pair and the hidden-state
+    group's block: harness.engine.model_catalog.hidden_entry): one draft (the acceptance patterns clipped to it,
+    [1, 0] where there were none), no EAGLE block drop, align mode, on the model's geometry, the pool grown by the
+    hidden-state group's blocks. Unchanged where the model has no block for one draft that is a multiple of the
+    scenario's."""
+    model, layers, hash_block, hidden_block = pick
+    g = doc["geometry"]
+    pool = g["num_blocks"]
+    g.update(num_speculative_tokens=1, eagle_block_drop=False, mamba_cache_mode="align")
+    for req in doc["requests"]:
+        req["acceptance"] = [min(a, 1) for a in req.get("acceptance") or [1, 0]]
+    with_model(doc, model)
+    if g.get("model") is not None:
+        g.update(hidden_state_layers=layers, hash_block_size=hash_block,
+                 num_blocks=g["num_blocks"] + -(-pool * g["mamba_block_size"] // hidden_block))
+    return doc
+
+
 ALL_MODE_BLOCK = 256  # mode all: the Mamba block is a multiple of the Mamba2 chunk (harness.engine.config)
 
 
@@ -168,7 +188,8 @@ def with_late_pressure(doc: dict, draw: random.Random) -> dict:
 
 def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
                     modes: tuple[str, ...] = ("align",), models: tuple = (), model_share: float = 0.2,
-                    retention: bool = False, scheduler_knobs: bool = False, late_pressure: bool = False) -> Scenario:
+                    retention: bool = False, scheduler_knobs: bool = False, late_pressure: bool = False,
+                    hidden: tuple = ()) -> Scenario:
     """small: the model tier's scenarios (shorter prompts, at least two outputs so repeats can show). modes: the
     Mamba cache modes to draw from (the engine tier with vLLM's runners: align and none), from a stream of its
     own, so every seed's scenario is otherwise the same. models: real models' geometries to draw from (the
@@ -176,7 +197,8 @@ def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
     default), from a stream of its own. retention: draw a prefix-cache retention (`with_retention`; releases with
     sparse retention), from a stream of its own. scheduler_knobs: draw 0.34's scheduler knobs and hit limits
     (`with_scheduler_knobs`; the engine tier on releases that have them); late_pressure: now and then two late
-    requests that evict the cache (`with_late_pressure`); each from a stream of its own."""
+    requests that evict the cache (`with_late_pressure`); each from a stream of its own. hidden: `with_hidden_states`
+    picks, one drawn for every scenario from a stream of its own (`--extract-hidden-states`)."""
     rng = random.Random(seed)
     geo = random_geometry(rng, checkpoints=checkpoints)
     mamba, k = geo["mamba_block_size"], geo["num_speculative_tokens"]
@@ -220,7 +242,7 @@ def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
                        "request": rng.choice(requests)["id"]})
     doc = {"version": 1, "name": f"random-{seed}", "geometry": geo, "requests": requests, "events": events,
            "max_steps": 400}
-    doc = _configured(doc, seed, modes, models, model_share, retention)
+    doc = _configured(doc, seed, modes, models, model_share, retention, hidden)
     if late_pressure and not small:
         with_late_pressure(doc, random.Random(f"{seed}:late-pressure"))
     if scheduler_knobs:
@@ -229,9 +251,12 @@ def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
 
 
 def _configured(doc: dict, seed: int, modes: tuple[str, ...], models: tuple, model_share: float,
-                retention: bool) -> dict:
+                retention: bool, hidden: tuple = ()) -> dict:
     """The draws of a generated scenario's configuration, each from a stream of its own so that the others stay
     what they were: the Mamba cache mode, a real model's geometry, the prefix-cache retention."""
+    if hidden:  # --extract-hidden-states: every scenario, on a model drawn from its own stream, in align mode
+        with_hidden_states(doc, random.Random(f"{seed}:hidden-states").choice(hidden))
+        return with_retention(doc, random.Random(f"{seed}:retention")) if retention else doc
     mode_draw = random.Random(f"{seed}:cache-mode")
     pinned = "align" not in modes  # --mamba-cache-mode none|all: every scenario
     if "none" in modes and (pinned or mode_draw.random() < 0.25):

@@ -16,7 +16,7 @@ import random
 from dataclasses import dataclass, replace
 
 from harness.errors import BadInput
-from harness.generate import with_all_mode, with_model, without_drafts, without_prefix_caching
+from harness.generate import with_all_mode, with_hidden_states, with_model, without_drafts, without_prefix_caching
 from harness.scenario import Scenario, parse_scenario, scenario_to_json
 from harness.trace import largest_request
 
@@ -83,6 +83,8 @@ class Budget:
     # limits (the engine tier on releases that have them), and late requests that evict the cache (every tier)
     scheduler_knobs: bool = False
     late_pressure: bool = True
+    # --extract-hidden-states: every input under it, on one of these (harness.generate.with_hidden_states picks)
+    hidden: tuple = ()
 
 
 def geometry_from(r: _Reader, budget: Budget) -> dict:
@@ -109,6 +111,23 @@ def geometry_from(r: _Reader, budget: Budget) -> dict:
         "model": (budget.models[(flags >> 6) % len(budget.models)]
                   if budget.models and (budget.model_always or flags & 48 == 48) else None),
     }
+
+
+def _hidden_picks(models: tuple, layers: int, eagle_drafts: bool) -> tuple:
+    """`--extract-hidden-states N`: the models it runs on (harness.engine.model_catalog.hidden_entry); BadInput
+    where none does."""
+    from harness.engine.model_catalog import hidden_entry
+    from harness.vllm_adapter import installed_version
+
+    if eagle_drafts:
+        raise BadInput("--extract-hidden-states: its drafts are not EAGLE's (asynchronous scheduling on vLLM's V1 "
+                       "runner takes EAGLE drafts only)")
+    picks = tuple(p for p in (hidden_entry(m, layers) for m in models) if p is not None)
+    if not picks:
+        raise BadInput(f"--extract-hidden-states: none of {', '.join(str(m[0]) for m in models)} runs it on vLLM "
+                       f"{installed_version()} (a model with aux hidden-state outputs, a block for one draft and a "
+                       "hash unit dividing every group's block)")
+    return picks
 
 
 def _mode_of(modes: tuple[str, ...], flags: int) -> str:
@@ -200,7 +219,7 @@ def budget_scenario(seed: int, budget: Budget, checkpoints: bool) -> Scenario:
     scenario = random_scenario(seed, checkpoints=checkpoints, small=budget.small, modes=budget.cache_modes,
                                models=budget.models, model_share=1.0 if budget.model_always else 0.2,
                                retention=budget.retention, scheduler_knobs=budget.scheduler_knobs,
-                               late_pressure=budget.late_pressure)
+                               late_pressure=budget.late_pressure, hidden=budget.hidden)
     if budget.eagle_drafts or not budget.budget_below_block:
         return parse_scenario(_within_release(_drafts_for(scenario_to_json(scenario), budget), budget))
     return scenario
@@ -226,12 +245,12 @@ def _decode_generated(data: bytes, budget: Budget) -> Scenario:
     scenario = budget_scenario(seed, budget, checkpoints=budget.checkpoints and "checkpoints" not in off)
     doc = scenario_to_json(scenario)
     geo = doc["geometry"]
-    if budget.align and not budget.sub_block_hash:
+    if budget.align and not budget.sub_block_hash and not budget.hidden:  # (extract_hidden_states: vLLM's own)
         geo["hash_block_size"] = geo["mamba_block_size"]
-    if "spec_decode" in off:
+    if "spec_decode" in off and not budget.hidden:  # extract_hidden_states always drafts one token
         without_drafts(doc)
-    if "pool_pressure" in off:  # a pool that never evicts nor preempts
-        geo["num_blocks"] = 256
+    if "pool_pressure" in off:  # a pool that never evicts nor preempts (the hidden-state group's blocks besides)
+        geo["num_blocks"] = max(256, geo["num_blocks"]) if budget.hidden else 256
     if "events" in off:
         doc["events"] = []
     rng = random.Random(seed ^ mask)
@@ -318,7 +337,10 @@ def decode(data: bytes, budget: Budget = Budget()) -> Scenario:
            "max_steps": MAX_STEPS}
     if geo["mamba_cache_mode"] == "all":  # (a model's geometry is not followed in mode all)
         return parse_scenario(_drafts_for(with_all_mode(doc), budget))
-    if model is not None:
+    if budget.hidden:  # the model the flags picked where it is one of them
+        picks = [p for p in budget.hidden if p[0] == model] or budget.hidden
+        with_hidden_states(doc, picks[0])
+    elif model is not None:
         with_model(doc, model, drop_drafts=budget.model_always)
     # the same bytes, mode none's features dropped (the bytes that chose them are still consumed)
     return parse_scenario(_within_release(_drafts_for(
@@ -433,12 +455,12 @@ def run_budget(config) -> Budget:
     """The budget a run configuration (harness.run_config.RunConfig) decodes inputs with."""
     return release_budget(small=config.runs_model, tier=config.tier, runner=config.engine.runner,
                           model_config=config.model_config, eagle_drafts=config.engine.eagle_drafts_only,
-                          cache_mode=config.cache_mode)
+                          cache_mode=config.cache_mode, hidden_states=config.hidden_states)
 
 
 def release_budget(small: bool = False, tier: str = "symbolic", runner: str = "mirror",
                    model_config: str | None = None, eagle_drafts: bool = False,
-                   cache_mode: str | None = None) -> Budget:
+                   cache_mode: str | None = None, hidden_states: int | None = None) -> Budget:
     """What the installed release can run for a tier and engine runner (with the bytes, all that decoding
     depends on): Mamba cache mode "none" on the engine tier with vLLM's own runners; real models' geometries on
     the engine tier (the shipped ones now and then, or `model_config` always). `cache_mode`: every input in
@@ -462,11 +484,14 @@ def release_budget(small: bool = False, tier: str = "symbolic", runner: str = "m
             modes += ("all",)
         if cache_mode is not None:
             modes = (_pinned_mode(cache_mode, modes, small),)
+        hidden = _hidden_picks(models, hidden_states, eagle_drafts) if hidden_states else ()
+        if hidden:
+            modes = ("align",)
         return Budget(checkpoints=supports_prefill_checkpoints(), small=small, align=True,
                       sub_block_hash=supports_prefix_match_unit(), load_failures=supports_failed_recving(),
                       cache_modes=modes, models=models, model_always=bool(model_config),
                       retention=supports_retention(), eagle_drafts=eagle_drafts,
                       budget_below_block=supports_budget_below_block(),
-                      scheduler_knobs=_has_scheduler_knobs())
+                      scheduler_knobs=_has_scheduler_knobs(), hidden=hidden)
     return Budget(checkpoints=supports_prefill_checkpoints(), small=small, retention=supports_retention(),
                   budget_below_block=supports_budget_below_block())

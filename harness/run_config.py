@@ -23,7 +23,9 @@ read `HH_*` (`from_env`); campaign workers get theirs from `to_env`.
   names no model, on that real model's geometry (harness/engine/model_geometry.py); None: generated
   scenarios draw from the shipped configs now and then;
 - cache_mode: `--mamba-cache-mode align|none|all` (vLLM's CacheConfig.mamba_cache_mode; sweep and fuzz): every
-  generated scenario in that mode; None: the engine tier draws the modes its runner runs (harness.genome).
+  generated scenario in that mode; None: the engine tier draws the modes its runner runs (harness.genome);
+- hidden_states: `--extract-hidden-states N` (engine tier; sweep and fuzz): every generated scenario runs vLLM's
+  speculative method extract_hidden_states with N aux hidden-state layers (`geometry.hidden_state_layers`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ MODELS = ("random", "trained")
 ENV = {"tier": "HH_TIER", "mutant": "HH_MUTANT", "model": "HH_MODEL", "known_fixes": "HH_KNOWN_FIXES",
        "checkpoints": "HH_NO_CHECKPOINTS", "runner": "HH_ENGINE_RUNNER", "async_scheduling": "HH_ENGINE_ASYNC",
        "kernels": "HH_ENGINE_KERNELS", "forward": "HH_ENGINE_FORWARD", "copy_timing": "HH_ENGINE_COPY_TIMING",
-       "model_config": "HH_MODEL_CONFIG", "cache_mode": "HH_MAMBA_CACHE_MODE"}
+       "model_config": "HH_MODEL_CONFIG", "cache_mode": "HH_MAMBA_CACHE_MODE", "hidden_states": "HH_HIDDEN_STATES"}
 CACHE_MODES = ("align", "none", "all")
 
 
@@ -56,6 +58,7 @@ class RunConfig:
     model_config: str | None = None
     cache_mode: str | None = None
     fixes: tuple[str, ...] = ()
+    hidden_states: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fixes", tuple(dict.fromkeys(self.fixes or ())))
@@ -71,6 +74,19 @@ class RunConfig:
         if not isinstance(self.engine, EngineOptions):
             raise BadInput(f"engine options must be EngineOptions, not {type(self.engine).__name__}")
         self._check_cache_mode()
+        self._check_hidden_states()
+
+    def _check_hidden_states(self) -> None:
+        n = self.hidden_states
+        if n in (None, "", 0, "0"):
+            object.__setattr__(self, "hidden_states", None)
+            return
+        if not str(n).isdigit() or not 1 <= int(n) <= 8:
+            raise BadInput(f"--extract-hidden-states {n!r}: the aux hidden-state layers, 1 to 8")
+        object.__setattr__(self, "hidden_states", int(n))
+        if self.tier != "engine" or self.cache_mode not in (None, "align"):
+            raise BadInput("--extract-hidden-states: a real model's groups in align mode, on the engine tier "
+                           "(--tier engine)")
 
     def _check_cache_mode(self) -> None:
         """Where a pinned Mamba cache mode runs (the release's own modes are checked by harness.genome): none
@@ -122,7 +138,8 @@ class RunConfig:
     def as_json(self) -> dict:
         return {"tier": self.tier, "mutant": self.mutant, "model": self.model, "engine": asdict(self.engine),
                 "known_fixes": self.known_fixes, "checkpoints": self.checkpoints, "model_config": self.model_config,
-                "cache_mode": self.cache_mode, **({"fixes": list(self.fixes)} if self.fixes else {})}
+                "cache_mode": self.cache_mode, **({"fixes": list(self.fixes)} if self.fixes else {}),
+                **({"hidden_states": self.hidden_states} if self.hidden_states else {})}
 
     @classmethod
     def from_json(cls, doc: Mapping) -> RunConfig:
@@ -139,7 +156,7 @@ class RunConfig:
                    model=doc.get("model") or "random", engine=engine_options(**engine),
                    known_fixes=bool(doc.get("known_fixes", True)), checkpoints=bool(doc.get("checkpoints", True)),
                    model_config=doc.get("model_config") or None, cache_mode=doc.get("cache_mode") or None,
-                   fixes=_fix_ids(doc.get("fixes")))
+                   fixes=_fix_ids(doc.get("fixes")), hidden_states=doc.get("hidden_states") or None)
 
     # -- entry points --------------------------------------------------------------------------------------
     @classmethod
@@ -152,7 +169,8 @@ class RunConfig:
             raise BadInput(f"{ENV['known_fixes']}={known_fixes!r}: choose on or off")
         values = {"tier": given["tier"] or "symbolic", "mutant": given["mutant"], "model": given["model"] or "random",
                   "known_fixes": known_fixes != "off", "checkpoints": not given["checkpoints"],
-                  "model_config": given["model_config"], "cache_mode": given["cache_mode"]}
+                  "model_config": given["model_config"], "cache_mode": given["cache_mode"],
+                  "hidden_states": given["hidden_states"]}
         engine = {k: given[k] for k in CHOICES}
         for k, v in overrides.items():
             if v is None:
@@ -164,7 +182,8 @@ class RunConfig:
         """The variables a worker process's entry point reads back into this configuration (`from_env`)."""
         env = {ENV["tier"]: self.tier, ENV["mutant"]: self.mutant or "", ENV["model"]: self.model,
                ENV["known_fixes"]: "on" if self.known_fixes else "off", ENV["checkpoints"]: "" if self.checkpoints else "1",
-               ENV["model_config"]: self.model_config or "", ENV["cache_mode"]: self.cache_mode or ""}
+               ENV["model_config"]: self.model_config or "", ENV["cache_mode"]: self.cache_mode or "",
+               ENV["hidden_states"]: str(self.hidden_states or "")}
         env.update({ENV[k]: v for k, v in asdict(self.engine).items()})
         return env
 

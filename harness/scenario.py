@@ -62,6 +62,11 @@ class Geometry(_Strict):
     max_num_inflight_kv_loads: int | None = Field(default=None, ge=1, le=512)
     cache_aware_admission_window: int | None = Field(default=None, ge=0, le=512)
     cache_aware_admission_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    # speculative method "extract_hidden_states" (num_speculative_tokens 1): the aux hidden-state layers its
+    # cache-only layer stores. vLLM gives that layer's group a block below the Mamba block and the engine core sets
+    # cache_config.block_size, the grid the Scheduler's Mamba split aligns to, to it (bench/results/block_sizes.md).
+    # Engine tier, geometry.model a model with aux hidden-state outputs. 0 = off, left out of the document
+    hidden_state_layers: int = Field(default=0, ge=0, le=8)
 
     @field_validator("model")
     @classmethod
@@ -100,6 +105,10 @@ class Geometry(_Strict):
                              "mamba_cache_mode 'none' has no prefix caching")
         if self.mamba_cache_mode == "all" and self.prefill_checkpoint:
             raise ValueError("prefill_checkpoint is align mode's (mamba_cache_mode 'all' caches every block)")
+        if self.hidden_state_layers and (self.model is None or self.num_speculative_tokens != 1
+                                         or self.eagle_block_drop or self.mamba_cache_mode != "align"):
+            raise ValueError("hidden_state_layers (extract_hidden_states) needs geometry.model, "
+                             "num_speculative_tokens 1, no eagle_block_drop and mamba_cache_mode 'align'")
         return self
 
     @property
@@ -314,7 +323,9 @@ OPTIONAL_REQUEST = ("prefix_cache_hit_limit",)
 def scenario_to_json(scenario: Scenario) -> dict:
     # no "workload": null on plain scenarios
     exclude: dict = {"workload": True} if scenario.workload is None else {}
-    unset = {name for name in OPTIONAL_GEOMETRY if getattr(scenario.geometry, name) is None}
+    g = scenario.geometry  # nor the extract_hidden_states layers when off
+    unset = {name for name in OPTIONAL_GEOMETRY if getattr(g, name) is None}
+    unset |= set() if g.hidden_state_layers else {"hidden_state_layers"}
     if unset:
         exclude["geometry"] = unset
     requests = {i: set(names) for i, req in enumerate(scenario.requests)

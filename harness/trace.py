@@ -103,10 +103,13 @@ class RunEnd:
     # the trailing steps in which no request computed past its own earlier high-water mark: steps that schedule
     # only recomputation (preempted requests catching up) count, so a preemption thrash that never finishes shows
     stalled_steps: int = 0
+    # groups holding every block of a request's tokens at their own block (extract_hidden_states's, engine tier)
+    other_blocks: tuple[int, ...] = ()
 
     def blocks_to_hold(self, request: str) -> int:
+        tokens = self.tokens[request] + self.lookahead
         return blocks_to_hold(self.tokens[request], self.block_sizes, self.lookahead, self.groups,
-                              self.mamba_cache_mode)
+                              self.mamba_cache_mode) + sum(-(-tokens // b) for b in self.other_blocks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,13 +265,13 @@ def largest_request(num_blocks: int, block_size: int, lookahead: int) -> int:
 
 
 def run_end(sc, reason: str, step: int, idle: int, unfinished: dict[str, str],
-            groups: tuple[int, int] = (1, 1), stalled: int = 0) -> RunEnd:
+            groups: tuple[int, int] = (1, 1), stalled: int = 0, other_blocks: tuple[int, ...] = ()) -> RunEnd:
     g = sc.geometry
     tokens = {r.id: r.prompt.num_tokens + r.max_tokens for r in sc.requests}
     loads = [r.external.load_steps for r in sc.requests if r.external is not None]
     return RunEnd(reason, step, idle, unfinished, tokens, max(loads, default=0), g.num_blocks,
                   (g.attn_block_size, g.mamba_block_size), g.num_speculative_tokens, groups, g.mamba_cache_mode,
-                  stalled)
+                  stalled, other_blocks)
 
 
 class VllmRaised(Exception):
@@ -348,7 +351,8 @@ def run_steps(tier: Tier) -> Trace:
             after = tier._progress()
             changed, before = after != before, after
         groups = (len(tier.attn_groups), len(tier.mamba_groups))
-        trace.end = run_end(tier.sc, reason, trace.steps_run, idle, tier._unfinished(), groups, stalled)
+        trace.end = run_end(tier.sc, reason, trace.steps_run, idle, tier._unfinished(), groups, stalled,
+                            tuple(getattr(tier, "hidden_blocks", {}).values()))
         tier._shutdown()
     except VllmRaised as raised:
         trace.exception = raised.record

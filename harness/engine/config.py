@@ -273,7 +273,7 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirro
     else:  # the model's groups as vLLM builds them (harness/engine/model_geometry.py)
         from harness.engine.model_geometry import group_mixers, model_groups
 
-        mg = model_groups(g.model, vc, B, eg.mamba_cache_mode, K)
+        mg = model_groups(g.model, vc, B, eg.mamba_cache_mode, K, g.hidden_state_layers)
         extra = {k: v for k, v in mamba_kwargs.items() if k.startswith("num_prefill") or k.startswith("prefill")}
         # prefill checkpoint blocks where the model's layers declare them: vLLM's Mamba2 layer does
         # (mamba_mixer2.py:1108-1118 in 0.33.0), its Mamba1 layer does not (layers/mamba/abstract.py:72-91), nor
@@ -284,6 +284,11 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirro
                             **retention)
     if eg.mamba_cache_mode != "align":  # groups of unequal blocks: the engine core's own rule (core.py:176-178)
         B, H = v.kcu.resolve_kv_cache_block_sizes(kvc, vc)
+    if g.hidden_state_layers:
+        vc, B, hidden_hash = engine_block_sizes(vc, kvc)
+        if hidden_hash != H:
+            raise BadInput(f"geometry.hash_block_size {H}: vLLM {installed_version()} hashes extract_hidden_states's "
+                           f"groups ({[gr.kv_cache_spec.block_size for gr in groups]}) by {hidden_hash}")
     try:
         sched = vc.scheduler_config.get_scheduler_cls()(
             vllm_config=vc, kv_cache_config=kvc, structured_output_manager=StructuredOutputManager(vc),
@@ -291,6 +296,25 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirro
     except (ValueError, AssertionError) as exc:
         raise BadInput(f"vLLM {installed_version()}'s Scheduler refuses this geometry: {exc!r}") from None
     return vc, sched
+
+
+def engine_block_sizes(vc, kvc) -> tuple:
+    """(a copy of the config as the engine core leaves it after KV init, the scheduler block, the hash block)
+    for these groups (extract_hidden_states's among them): `cache_config.block_size` set to the minimum block
+    (model_geometry.engine_block_size, core.py:366-377 in 0.34.0), the block sizes resolved with no
+    --prefix-match-unit (core.py:388)."""
+    import copy
+
+    from harness.engine.model_geometry import engine_block_size
+
+    vc = copy.deepcopy(vc)  # the cached config is shared by every scenario of this shape
+    vc.cache_config.block_size = engine_block_size(kvc.kv_cache_groups)
+    if hasattr(vc.cache_config, "prefix_match_unit"):
+        vc.cache_config.prefix_match_unit = None
+    try:
+        return (vc, *vllm_namespace().kcu.resolve_kv_cache_block_sizes(kvc, vc))
+    except ValueError as exc:
+        raise BadInput(f"vLLM {installed_version()} refuses these block sizes: {exc}") from None
 
 
 def _replace_spec(group, **fields):

@@ -91,6 +91,31 @@ def _build_entry(model) -> tuple:
     return model, tuple(blocks), len(model_groups(model, vc, blocks[0], "align", 0).groups)
 
 
+def hidden_entry(model: tuple, layers: int) -> tuple | None:
+    """(`model`, `layers`, the hash block vLLM resolves, the hidden-state group's block) for extract_hidden_states
+    with `layers` aux layers on a model entry (`model_entry`) at one draft; None where vLLM refuses it (no aux
+    hidden-state outputs, no block for one draft, a hash unit that does not divide every group's block)."""
+    from harness.engine.config import engine_block_sizes, vllm_namespace
+    from harness.engine.model_geometry import group_kinds
+
+    ref, blocks, _ = model
+    if len(blocks) < 2:
+        return None
+    vc = vllm_config(8, 2048, 65536, blocks[1], blocks[1], 1, False, "v1")
+    try:
+        groups = list(model_groups(ref, vc, blocks[1], "align", 1, layers).groups)
+        kvc = vllm_namespace().kci.KVCacheConfig(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=groups)
+        hidden = groups[group_kinds(groups).index("hidden")].kv_cache_spec.block_size
+        hash_block = engine_block_sizes(vc, kvc)[2]
+    except BadInput:
+        return None
+    # 0.26-0.27 hash the unequal blocks by their lcm, which then divides no hidden-state block: vLLM's coordinator
+    # refuses that at engine start (every group's block a multiple of the hash unit, kv_cache_coordinator.py:563-569
+    # in 0.26.0; as the engine tier's Scheduler does), so no user runs it there
+    return (model, layers, hash_block, hidden) if all(g.kv_cache_spec.block_size % hash_block == 0
+                                                      for g in groups) else None
+
+
 def shipped_geometries() -> tuple[tuple[str, tuple[int, ...], int], ...]:
     """`model_entry` of every shipped model config this release builds: what the fuzzers draw from."""
     if not _SHIPPED:

@@ -38,11 +38,15 @@ MAMBA_KINDS = {"mamba", "mamba2", "linear_attention", "m", "conv", "short_conv"}
 
 
 def group_kinds(groups) -> tuple[str, ...]:
-    """Each KV cache group's kind in vLLM's order: "mamba" (a MambaSpec) or "attention" (the engine tier's one
-    source for it: its driver, workers and runner pools key on it)."""
+    """Each KV cache group's kind in vLLM's order: "mamba" (a MambaSpec), "hidden" (extract_hidden_states's
+    cache-only layer: nothing the model reads back) or "attention" (the engine tier's one source for it: its
+    driver, workers and runner pools key on it)."""
     from vllm.v1.kv_cache_interface import MambaSpec
 
-    return tuple("mamba" if isinstance(g.kv_cache_spec, MambaSpec) else "attention" for g in groups)
+    from vllm.v1.kv_cache_interface import HiddenStateCacheSpec
+
+    return tuple("mamba" if isinstance(g.kv_cache_spec, MambaSpec) else
+                 "hidden" if isinstance(g.kv_cache_spec, HiddenStateCacheSpec) else "attention" for g in groups)
 
 
 def group_mixers(groups) -> tuple[str, ...]:
@@ -154,6 +158,8 @@ class _ModelShapedConfig:
         return getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
 
     def __getattr__(self, name: str):
+        if name == "_base":  # a copy (copy.deepcopy) asks before its fields are set
+            raise AttributeError(name)
         return getattr(self._base, name)
 
 
@@ -173,21 +179,37 @@ def _hf_config(name: str, doc: dict):
 _BUILT: dict = {}  # (config, VllmConfig, block, mode, K) -> ModelGroups: a campaign revisits its geometries
 
 
-def model_groups(ref, vc, block_size: int, mode: str, K: int) -> ModelGroups:
+def model_groups(ref, vc, block_size: int, mode: str, K: int, hidden: int = 0) -> ModelGroups:
     """The model's groups for the scenario's VllmConfig (`vc`, kept unchanged), BadInput where vLLM refuses or
-    sets another block size than the scenario's."""
-    key = (json.dumps(ref, sort_keys=True), id(vc), block_size, mode, K)
+    sets another block size than the scenario's. `hidden`: extract_hidden_states's aux layers (`hidden_state_spec`)."""
+    key = (json.dumps(ref, sort_keys=True), id(vc), block_size, mode, K, hidden)
     if key not in _BUILT:
         if len(_BUILT) > 64:
             _BUILT.clear()
-        _BUILT[key] = (_model_groups(key[0], vc, block_size, mode, K), vc)  # vc kept: its id stays its own
+        _BUILT[key] = (_model_groups(key[0], vc, block_size, mode, K, hidden), vc)  # vc kept: its id stays its own
     return _BUILT[key][0]
 
 
-def _model_groups(key: str, vc, block_size: int, mode: str, K: int) -> ModelGroups:
+def _model_groups(key: str, vc, block_size: int, mode: str, K: int, hidden: int = 0) -> ModelGroups:
+    vc, model_cls, specs = model_layer_specs(json.loads(key), vc, block_size, mode, K)
+    if hidden:
+        specs[HIDDEN_LAYER] = hidden_state_spec(vc, model_cls, hidden, block_size)
+    mixer = model_mixer(model_cls)
+    if K and not decodes_with_accepted_counts(mixer):
+        # mamba_mixer.py:355-391 in 0.33.0: the Mamba1 decode kernels get no accepted counts and no query starts
+        # (ShortConv's before 0.33: short_conv.py), so where they read with drafts is not vLLM's documented rule
+        raise BadInput(f"geometry.model {load(json.loads(key))[0]!r}: a {MIXER_NAMES[mixer]} model with speculative "
+                       f"decoding (K={K}); vLLM {installed_version()}'s {MIXER_NAMES[mixer]} decode kernels take no "
+                       "accepted counts, so the engine tier follows them at K = 0 only")
+    return ModelGroups(tuple(_group(vc, specs)))
+
+
+def model_layer_specs(ref, vc, block_size: int, mode: str, K: int) -> tuple:
+    """(the config after vLLM's hooks, the model class, each layer's spec as its layer builds it) for the model
+    `ref` at a user block of `block_size`: what vLLM groups (`_group`)."""
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
-    name, doc = load(json.loads(key))
+    name, doc = load(ref)
     vc, mc, model_cls = model_config_for(name, doc, vc, block_size, mode)
     cc = vc.cache_config
     if cc.block_size != block_size:
@@ -200,12 +222,6 @@ def _model_groups(key: str, vc, block_size: int, mode: str, K: int) -> ModelGrou
         raise BadInput(f"geometry.model {name!r}: FlashAttention does not take block size {block_size}")
     mamba_block = cc.mamba_block_size or vc.model_config.max_model_len
     mixer = model_mixer(model_cls)
-    if K and not decodes_with_accepted_counts(mixer):
-        # mamba_mixer.py:355-391 in 0.33.0: the Mamba1 decode kernels get no accepted counts and no query starts
-        # (ShortConv's before 0.33: short_conv.py), so where they read with drafts is not vLLM's documented rule
-        raise BadInput(f"geometry.model {name!r}: a {MIXER_NAMES[mixer]} model with speculative decoding (K={K}); "
-                       f"vLLM {installed_version()}'s {MIXER_NAMES[mixer]} decode kernels take no accepted counts, "
-                       "so the engine tier follows them at K = 0 only")
     kinds = layer_kinds(mc.hf_config, parallel=parallel_hybrid(model_cls))
     shapes = model_cls.get_mamba_state_shape_from_config(vc)
     dtypes = model_cls.get_mamba_state_dtype_from_config(vc)
@@ -226,7 +242,41 @@ def _model_groups(key: str, vc, block_size: int, mode: str, K: int) -> ModelGrou
         # target's and the drafter's layers): an MTP head's decoder layers are full attention at the target's spec
         # (qwen3_next_mtp.py:62-95 in 0.33.0, prefix mtp.layers.{j}); vLLM 0.33.0 puts Qwen3-Next's 13 into one group
         specs[f"mtp.layers.{j}.self_attn.attn"] = attention
-    return ModelGroups(tuple(_group(vc, specs)))
+    return vc, model_cls, specs
+
+
+HIDDEN_LAYER = "hidden_states.cache_only_layers.0"
+
+
+def hidden_state_spec(vc, model_cls, layers: int, block_size: int):
+    """The cache-only layer of speculative method extract_hidden_states: `layers` aux hidden states of
+    hidden_size each per token, in the model's dtype (`CacheOnlyAttentionLayer.get_kv_cache_spec`,
+    models/extract_hidden_states.py:306-313 and 341-357 in 0.34.0, 326-333 in 0.26.0), built at the block size;
+    vLLM's grouping gives it its own group and block (kv_cache_planning.py:1223-1242 in 0.34.0). vLLM runs it
+    on models with aux hidden-state outputs only (`supports_eagle3`: gpu_model_runner.py:5428 in 0.26.0)."""
+    from vllm.model_executor.models.interfaces import supports_eagle3
+    from vllm.v1.kv_cache_interface import HiddenStateCacheSpec
+
+    if not supports_eagle3(model_cls):
+        raise BadInput(f"geometry.hidden_state_layers: vLLM {installed_version()}'s {model_cls.__name__} has no aux "
+                       "hidden-state outputs (SupportsEagle3), which extract_hidden_states needs")
+    mc = vc.model_config
+    return HiddenStateCacheSpec(block_size=block_size, num_kv_heads=layers, head_size=mc.hf_config.hidden_size,
+                                dtype=mc.dtype)
+
+
+def engine_block_size(groups) -> int:
+    """`cache_config.block_size` as the engine core sets it after KV init: the minimum block over the groups
+    (v1/engine/core.py:311-314 in 0.26.0), over the prefix-cacheable ones where the release says so (0.30+,
+    core.py:366-377 in 0.34.0)."""
+    import inspect
+
+    from vllm.v1.engine.core import EngineCore
+
+    sizes = [g.kv_cache_spec.block_size for g in groups]
+    if "prefix_cacheable" in inspect.getsource(EngineCore._initialize_kv_caches):
+        sizes = [g.kv_cache_spec.block_size for g in groups if g.kv_cache_spec.prefix_cacheable] or sizes
+    return min(sizes)
 
 
 def _mtp_layers(model_cls, hf, vc) -> int:

@@ -197,7 +197,8 @@ class V1Worker:
             groups[g] = _replace(groups[g], kv_cache_spec=spec)
         kvc = _replace(sched_kvc, kv_cache_groups=groups)  # tensors: registered below, not allocated by vLLM
         # prefill checkpoint blocks: the Mamba builders are built with the specs that declare them
-        key = (*_runner_key(vc, driver.group_mixers), driver.geometry.prefill_checkpoint)
+        key = (*_runner_key(vc, driver.group_mixers), driver.geometry.prefill_checkpoint,
+               tuple(driver.hidden_blocks.items()))
         pooled = _POOL.pop(key, None)
         if pooled is not None and not pooled.reset(kvc):
             pooled = None  # it could not be put back to its built state: build another
@@ -219,7 +220,7 @@ class V1Worker:
         runner.kv_cache_config = kvc
         runner.kv_caches = [self.attn, *self.states.tensors()]
         ctx = runner.compilation_config.static_forward_context
-        for g in self.attn_groups:
+        for g in (*self.attn_groups, *driver.hidden_blocks):
             ctx[groups[g].layer_names[0]].kv_cache = self.attn
         for g in self.mamba_groups:  # every Mamba group's layer on the same tensors, as vLLM shares a page slot
             ctx[groups[g].layer_names[0]].kv_cache = self.states.tensors()  # between groups (block ids differ)
@@ -264,6 +265,8 @@ class V1Worker:
             ctx = runner.compilation_config.static_forward_context
             for g in self.attn_groups:
                 ctx[groups[g].layer_names[0]] = attn_layer(self.bs)
+            for g, block in self.driver.hidden_blocks.items():  # extract_hidden_states's cache-only layer
+                ctx[groups[g].layer_names[0]] = attn_layer(block)
             for g in self.mamba_groups:
                 ctx[groups[g].layer_names[0]] = mamba_layer(self.K + 1, mixer=self.mixers[g])
             runner.initialize_attn_backend(kvc)

@@ -143,17 +143,22 @@ class EngineDriver:
         self.group_kinds = kinds = group_kinds(self.sched.kv_cache_config.kv_cache_groups)
         self.group_mixers = group_mixers(self.sched.kv_cache_config.kv_cache_groups)
         self.attn_groups, self.mamba_groups = kind_indices(kinds, "attention"), kind_indices(kinds, "mamba")
+        # extract_hidden_states's group (geometry.hidden_state_layers): its block, by group; nothing reads it back
+        self.hidden_blocks = {g: self.sched.kv_cache_config.kv_cache_groups[g].kv_cache_spec.block_size
+                              for g in kind_indices(kinds, "hidden")}
         self.alloc = adopt_manager(self.geometry, self.sched.kv_cache_manager, self.mamba_groups)
         groups = (len(self.attn_groups), len(self.mamba_groups))
-        if groups == (1, 1):
+        if groups == (1, 1) and not self.hidden_blocks:
             return
         g = scenario.geometry
         for req in scenario.requests:
-            need = blocks_at_least(req.prompt.num_tokens + req.max_tokens, (self.eg.block_size, self.eg.block_size),
-                                   groups)
+            tokens = req.prompt.num_tokens + req.max_tokens
+            need = blocks_at_least(tokens, (self.eg.block_size, self.eg.block_size), groups) + sum(
+                -(-tokens // b) for b in self.hidden_blocks.values())
             if need > g.num_blocks:
                 raise BadInput(f"request {req.id}: needs at least {need} blocks in {groups[0]} attention and "
-                               f"{groups[1]} Mamba groups; the pool has {g.num_blocks} (vLLM never admits it)")
+                               f"{groups[1]} Mamba groups{' and the hidden-state group' if self.hidden_blocks else ''}; "
+                               f"the pool has {g.num_blocks} (vLLM never admits it)")
 
     def _forward_backend(self):
         """`--forward model`: the model tier's forward backend (harness.model_tier.ModelBackend) on the engine's

@@ -231,7 +231,7 @@ class _Runner:
     """vLLM's CPUModelRunner with the harness's model and real KV tensors for `num_blocks` blocks."""
 
     def __init__(self, vc, num_blocks: int, num_spec: int, checkpoint: tuple[int, int] | None = None,
-                 mixers: tuple[str, ...] = TWO_GROUPS) -> None:
+                 mixers: tuple[str, ...] = TWO_GROUPS, hidden: tuple = ()) -> None:
         import torch
         import vllm.v1.worker.cpu.shm  # noqa: F401  (CUDA stand-ins; cpu_worker.py imports it first)
         from vllm.config import set_current_vllm_config
@@ -250,10 +250,11 @@ class _Runner:
             ctx = vc.compilation_config.static_forward_context
             ctx.clear()
             self.layers = [layer_name(g, mixer) for g, mixer in enumerate(mixers)]
+            hidden = tuple((self.layers[g], block) for g, block in hidden)  # extract_hidden_states's group: its block
             for name, mixer in zip(self.layers, mixers):
                 # vLLM's Mamba2 layer declares a prefill checkpoint block (mamba_mixer2.py:1108-1118), its Mamba1
                 # layer none (layers/mamba/abstract.py:72-91)
-                ctx[name] = AttnLayer(B) if mixer == "attention" else MambaLayer(
+                ctx[name] = AttnLayer(dict(hidden).get(name, B)) if mixer == "attention" else MambaLayer(
                     num_spec + 1, checkpoint is not None and mixer == "mamba2", mixer)
             if checkpoint is not None:
                 # the prefix-cache granularity the engine core resolves and the worker adopts
@@ -271,12 +272,12 @@ class _Runner:
             self.model = TagModel(None)
             r.load_model(model=self.model)
             specs = r.get_kv_cache_spec()
-            attn = [n for n, mixer in zip(self.layers, mixers) if mixer == "attention"]
+            attn = [n for n, mixer in zip(self.layers, mixers) if mixer == "attention" and n not in dict(hidden)]
             self.mamba_layers = [n for n, mixer in zip(self.layers, mixers) if mixer != "attention"]
             # the groups' layers overlay one region per kind (vLLM's layout: a block id is one group's at a time)
             tensors = _kv_tensors(KVCacheTensor, [(attn, specs[attn[0]].page_size_bytes),
-                                                  (self.mamba_layers, specs[self.mamba_layers[0]].page_size_bytes)],
-                                  num_blocks)
+                                                  (self.mamba_layers, specs[self.mamba_layers[0]].page_size_bytes)]
+                                  + [([n], specs[n].page_size_bytes) for n, _ in hidden], num_blocks)
             kvc = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors,
                                 kv_cache_groups=[KVCacheGroupSpec([n], specs[n]) for n in self.layers])
             r.initialize_kv_cache(kvc)
@@ -385,7 +386,8 @@ def _runner_vc(driver):
     # checkpoint export (the hash block only through it: the builder reads cache_config.hash_block_size), async
     # scheduling (the runner's async output path and its own fill of the scheduler's placeholders)
     shape = (eg.block_size, eg.num_speculative_tokens, g.eagle_block_drop, g.kv_load_failure_policy, checkpoint,
-             bool(vc.scheduler_config.async_scheduling), eg.mamba_cache_mode, eg.mamba_block_size, driver.group_mixers)
+             bool(vc.scheduler_config.async_scheduling), eg.mamba_cache_mode, eg.mamba_block_size,
+             tuple(driver.hidden_blocks.items()), driver.group_mixers)
     return shape, sizes, vc
 
 
@@ -403,7 +405,7 @@ def runner_for(driver) -> _Runner:
         _RUNNERS.pop(shape, None)
         gc.freeze()
         run = _Runner(vc, max(num_blocks, RUNNER_FLOORS["num_blocks"]), driver.eg.num_speculative_tokens, shape[4],
-                      shape[-1])
+                      shape[-1], hidden=shape[-2])
         run.sizes = sizes
         _RUNNERS[shape] = run
         gc.freeze()  # vLLM's load_model runs gc.collect() twice (utils/mem_utils.py:86): ~0.5 s each over an
