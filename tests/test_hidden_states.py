@@ -43,9 +43,11 @@ def test_the_field_names_its_cause_and_stays_out_of_documents_without_it():
 
 
 def _nemotron_hidden():
-    from harness.engine.model_catalog import hidden_entry, model_entry
+    """Nemotron-H 4B under `--block-size 16` (blocks 976, 992 with a draft, on every release; vLLM 0.34.0's 64-token
+    default gives 1024), with three aux hidden-state layers."""
+    from harness.engine.model_catalog import hidden_entry
 
-    return hidden_entry(model_entry("nemotron-h-4b"), 3)
+    return hidden_entry(("nemotron-h-4b", (976, 992), 7), 3)
 
 
 def test_vllm_puts_the_hidden_states_in_a_group_below_the_mamba_block_and_the_engine_core_takes_it():
@@ -54,10 +56,9 @@ def test_vllm_puts_the_hidden_states_in_a_group_below_the_mamba_block_and_the_en
     divisor of the group blocks), 215 before; `cache_config.block_size` becomes it on every release. 0.26-0.27
     hash by lcm(992, 215), which divides no group's block: vLLM refuses that at engine start (the coordinator)."""
     from harness.engine.config import vllm_config
-    from harness.engine.model_catalog import model_entry
     from harness.engine.model_geometry import engine_block_size, group_kinds, model_groups
 
-    name, blocks, _ = model_entry("nemotron-h-4b")
+    name, blocks, _ = "nemotron-h-4b", (976, 992), None  # --block-size 16 (_nemotron_hidden)
     groups = model_groups(name, vllm_config(8, 2048, 65536, blocks[1], blocks[1], 1, False, "v1"), blocks[1],
                           "align", 1, 3).groups
     kinds = group_kinds(groups)

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from harness.engine.config import vllm_config
-from harness.engine.model_geometry import model_config_for, model_groups
+from harness.engine.model_geometry import default_user_block, model_config_for, model_groups
 from harness.errors import BadInput
 from harness.model_configs import load, read_path_or_name, shipped
 
@@ -82,7 +82,8 @@ def _build_entry(model) -> tuple:
     blocks = []
     for K in SPEC_WIDTHS:
         vck = vllm_config(8, 2048, 65536, 16, 16, K, False, "v1") if K else vc
-        block = model_config_for(name, doc, vck, 16, "align")[0].cache_config.block_size
+        # the block vLLM sets for a user who gives no --block-size (64-token default from 0.34.0)
+        block = model_config_for(name, doc, vck, default_user_block(name, doc, vck), "align")[0].cache_config.block_size
         try:
             model_groups(model, vck, block, "align", K)
         except BadInput:  # K the engine tier does not follow on this model (a Mamba1 model's drafts): K < this

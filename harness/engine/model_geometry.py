@@ -334,6 +334,25 @@ def model_mixer(model_cls) -> str | None:
     return "mamba1" if hasattr(module, "MambaMixer") else None
 
 
+def default_user_block(name: str, doc: dict, vc) -> int:
+    """The block a user who gives no --block-size starts from: the attention backend's preference for the release's
+    default (platforms/interface.py:776-791 and CacheConfig.DEFAULT_BLOCK_SIZE 64 in 0.34.0; 16 before 0.31, whose
+    platforms set it directly), before the hybrid alignment raises it."""
+    from vllm.config.cache import CacheConfig
+    from vllm.platforms.interface import Platform
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+    default = getattr(CacheConfig, "DEFAULT_BLOCK_SIZE", 16)
+    prefer = getattr(Platform, "_preferred_block_size_for_backends", None)
+    if prefer is None:
+        return default
+    from vllm.config.vllm import set_current_vllm_config
+
+    shaped = model_config_for(name, doc, vc, default, "align")[0]  # the backend reads the model's head size
+    with set_current_vllm_config(shaped):
+        return prefer([FlashAttentionBackend], default, shaped)
+
+
 def model_config_for(name: str, doc: dict, vc, block_size: int, mode: str):
     """(a copy of `vc` carrying the model, its model config, the model class) after vLLM's config hooks and its
     block-size rule ran for a user block of `block_size`: `cache_config.block_size` is what vLLM set."""
