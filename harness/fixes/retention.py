@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-from harness.fixes.targets import COORDINATOR, MAMBA_MANAGER, has_checkpoints, method_fix
+from harness.fixes.targets import MAMBA_MANAGER, has_checkpoints, method_fix
 
 
-# -- fix: under sparse retention 0, reserve a prefill checkpoint on every chunk, as the worker writes one on every
-# chunk (kv_cache_coordinator.py:236-237 ignores prefill_end for every other retention; checkpoint.py:21-62 has no
-# prefill_end) -------------------------------------------------------------------------------------------------
-def _checkpoint_every_chunk(original):
-    def get_num_blocks_to_allocate(self, *args, **kwargs):
-        if "prefill_end" in kwargs:
-            kwargs["prefill_end"] = 0
-        return original(self, *args, **kwargs)
-    return get_num_blocks_to_allocate
+# -- fix: under sparse retention a chunk short of the prefill end reserves no checkpoint and relies on a null column
+# to mask the worker's export (single_type_kv_cache_manager.py:1664-1695 in 0.34.0), but a speculative block relocated
+# out of that column (:1867-1875, 1930-1939) nulls it in the core's table only: the worker's is append-only
+# (v1/worker/gpu/model_runner.py:1349-1352, block_table.py:125-145) and still names the block there, where the export
+# lands (checkpoint.py:62-70; with one speculative block, the relocated block is the running one). So that column
+# keeps its block as the checkpoint, as under dense retention ------------------------------------------------------
+def _relocated_export_column_kept(original):
+    def _needs_internal_checkpoint(self, request_id, query_start, query_end, checkpoint_position, prefill_end):
+        blocks = self.req_to_blocks[request_id]
+        column = -(-query_end // self.block_size) - 2
+        if (query_end < prefill_end and request_id in self._allocated_block_reqs
+                and len(blocks) - self.num_speculative_blocks <= column < len(blocks)):
+            prefill_end = 0
+        return original(self, request_id, query_start, query_end, checkpoint_position, prefill_end)
+    return _needs_internal_checkpoint
 
 
 def _sparse_retention_checkpoints() -> bool:
@@ -49,9 +55,9 @@ def _eagle_junction_block_unretained() -> bool:
 
 
 FIXES = (
-    method_fix("fix-checkpoint-every-chunk", COORDINATOR, "get_num_blocks_to_allocate", _checkpoint_every_chunk,
-                     "under sparse retention 0 MambaManager reserves a prefill checkpoint on every chunk, where the "
-                     "worker writes one", applies=_sparse_retention_checkpoints),  # sparse-retention-checkpoint-unreserved
+    method_fix("fix-relocated-export-column-kept", MAMBA_MANAGER, "_needs_internal_checkpoint",
+                     _relocated_export_column_kept, "a chunk short of the prefill end keeps the speculative block at "
+                     "its checkpoint column as the checkpoint, not relocating it", applies=_sparse_retention_checkpoints),  # sparse-retention-checkpoint-unreserved
     method_fix("fix-eagle-junction-block-retained", MAMBA_MANAGER, "cache_blocks", _eagle_junction_block_retained,
                      "with EAGLE, sparse retention keeps the block below a shared-prefix junction", applies=_eagle_junction_block_unretained),  # eagle-junction-block-not-retained
 )
