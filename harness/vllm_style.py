@@ -33,12 +33,13 @@ def user_config(scenario) -> tuple[dict, list[str]]:
     kw: dict = {"enable_prefix_caching": g.mamba_cache_mode != "none", "mamba_cache_mode": g.mamba_cache_mode,
                 "block_size": g.mamba_block_size, "max_model_len": g.max_model_len,
                 "max_num_batched_tokens": g.token_budget, "num_gpu_blocks_override": g.num_blocks}
-    if g.hash_block_size < g.mamba_block_size:
+    if g.hash_block_size < g.mamba_block_size and not g.hidden_state_layers:  # there vLLM resolves it (no flag)
         kw["prefix_match_unit"] = g.hash_block_size
     if g.prefix_cache_retention_interval is not None:
         kw["prefix_cache_retention_interval"] = g.prefix_cache_retention_interval
     if g.num_speculative_tokens:
-        kw["speculative_config"] = {"method": "eagle" if g.eagle_block_drop else "ngram",
+        method = "extract_hidden_states" if g.hidden_state_layers else "eagle" if g.eagle_block_drop else "ngram"
+        kw["speculative_config"] = {"method": method,
                                     "num_speculative_tokens": g.num_speculative_tokens}
     if any(r.external for r in scenario.requests):
         kw["kv_transfer_config"] = {"kv_connector": "<any KV connector>", "kv_role": "kv_both"}

@@ -87,23 +87,53 @@ def test_the_flag_puts_every_generated_input_under_extract_hidden_states():
     assert not any(budget_scenario(s, plain, True).geometry.hidden_state_layers for s in range(40))
 
 
+ISSUE = "hidden-state-group-splits-off-mamba-grid"
+REPRO = "scenarios/hidden-state-group-splits-off-mamba-grid.json"
+
+
 def test_a_chunk_ending_on_the_hidden_state_grid_leaves_a_wrong_state_under_a_mamba_block_key():
     """A's first chunk (budget 1500) ends at 1488 = 12 x 124, the hidden-state group's block, not at the Mamba
     block's 992; the state after 1488 tokens sits in the block vLLM then caches as the state after 1984, and B,
-    sharing 2000 tokens, resumes from it. With `cache_config.block_size` at the Mamba block the same scenario is
-    clean: the wrong state comes from the engine core's minimum (a vLLM bug, 0.28.0 on)."""
+    sharing 2000 tokens, resumes from it. The finding is credited to the known issue, whose fix (the split on the
+    Mamba block) removes it; with `cache_config.block_size` at the Mamba block the same scenario is clean too: the
+    wrong state comes from the engine core's minimum (a vLLM bug, 0.28.0 on)."""
+    import json
+
     import harness.engine.model_geometry as mg
+    from harness.known_issues import ROOT, known_issue_by_id
+    from harness.verdict import judge_scenario
 
     entry = _nemotron_hidden()
+    issue = known_issue_by_id(ISSUE)
+    assert issue.applicable() == (entry is not None) and issue.runs_on("engine") and not issue.runs_on("symbolic")
     if entry is None:
         pytest.skip("vLLM hashes extract_hidden_states's groups by a unit no scenario holds on this release")
     sc = parse_scenario(_doc(hash_block_size=entry[2]))
+    repro = scenario_to_json(parse_scenario(json.loads((ROOT / REPRO).read_text())))
+    assert {**repro, "name": "hidden-states"} == scenario_to_json(sc)  # the issue's repro is this scenario
     config = RunConfig(tier="engine")
-    found = {f.signature for f in judge(replay(sc, config=config))}
+    findings = judge(replay(sc, config=config))
+    found = {f.signature for f in findings}
     assert {"cache-integrity", "provenance:precopy"} <= found or {"cache-integrity", "provenance:initial"} <= found
+    verdict = judge_scenario(sc, findings, config=config)
+    assert not verdict.is_new and verdict.known == dict.fromkeys(found, ISSUE)
+    assert not judge(replay(sc, config=config.but(fixes=(ISSUE,))))
     real = mg.engine_block_size
     try:
         mg.engine_block_size = lambda groups: max(g.kv_cache_spec.block_size for g in groups)
         assert not judge(replay(sc, config=config))
     finally:
         mg.engine_block_size = real
+
+
+def test_the_fix_applies_only_where_the_engine_core_lowers_the_split_grid(monkeypatch):
+    """The fix's probe: a release whose engine core left `cache_config.block_size` at the Mamba block (an upstream
+    fix keeping the hidden-state group out of the minimum) is not one the issue applies to."""
+    import harness.engine.model_geometry as mg
+    from harness.fixes import fix_by_name
+    from harness.known_issues import known_issue_by_id
+
+    probe = fix_by_name(known_issue_by_id(ISSUE).fix_name).applies
+    assert probe() == (_nemotron_hidden() is not None)
+    monkeypatch.setattr(mg, "engine_block_size", lambda groups: max(g.kv_cache_spec.block_size for g in groups))
+    assert not probe()

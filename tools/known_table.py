@@ -61,6 +61,13 @@ def _short_releases(text: str) -> str:
     return text[:cut].removeprefix("seen on ").strip()
 
 
+def _covers(releases: str, release: str) -> bool:
+    """'0.28.0-0.34.0' or '0.30.0 and 0.33.0' covers '0.33' (releases compared by their first two parts)."""
+    part = lambda v: tuple(int(x) for x in v.split(".")[:2])  # noqa: E731
+    return any(part(lo) <= part(release) <= part(hi or lo)
+               for lo, hi in re.findall(r"(\d+\.\d+)(?:\.[\dx]+)?(?:-(\d+\.\d+))?", releases))
+
+
 def _version(v: tuple) -> str:
     return ".".join(map(str, v))
 
@@ -104,7 +111,7 @@ def readme_table(issues=None) -> str:
     from harness.fixes import CONCERNS
 
     issues = _issues() if issues is None else issues
-    latest = sum(DEFAULT_RELEASE in _short_releases(k.releases) for k in issues)
+    latest = sum(_covers(_short_releases(k.releases), DEFAULT_RELEASE) for k in issues)
     per = {c: 0 for c in CONCERNS}
     for k in issues:
         per[concern_of(k.fix_name)] += 1

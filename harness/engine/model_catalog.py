@@ -96,6 +96,13 @@ def hidden_entry(model: tuple, layers: int) -> tuple | None:
     """(`model`, `layers`, the hash block vLLM resolves, the hidden-state group's block) for extract_hidden_states
     with `layers` aux layers on a model entry (`model_entry`) at one draft; None where vLLM refuses it (no aux
     hidden-state outputs, no block for one draft, a hash unit that does not divide every group's block)."""
+    blocks = hidden_blocks(model, layers)
+    return None if blocks is None else (model, layers, *blocks[:2])
+
+
+def hidden_blocks(model: tuple, layers: int) -> tuple | None:
+    """`hidden_entry`'s (hash block, hidden-state group's block) and `cache_config.block_size` as the engine core
+    leaves it (model_geometry.engine_block_size); None where vLLM refuses the configuration."""
     from harness.engine.config import engine_block_sizes, vllm_namespace
     from harness.engine.model_geometry import group_kinds
 
@@ -107,14 +114,14 @@ def hidden_entry(model: tuple, layers: int) -> tuple | None:
         groups = list(model_groups(ref, vc, blocks[1], "align", 1, layers).groups)
         kvc = vllm_namespace().kci.KVCacheConfig(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=groups)
         hidden = groups[group_kinds(groups).index("hidden")].kv_cache_spec.block_size
-        hash_block = engine_block_sizes(vc, kvc)[2]
+        engine_vc, _, hash_block = engine_block_sizes(vc, kvc)
     except BadInput:
         return None
     # 0.26-0.27 hash the unequal blocks by their lcm, which then divides no hidden-state block: vLLM's coordinator
     # refuses that at engine start (every group's block a multiple of the hash unit, kv_cache_coordinator.py:563-569
     # in 0.26.0; as the engine tier's Scheduler does), so no user runs it there
-    return (model, layers, hash_block, hidden) if all(g.kv_cache_spec.block_size % hash_block == 0
-                                                      for g in groups) else None
+    return ((hash_block, hidden, engine_vc.cache_config.block_size)
+            if all(g.kv_cache_spec.block_size % hash_block == 0 for g in groups) else None)
 
 
 def shipped_geometries() -> tuple[tuple[str, tuple[int, ...], int], ...]:

@@ -100,6 +100,42 @@ def _scheduler_keeps_clipped_padding() -> bool:
             and hasattr(SCHEDULER(), "_make_cached_request_data"))
 
 
+# -- fix: the split aligns chunk ends to the Mamba block where cache_config.block_size is below it ----------------
+def _split_on_mamba_grid(original):
+    """`_mamba_block_aligned_split` reading `cache_config.block_size` (its grid, scheduler.py:589 in 0.34.0) as the
+    Mamba block (`cache_config.mamba_block_size`) where the engine core lowered it below that block to a smaller
+    prefix-cacheable group's (core.py:366-377 in 0.34.0: extract_hidden_states's cache-only group)."""
+    def _mamba_block_aligned_split(self, *args, **kwargs):
+        cc = self.cache_config
+        grid, mamba = cc.block_size, getattr(cc, "mamba_block_size", None) or 0
+        if grid >= mamba:
+            return original(self, *args, **kwargs)
+        cc.block_size = mamba  # for this call only: the split's grid, nothing else the scheduler reads
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            cc.block_size = grid
+    return _mamba_block_aligned_split
+
+
+def _split_grid_below_mamba_block() -> bool:
+    """The split aligns to `cache_config.block_size` (scheduler.py:589 in 0.34.0) and vLLM starts a configuration
+    whose engine core sets it below the Mamba block: extract_hidden_states on Nemotron-H with 3 aux layers
+    (0.28.0 on; 0.26.0-0.27.1 refuse it at engine start). A release that aligns the split to the Mamba block,
+    keeps the hidden-state group out of the minimum or sizes it at the Mamba block is not one this fix applies to."""
+    import inspect
+    import re
+
+    from harness.engine.model_catalog import hidden_blocks, model_entry
+
+    source = inspect.getsource(SCHEDULER()._mamba_block_aligned_split)
+    if not re.search(r"^\s*block_size = self\.cache_config\.block_size$", source, re.M):
+        return False
+    model = model_entry("nemotron-h-4b")
+    blocks = hidden_blocks(model, 3)
+    return blocks is not None and blocks[2] < model[1][1]  # the engine's block_size below the Mamba block at K = 1
+
+
 FIXES = (
     method_fix("fix-midblock-stop", SCHEDULER, "_mamba_block_aligned_split",
                      _stop_at_next_block_boundary(_checkpoint_prompt_final_chunk),
@@ -108,4 +144,8 @@ FIXES = (
                      _stop_at_next_block_boundary(), "a chunk starting mid-block stops at the next block boundary", applies=_split_drops_stop_past_cacheable_range),  # eagle-midblock-stop-dropped
     Fix(_padding_dropped_fix(), "Scheduler._mamba_block_aligned_split + Scheduler._make_cached_request_data",
         _scheduler_keeps_clipped_padding),  # spec-padding-clipped-by-mamba-split
+    # hidden-state-group-splits-off-mamba-grid
+    method_fix("fix-split-on-mamba-grid", SCHEDULER, "_mamba_block_aligned_split", _split_on_mamba_grid,
+               "the Mamba split aligns chunk ends to the Mamba block (cache_config.mamba_block_size) where "
+               "cache_config.block_size is below it", applies=_split_grid_below_mamba_block),
 )
