@@ -99,7 +99,7 @@ def replay_item(item: dict) -> dict:
         findings = judge(replay(scenario, config=config))
         verdict = judge_scenario(scenario, findings, config=config) if findings else None
         row.update(signatures=sorted({f.signature for f in findings}),
-                   known=dict(verdict.known) if verdict else {}, new=verdict.new if verdict else [])
+                   known=dict(sorted(verdict.known.items())) if verdict else {}, new=verdict.new if verdict else [])
         if item.get("issue"):
             issue = known_issue_by_id(item["issue"])
             if issue.id in {i for v in row["known"].values() for i in v.split("+")}:

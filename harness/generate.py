@@ -242,18 +242,26 @@ def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
                        "request": rng.choice(requests)["id"]})
     doc = {"version": 1, "name": f"random-{seed}", "geometry": geo, "requests": requests, "events": events,
            "max_steps": 400}
-    doc = _configured(doc, seed, modes, models, model_share, retention, hidden)
-    if late_pressure and not small:
-        with_late_pressure(doc, random.Random(f"{seed}:late-pressure"))
-    if scheduler_knobs:
-        with_scheduler_knobs(doc, random.Random(f"{seed}:scheduler-knobs"))
-    return parse_scenario(doc)
+    return parse_scenario(_configured(doc, seed, modes, models, model_share, retention, hidden,
+                                      late_pressure=late_pressure and not small, scheduler_knobs=scheduler_knobs))
 
 
 def _configured(doc: dict, seed: int, modes: tuple[str, ...], models: tuple, model_share: float,
-                retention: bool, hidden: tuple = ()) -> dict:
+                retention: bool, hidden: tuple = (), late_pressure: bool = False,
+                scheduler_knobs: bool = False) -> dict:
     """The draws of a generated scenario's configuration, each from a stream of its own so that the others stay
-    what they were: the Mamba cache mode, a real model's geometry, the prefix-cache retention."""
+    what they were: the Mamba cache mode, a real model's geometry, the prefix-cache retention; then the late
+    requests that evict the cache and 0.34's scheduler knobs."""
+    doc = _configured_cache(doc, seed, modes, models, model_share, retention, hidden)
+    if late_pressure:
+        with_late_pressure(doc, random.Random(f"{seed}:late-pressure"))
+    if scheduler_knobs:
+        with_scheduler_knobs(doc, random.Random(f"{seed}:scheduler-knobs"))
+    return doc
+
+
+def _configured_cache(doc: dict, seed: int, modes: tuple[str, ...], models: tuple, model_share: float,
+                      retention: bool, hidden: tuple) -> dict:
     if hidden:  # --extract-hidden-states: every scenario, on a model drawn from its own stream, in align mode
         with_hidden_states(doc, random.Random(f"{seed}:hidden-states").choice(hidden))
         return with_retention(doc, random.Random(f"{seed}:retention")) if retention else doc

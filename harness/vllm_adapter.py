@@ -362,7 +362,8 @@ class Allocator:
             if primary is None:
                 out.append((bytes(key), block_id, "the block it maps to has no primary hash"))
             elif key != primary and key not in aliases.get(block_id, ()):
-                out.append((bytes(key), block_id, "the block it maps to holds neither it as its primary nor as an alias"))
+                out.append((bytes(key), block_id,
+                            "the block it maps to holds neither it as its primary nor as an alias"))
         for block_id, keys in aliases.items():
             if keys and pool.blocks[block_id].block_hash is None:
                 out.append((bytes(next(iter(keys))), block_id, "aliases on a block without a primary hash"))

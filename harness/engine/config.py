@@ -232,19 +232,14 @@ def follows_async(vc, runner: str, forward: str = "symbolic") -> bool:
     return runner in ("v1", "auto") and forward == "symbolic" and (spec is None or spec.method == "eagle")
 
 
-def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirror", async_mode: str = "off",
-                    forward: str = "symbolic"):
-    """vLLM's scheduler (the class vLLM picks: `AsyncScheduler` under async scheduling) from a real VllmConfig
-    for this scenario (BadInput if vLLM refuses the config). `async_mode` auto: vLLM's decision for this
-    config, where the worker follows it (else synchronous); on: asked for."""
-    v = vllm_namespace()
-    from vllm.v1.structured_output import StructuredOutputManager
-
+def _scheduler_vllm_config(scenario: Scenario, eg: EngineGeometry, runner: str, async_mode: str, forward: str):
+    """The VllmConfig the Scheduler is built from: vLLM's async decision where the worker follows it (else
+    synchronous; `on` refused where it cannot be followed), with the pool, 0.34's scheduler knobs and the
+    retention set on the (cached) config."""
     g = scenario.geometry
-    B, H, K = eg.block_size, eg.hash_block_size, eg.num_speculative_tokens
     _pick_runner(runner)
-    args = (max(1, min(len(scenario.requests), g.token_budget)), g.token_budget, g.max_model_len, B, H, K,
-            g.eagle_block_drop, runner)
+    args = (max(1, min(len(scenario.requests), g.token_budget)), g.token_budget, g.max_model_len, eg.block_size,
+            eg.hash_block_size, eg.num_speculative_tokens, g.eagle_block_drop, runner)
     modes = {"mamba_cache_mode": eg.mamba_cache_mode, "mamba_block": eg.mamba_block_size}
     wanted = ASYNC_WANTED[async_mode]
     if runner == "mirror" and wanted is None:  # a synchronous worker: vLLM's decision cannot be followed
@@ -258,9 +253,23 @@ def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirro
         vc = vllm_config(*args, failure_policy=g.kv_load_failure_policy, async_scheduling=False, **modes)
     vc.cache_config.num_gpu_blocks = g.num_blocks  # the Scheduler reads it once, when built
     set_scheduler_knobs(vc, g)
-    retention = retention_config(g)
     if supports_retention():  # the planner's source (kv_cache_planning.py:736-740); connectors read it there too
         vc.cache_config.prefix_cache_retention_interval = g.prefix_cache_retention_interval
+    return vc
+
+
+def build_scheduler(scenario: Scenario, eg: EngineGeometry, runner: str = "mirror", async_mode: str = "off",
+                    forward: str = "symbolic"):
+    """vLLM's scheduler (the class vLLM picks: `AsyncScheduler` under async scheduling) from a real VllmConfig
+    for this scenario (BadInput if vLLM refuses the config). `async_mode` auto: vLLM's decision for this
+    config, where the worker follows it (else synchronous); on: asked for."""
+    v = vllm_namespace()
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    g = scenario.geometry
+    B, H, K = eg.block_size, eg.hash_block_size, eg.num_speculative_tokens
+    vc = _scheduler_vllm_config(scenario, eg, runner, async_mode, forward)
+    retention = retention_config(g)
     kci, torch = v.kci, v.torch
     mamba_kwargs = dict(block_size=eg.mamba_block_size, shapes=((1, 1),), dtypes=(torch.float32,),
                         mamba_cache_mode=eg.mamba_cache_mode, num_speculative_blocks=K)

@@ -127,8 +127,7 @@ class EngineDriver:
         for ev in scenario.events:
             self.events.setdefault(ev.step, []).append(ev)
         self.loads: dict[str, int] = {}  # request -> step whose output reports its async load finished
-        # request -> (the tokens its async load delivers when it finishes, the block ids it was handed)
-        self.landing: dict[str, tuple[int, list]] = {}
+        self.landing: dict[str, tuple[int, list]] = {}  # request -> (its async load's tokens, the block ids it got)
         self.chunk_idx: dict[str, int] = {}
         self.cache = CacheRecorder(self.trace, self.states, eg.hash_block_size)
         self.step_idx = 0
