@@ -264,9 +264,10 @@ def vllm_release() -> VllmRelease:
     check_version(source.version)
     for module, attr in REQUIRED_APIS:
         _require(source, module, attr)
-    from vllm.config import CacheConfig
+    from vllm.config import CacheConfig, SchedulerConfig
     from vllm.v1 import kv_cache_interface as kci
     from vllm.v1.core.sched.output import CachedRequestData
+    from vllm.v1.request import Request
 
     fields = set(kci.MambaSpec.__dataclass_fields__)
     checkpoints = (source.parsed[:2] >= (0, 33)  # the shadow mirrors 0.33.0's worker export (protocol doc §6.7)
@@ -285,19 +286,9 @@ def vllm_release() -> VllmRelease:
         budget_below_block=_budget_below_block(),
         resumes_as_new=not {"resumed_req_ids", "resumed_from_preemption"} & set(CachedRequestData.__dataclass_fields__),
         default_block_size=int(getattr(CacheConfig, "DEFAULT_BLOCK_SIZE", 16)),
-        scheduler_knobs=frozenset(_fields("vllm.config", "SchedulerConfig")),
-        hit_limit=hasattr(_import("vllm.v1.request").Request, "get_prefix_cache_hit_limit"),
+        scheduler_knobs=frozenset(SchedulerConfig.__dataclass_fields__),
+        hit_limit=hasattr(Request, "get_prefix_cache_hit_limit"),
     )
-
-
-def _import(module: str):
-    import importlib
-
-    return importlib.import_module(module)
-
-
-def _fields(module: str, cls: str) -> set[str]:
-    return set(getattr(_import(module), cls).__dataclass_fields__)
 
 
 __all__ = ["MIN_VERSION", "NEWEST_TESTED", "TREE_ENV", "VllmRelease", "VllmSource", "check_version",

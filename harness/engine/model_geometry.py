@@ -26,6 +26,7 @@ harness/engine/tagged.py; a GatedDeltaNet model without prefill checkpoints: har
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from dataclasses import dataclass
 
@@ -41,9 +42,7 @@ def group_kinds(groups) -> tuple[str, ...]:
     """Each KV cache group's kind in vLLM's order: "mamba" (a MambaSpec), "hidden" (extract_hidden_states's
     cache-only layer: nothing the model reads back) or "attention" (the engine tier's one source for it: its
     driver, workers and runner pools key on it)."""
-    from vllm.v1.kv_cache_interface import MambaSpec
-
-    from vllm.v1.kv_cache_interface import HiddenStateCacheSpec
+    from vllm.v1.kv_cache_interface import HiddenStateCacheSpec, MambaSpec
 
     return tuple("mamba" if isinstance(g.kv_cache_spec, MambaSpec) else
                  "hidden" if isinstance(g.kv_cache_spec, HiddenStateCacheSpec) else "attention" for g in groups)
@@ -269,14 +268,19 @@ def engine_block_size(groups) -> int:
     """`cache_config.block_size` as the engine core sets it after KV init: the minimum block over the groups
     (v1/engine/core.py:311-314 in 0.26.0), over the prefix-cacheable ones where the release says so (0.30+,
     core.py:366-377 in 0.34.0)."""
+    sizes = [g.kv_cache_spec.block_size for g in groups]
+    if _core_skips_uncacheable_groups():
+        sizes = [g.kv_cache_spec.block_size for g in groups if g.kv_cache_spec.prefix_cacheable] or sizes
+    return min(sizes)
+
+
+@functools.cache  # the release's source, read once per process (every scenario's scheduler build asks)
+def _core_skips_uncacheable_groups() -> bool:
     import inspect
 
     from vllm.v1.engine.core import EngineCore
 
-    sizes = [g.kv_cache_spec.block_size for g in groups]
-    if "prefix_cacheable" in inspect.getsource(EngineCore._initialize_kv_caches):
-        sizes = [g.kv_cache_spec.block_size for g in groups if g.kv_cache_spec.prefix_cacheable] or sizes
-    return min(sizes)
+    return "prefix_cacheable" in inspect.getsource(EngineCore._initialize_kv_caches)
 
 
 def _mtp_layers(model_cls, hf, vc) -> int:
@@ -338,11 +342,12 @@ def default_user_block(name: str, doc: dict, vc) -> int:
     """The block a user who gives no --block-size starts from: the attention backend's preference for the release's
     default (platforms/interface.py:776-791 and CacheConfig.DEFAULT_BLOCK_SIZE 64 in 0.34.0; 16 before 0.31, whose
     platforms set it directly), before the hybrid alignment raises it."""
-    from vllm.config.cache import CacheConfig
     from vllm.platforms.interface import Platform
     from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
 
-    default = getattr(CacheConfig, "DEFAULT_BLOCK_SIZE", 16)
+    from harness.release import vllm_release
+
+    default = vllm_release().default_block_size
     prefer = getattr(Platform, "_preferred_block_size_for_backends", None)
     if prefer is None:
         return default
