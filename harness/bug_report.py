@@ -314,7 +314,7 @@ def render(artifact: dict, issue: KnownIssue | None, test_text: str | None, test
     scenario = parse_scenario(artifact["scenario"])
     kw, flags = user_config(scenario)
     sigs = sorted({f["signature"] for f in artifact["findings"]})
-    title = issue.summary.split(":")[0].split(";")[0] if issue else artifact["signature"]
+    title = issue.title if issue else artifact["signature"]
     version = artifact.get("vllm_version") or vllm_source().version
     patch_path = patch_for(issue, version) if issue else None
     patch = patch_path.read_text() if patch_path else None

@@ -1,4 +1,4 @@
-"""The known issues of stock vLLM, as data: harness/known_issues.toml lists each one (id, releases, the user
+"""The known issues of stock vLLM, as data: harness/known_issues.toml lists each one (id, title, releases, the user
 configuration that reaches it, repro scenario, the name of its fix in harness/fixes/). A finding is KNOWN only
 when replaying it with the issue's fix makes it vanish (harness/verdict.py); nothing here judges.
 
@@ -22,6 +22,7 @@ RUNNERS = ("v1", "v2", "mirror")
 @dataclass(frozen=True)
 class KnownIssue:
     id: str
+    title: str  # one line, a bug report's title
     summary: str
     releases: str
     repro: str  # scenario file, relative to the repository root
@@ -110,7 +111,7 @@ def load(path: Path = DATA) -> tuple[KnownIssue, ...]:
             if runners is not None and not set(runners) <= set(RUNNERS):
                 raise BadInput(f"{where}: runners {runners} (choose from {', '.join(RUNNERS)})")
             issues.append(KnownIssue(
-                id=entry["id"], summary=entry["summary"], releases=entry["releases"], repro=entry["repro"],
+                id=entry["id"], title=entry["title"], summary=entry["summary"], releases=entry["releases"], repro=entry["repro"],
                 reached_by=entry["reached_by"], fix_name=entry["fix"],
                 repro_from=_version(entry.get("repro_from", "0.26.0"), where, "repro_from"),
                 runners=tuple(runners) if runners is not None else None,

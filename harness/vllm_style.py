@@ -41,8 +41,14 @@ def user_config(scenario) -> tuple[dict, list[str]]:
         method = "extract_hidden_states" if g.hidden_state_layers else "eagle" if g.eagle_block_drop else "ngram"
         kw["speculative_config"] = {"method": method,
                                     "num_speculative_tokens": g.num_speculative_tokens}
-    if any(r.external for r in scenario.requests):
-        kw["kv_transfer_config"] = {"kv_connector": "<any KV connector>", "kv_role": "kv_both"}
+    if g.hidden_state_layers:  # as vLLM's examples/offline_inference/extract_hidden_states.py sets it up
+        kw["speculative_config"]["draft_model_config"] = {"hf_config": {
+            "eagle_aux_hidden_state_layer_ids": list(range(1, g.hidden_state_layers + 1))}}
+        kw["kv_transfer_config"] = {"kv_connector": "ExampleHiddenStatesConnector", "kv_role": "kv_producer",
+                                    "kv_connector_extra_config": {"shared_storage_path": "/tmp/hidden_states"}}
+    external = [r.external for r in scenario.requests if r.external]
+    if external:
+        kw["kv_transfer_config"] = connector_config(external)
     flags = []
     for k, v in kw.items():
         flag = "--" + k.replace("_", "-")
@@ -55,6 +61,19 @@ def user_config(scenario) -> tuple[dict, list[str]]:
         else:
             flags.append(f"{flag} {v}")
     return kw, flags
+
+
+def connector_config(hits) -> dict:
+    """A KV connector vLLM ships that loads the way the scenario's external hits do, on hybrid models
+    (`SupportsHMA`): MooncakeStoreConnector, whose `load_async` extra config picks an async or a sync load
+    (mooncake/store/scheduler.py:135 and :280 in 0.34.0; the same key in 0.26.0-0.33.0)."""
+    modes = {hit.async_load for hit in hits}
+    config = {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"}
+    if modes == {False}:
+        config["kv_connector_extra_config"] = {"load_async": False}
+    elif len(modes) > 1:  # the harness's connector answers per request; a shipped one per engine
+        config["kv_connector_extra_config"] = {"load_async": "per request (one sync hit, one async)"}
+    return config
 
 
 def folder_for(issue: KnownIssue) -> str:

@@ -209,3 +209,22 @@ def test_every_known_issue_has_a_bisect_target():
     for k in KNOWN_ISSUES:
         t = issue_target(k)
         assert Path(t.scenario).exists() and t.config["tier"] in ("symbolic", "engine")
+
+
+def test_user_configuration_names_a_shipped_connector_and_the_hidden_state_setup():
+    """A report's flags run as given: a KV connector vLLM ships that loads as the repro's hits do, and for
+    extract_hidden_states the aux layers and the connector that reads them out (vLLM's own example)."""
+    from harness.scenario import load_scenario
+    from harness.vllm_style import user_config
+
+    sync = load_scenario(ROOT / known_issue_by_id("sync-external-admission-undercount").repro)
+    kw, flags = user_config(sync)
+    assert kw["kv_transfer_config"] == {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both",
+                                        "kv_connector_extra_config": {"load_async": False}}
+    assert not any("<" in flag for flag in flags)
+    hidden = load_scenario(ROOT / known_issue_by_id("hidden-state-group-splits-off-mamba-grid").repro)
+    kw, _ = user_config(hidden)
+    layers = hidden.geometry.hidden_state_layers
+    assert kw["speculative_config"]["draft_model_config"]["hf_config"]["eagle_aux_hidden_state_layer_ids"] == \
+        list(range(1, layers + 1))
+    assert kw["kv_transfer_config"]["kv_connector"] == "ExampleHiddenStatesConnector"
