@@ -100,7 +100,7 @@ known: venv
 	$(PY) -m harness known check --tier $(if $(filter engine,$(TIER)),engine,symbolic)
 
 known-releases: venv
-	$(PY) -m harness bisect --known --jobs 2 $(if $(RELEASES),--releases $(RELEASES),)
+	$(PY) -m harness bisect --known --jobs 2 $(if $(RELEASES),--releases $(RELEASES),) $(if $(OUT),-o $(OUT),)
 
 gpu-check: venv
 	$(PY) tools/gpu_check.py
