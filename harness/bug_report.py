@@ -8,7 +8,9 @@ with the model's own KV cache groups; then the minimized scenario's flags) and h
 oracles that fired); the scenario step by step; expected vs actual per finding, with the vLLM lines the suggested
 patch changes; the regression range (`bisect --known`'s results file); the suggested patch (upstream/patches/, the
 one against the release the report runs on where there is one); the regression test for vLLM's tree: a
-hand-sized one where written (upstream/tests/), then the `--style vllm` one (folded away when long).
+hand-sized one where written (upstream/tests/), then the `--style vllm` one (folded away when long); what was
+checked in vLLM's own tree per patched release (the peer suite and the tests, stock against patched, read from
+bench/results/).
 `report-bug --open DIR` writes one per known issue open in the newest release the results file covers.
 """
 
@@ -283,6 +285,39 @@ def patch_section(issue: KnownIssue | None, patch_path, patch_version: str | Non
             "```"]
 
 
+def _results(name: str) -> dict:
+    path = ROOT / "bench" / "results" / name
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def checks_section(issue: KnownIssue) -> list[str]:
+    """What was run in vLLM's own tree, per release with a patch: the patch's peer suite beside stock
+    (`tools/upstream.py suite`: bench/results/upstream_peer_suite_X.json) and the regression tests, stock against
+    patched (`tools/upstream.py tests`: bench/results/upstream_tests_X.json). Read, not re-run."""
+    out = []
+    for version in sorted(patches_of(issue), key=lambda v: tuple(map(int, v.split(".")))):
+        suite = _results(f"upstream_peer_suite_{version}.json")
+        tests = [r for r in _results(f"upstream_tests_{version}.json").get("records", []) if r["issue"] == issue.id]
+        if issue.id in suite and "stock" in suite:
+            row, stock = suite[issue.id], suite["stock"]
+            new = sorted(set(row["failures"]) - set(stock["failures"]) - set(row.get("flaky", [])))
+            out.append(f"- vLLM {version}, its peer suite (tests/v1/core, tests/v1/kv_connector/unit) on the patched "
+                       f"tree: {row['passed']} passed, {row['failed']} failed; stock {stock['passed']} passed, "
+                       f"{stock['failed']} failed; new failures: {', '.join(f'`{n}`' for n in new) or 'none'}")
+        for r in tests:
+            peers = r.get("peers")
+            out.append(f"- vLLM {version}, the {r['kind']} test at `{r['place']}`: {r['stock']} on stock, "
+                       f"{r['fixed']} on {r['fixed_label']}"
+                       + (f"; the repro on the patched tree: {r['repro_on_patched']}" if r.get("repro_on_patched")
+                          else "")
+                       + (f"; vLLM's own tests of {', '.join(peers['modules'])} ({len(peers['files'])} files): "
+                          f"{peers['fixed']['passed']} passed, {peers['fixed']['failed']} failed patched, "
+                          f"{peers['stock']['passed']} passed, {peers['stock']['failed']} failed stock, new "
+                          f"failures: {', '.join(peers['new_failures']) or 'none'}" if peers else ""))
+    return out or ["Not run yet: `python tools/upstream.py suite --vllm X` and `python tools/upstream.py tests "
+                   "--vllm X` (`make results PART=upstream`)."]
+
+
 def test_section(issue: KnownIssue | None, test_text: str | None, test_note: str) -> list[str]:
     """The hand-sized test where one is written (upstream/tests/ISSUE.py), then the emitted one, folded away when
     long."""
@@ -351,6 +386,8 @@ def render(artifact: dict, issue: KnownIssue | None, test_text: str | None, test
     md += ["", "### Regression range", "", rng, "", "### Suggested patch", "",
            *patch_section(issue, patch_path, patch_version)]
     md += ["", "### Regression test for vLLM's tree", "", *test_section(issue, test_text, test_note)]
+    if issue and patch:
+        md += ["", "### Checked in vLLM's own tree", "", *checks_section(issue)]
     md += ["", "### Reproduce with the harness", "", "```bash",
            f"hybrid-harness run {issue.repro if issue else 'FINDING.json'}" + (
                f" --tier {artifact['tier']}" if artifact.get("tier") == "engine" else ""),
