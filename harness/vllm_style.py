@@ -11,6 +11,8 @@ Scheduler from a model name (`create_scheduler`), and the replay needs exact tok
 
 The expected values are recorded with the known issues' fixes applied (the allocator without the bug): the test
 fails on the release with the bug and passes once the fix is in (tools/upstream.py runs it inside vLLM's tree).
+Two shapes have modules of their own (`emit_vllm_test` dispatches): the V2 runner's batch order (vllm_style_runner.py)
+and the split's grid under extract_hidden_states, an engine-only issue (vllm_style_split_grid.py).
 """
 
 from __future__ import annotations

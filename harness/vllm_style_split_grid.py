@@ -19,6 +19,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+from dataclasses import dataclass
 
 from harness.errors import BadInput
 from harness.known_issues import KnownIssue
@@ -252,12 +253,12 @@ def _layer_specs(groups) -> dict:
 
     attention, mamba, hidden = first(FullAttentionSpec), first(MambaSpec), first(HiddenStateCacheSpec)
     a, m, h = attention.kv_cache_spec, mamba.kv_cache_spec, hidden.kv_cache_spec
-    return dict(attention_name=json.dumps(attention.layer_names[0]), kv_heads=a.num_kv_heads, head_size=a.head_size,
-                attention_dtype=_dtype(a.dtype), mamba_name=json.dumps(mamba.layer_names[0]),
-                shapes=tuple(tuple(s) for s in m.shapes), dtypes=_tuple_source([_dtype(d) for d in m.dtypes]),
-                page_size_padded=m.page_size_padded, num_spec=m.num_speculative_blocks,
-                hidden_name=json.dumps(hidden.layer_names[0]), aux_layers=h.num_kv_heads, hidden_size=h.head_size,
-                hidden_dtype=_dtype(h.dtype))
+    return {"attention_name": json.dumps(attention.layer_names[0]), "kv_heads": a.num_kv_heads,
+            "head_size": a.head_size, "attention_dtype": _dtype(a.dtype), "mamba_name": json.dumps(mamba.layer_names[0]),
+            "shapes": tuple(tuple(s) for s in m.shapes), "dtypes": _tuple_source([_dtype(d) for d in m.dtypes]),
+            "page_size_padded": m.page_size_padded, "num_spec": m.num_speculative_blocks,
+            "hidden_name": json.dumps(hidden.layer_names[0]), "aux_layers": h.num_kv_heads, "hidden_size": h.head_size,
+            "hidden_dtype": _dtype(h.dtype)}
 
 
 def emit_split_grid_test(artifact: dict, issue: KnownIssue, docstring: str) -> tuple[str, str]:
@@ -274,10 +275,7 @@ def emit_split_grid_test(artifact: dict, issue: KnownIssue, docstring: str) -> t
                        "(geometry.hidden_state_layers) in Mamba align mode")
     if g.attn_block_size != g.mamba_block_size:  # the template builds both layers at one block
         raise BadInput(f"--style vllm: attention block {g.attn_block_size} is not the Mamba block {g.mamba_block_size}")
-    if g.mamba_block_size > g.token_budget:  # a chunk may then end mid-block by vLLM's rule
-        raise BadInput(f"--style vllm: Mamba block {g.mamba_block_size} above the token budget {g.token_budget}")
     _, sched = build_scheduler(scenario, derive_geometry(scenario))
-    fields = _split_fields(sched)
     prompt_len = scenario.requests[0].prompt.num_tokens
     stock = chunk_ends(sched, prompt_len, g.token_budget)
     undo = fix_by_name(FIX).mutant.patch()
@@ -287,13 +285,37 @@ def emit_split_grid_test(artifact: dict, issue: KnownIssue, docstring: str) -> t
         undo()
     if expected == stock:
         raise BadInput(f"--style vllm: the first prompt of this finding is split alike with and without {FIX}")
-    text = TEMPLATE.format(
-        docstring=docstring, block=g.mamba_block_size, budget=g.token_budget, max_model_len=g.max_model_len,
-        prompt_len=prompt_len, num_blocks=g.num_blocks, expected=expected,
-        fields="\n".join(f"    {json.dumps(n)}: {v!r}," for n, v in fields.items()),
-        long_prefill=sched.scheduler_config.long_prefill_token_threshold, name=issue.id.replace("-", "_"),
-        **_layer_specs(sched.kv_cache_config.kv_cache_groups))
-    return text, f"{FOLDER}/test_hh_{issue.id.replace('-', '_')}.py"
+    case = SplitCase(block=g.mamba_block_size, budget=g.token_budget, max_model_len=g.max_model_len,
+                     prompt_len=prompt_len, num_blocks=g.num_blocks,
+                     groups=tuple(sched.kv_cache_config.kv_cache_groups),
+                     fields=_split_fields(sched), long_prefill=sched.scheduler_config.long_prefill_token_threshold,
+                     expected=tuple(expected))
+    name = issue.id.replace("-", "_")
+    return render_test(case, docstring, name), f"{FOLDER}/test_hh_{name}.py"
 
 
-__all__ = ["FIX", "FOLDER", "emit_split_grid_test"]
+@dataclass(frozen=True)
+class SplitCase:
+    """The emitted test's values: the geometry, vLLM's KV cache groups for the finding's model (one layer of each
+    kind is kept), the Scheduler's fields the split reads and the chunk ends recorded with FIX."""
+
+    block: int
+    budget: int
+    max_model_len: int
+    prompt_len: int
+    num_blocks: int
+    groups: tuple
+    fields: dict
+    long_prefill: int
+    expected: tuple[int, ...]
+
+
+def render_test(case: SplitCase, docstring: str, name: str) -> str:
+    return TEMPLATE.format(
+        docstring=docstring, block=case.block, budget=case.budget, max_model_len=case.max_model_len,
+        prompt_len=case.prompt_len, num_blocks=case.num_blocks, expected=list(case.expected),
+        fields="\n".join(f"    {json.dumps(n)}: {v!r}," for n, v in case.fields.items()),
+        long_prefill=case.long_prefill, name=name, **_layer_specs(case.groups))
+
+
+__all__ = ["FIX", "FOLDER", "SplitCase", "chunk_ends", "emit_split_grid_test", "render_test"]
