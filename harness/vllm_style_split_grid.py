@@ -10,8 +10,9 @@ device). vLLM's own grouping gives the hidden-state group its smaller block (kv_
 0.34.0) and the engine core sets `cache_config.block_size` to it (core.py:366-377). Then
 `Scheduler._mamba_block_aligned_split` is called on a stub self holding that cache config, as
 test_mamba_align_chunk_split.py's `_split` does, for every chunk of the repro's first prompt under its token
-budget, and every chunk end short of the prompt's end must lie on the Mamba grid. The stub's other fields are
-recorded from vLLM's own Scheduler built for the finding (the engine tier's). It imports only vLLM, torch, pytest.
+budget; the chunk ends must be those recorded on vLLM's Scheduler with FIX applied (Mamba-block boundaries, then
+the stops vLLM makes on the hash grid near the prompt's end). The stub's other fields are recorded from vLLM's own
+Scheduler built for the finding (the engine tier's). It imports only vLLM, torch and pytest.
 """
 
 from __future__ import annotations
