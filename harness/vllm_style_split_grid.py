@@ -5,8 +5,8 @@ With speculative method extract_hidden_states the bug spans two components, so t
 `EngineCore._initialize_kv_caches` on a stub executor that reports the layers' KV cache specs (one attention layer,
 one Mamba layer and the cache-only hidden-state layer of the finding's model, as its layers build them), as
 vLLM's own test_engine_queries_offload_blocks_only_when_enabled drives it (tests/v1/kv_connector/unit/
-test_simple_cpu_offload_connector.py in 0.34.0's sdist: `get_kv_cache_configs` replaced, memory sizing needs a
-device). vLLM's own grouping gives the hidden-state group its smaller block (kv_cache_planning.py:1223-1242 in
+test_simple_cpu_offload_connector.py in 0.34.0's sdist; here nothing of the engine core is replaced: the executor
+reports the memory, the config is a namespace of the fields it reads, 0.28.0-0.34.0). vLLM's own grouping gives the hidden-state group its smaller block (kv_cache_planning.py:1223-1242 in
 0.34.0) and the engine core sets `cache_config.block_size` to it (core.py:366-377). Then
 `Scheduler._mamba_block_aligned_split` is called on a stub self holding that cache config, as
 test_mamba_align_chunk_split.py's `_split` does, for every chunk of the repro's first prompt under its token
@@ -38,7 +38,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import vllm.v1.engine.core as engine_core_module
 from vllm.config import CacheConfig
 from vllm.sampling_params import SamplingParams
 from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
@@ -96,9 +95,7 @@ SCHEDULER_FIELDS = {{
 LONG_PREFILL_TOKEN_THRESHOLD = {long_prefill}
 
 
-def _scheduler_after_kv_cache_init(
-    monkeypatch,
-) -> tuple[SimpleNamespace, KVCacheConfig]:
+def _scheduler_after_kv_cache_init() -> tuple[SimpleNamespace, KVCacheConfig]:
     """EngineCore._initialize_kv_caches with a worker reporting LAYER_SPECS, then what
     the split reads off the Scheduler built from its results (a stub self), and the
     scheduler's KV cache config."""
@@ -112,13 +109,20 @@ def _scheduler_after_kv_cache_init(
     vllm_config = SimpleNamespace(
         cache_config=cache_config,
         model_config=SimpleNamespace(
-            max_model_len=MAX_MODEL_LEN, supports_kv_cache_grouping=False
+            max_model_len=MAX_MODEL_LEN,
+            original_max_model_len=MAX_MODEL_LEN,
+            supports_kv_cache_grouping=False,
         ),
         scheduler_config=SimpleNamespace(
             disable_hybrid_kv_cache_manager=False, enable_chunked_prefill=True
         ),
         parallel_config=SimpleNamespace(
-            cp_kv_cache_interleave_size=1, decode_context_parallel_size=1
+            tensor_parallel_size=1,
+            pipeline_parallel_size=1,
+            prefill_context_parallel_size=1,
+            decode_context_parallel_size=1,
+            cp_kv_cache_interleave_size=1,
+            world_size=1,
         ),
         speculative_config=None,
         kv_transfer_config=None,
@@ -131,23 +135,15 @@ def _scheduler_after_kv_cache_init(
         adjust_dcp_kv_cache_interleave_size=lambda groups: None,
         validate_block_size=lambda: None,
     )
+    page_size = LAYER_SPECS[{attention_name}].page_size_bytes
     executor = SimpleNamespace(
         get_kv_cache_specs=lambda: [LAYER_SPECS],
-        determine_available_memory=lambda: [1 << 30],
+        # room for NUM_BLOCKS pages per layer
+        determine_available_memory=lambda: [NUM_BLOCKS * len(LAYER_SPECS) * page_size],
         get_supported_kv_cache_layouts=lambda: None,  # the layout is set above
         set_kv_cache_layout=lambda *args: None,
         initialize_from_config=lambda kv_cache_configs: None,
         compile_or_warm_up_model=lambda: [],
-    )
-    # Memory sizing needs a device; the groups are the engine core's own.
-    monkeypatch.setattr(
-        engine_core_module,
-        "get_kv_cache_configs",
-        lambda config, specs, memory, groups: [
-            KVCacheConfig(
-                num_blocks=NUM_BLOCKS, kv_cache_tensors=[], kv_cache_groups=groups
-            )
-        ],
     )
     engine = object.__new__(EngineCore)
     engine.model_executor = executor
@@ -167,8 +163,8 @@ def _scheduler_after_kv_cache_init(
     return stub, kv_cache_config
 
 
-def test_{name}(monkeypatch):
-    scheduler, kv_cache_config = _scheduler_after_kv_cache_init(monkeypatch)
+def test_{name}():
+    scheduler, kv_cache_config = _scheduler_after_kv_cache_init()
     hidden_block_size = next(
         g.kv_cache_spec.block_size
         for g in kv_cache_config.kv_cache_groups

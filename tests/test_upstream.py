@@ -232,7 +232,7 @@ def test_vllm_style_split_grid_test_has_vllm_shape_and_compiles():
     text = render_test(case, '"""Doc."""', "hidden_state_group_splits_off_mamba_grid")
     compile(text, "test_hh_hidden_state_group_splits_off_mamba_grid.py", "exec")
     _assert_vllm_header_and_imports(text)
-    for line in ("pytestmark = pytest.mark.cpu_test", "def test_hidden_state_group_splits_off_mamba_grid(monkeypatch):",
+    for line in ("pytestmark = pytest.mark.cpu_test", "def test_hidden_state_group_splits_off_mamba_grid():",
                  "EXPECTED_CHUNK_ENDS = [992, 1984, 2480, 2600]", '"model.layers.0.mixer": MambaSpec(',
                  "dtypes=(torch.bfloat16,),", '"use_eagle_block_drop": False,', "engine._initialize_kv_caches(",
                  "Scheduler._mamba_block_aligned_split("):
