@@ -106,6 +106,7 @@ def _scheduler_after_kv_cache_init() -> tuple[SimpleNamespace, KVCacheConfig]:
         mamba_block_size=MAMBA_BLOCK_SIZE,
     )
     cache_config.kv_cache_layout = "LBNHC"
+    # The VllmConfig fields KV cache init reads (a real one needs a model's HF config).
     vllm_config = SimpleNamespace(
         cache_config=cache_config,
         model_config=SimpleNamespace(
