@@ -11,12 +11,15 @@ Scheduler from a model name (`create_scheduler`), and the replay needs exact tok
 
 The expected values are recorded with the known issues' fixes applied (the allocator without the bug): the test
 fails on the release with the bug and passes once the fix is in (tools/upstream.py runs it inside vLLM's tree).
+Two shapes have modules of their own (`emit_vllm_test` dispatches): the V2 runner's batch order (vllm_style_runner.py)
+and the split's grid under extract_hidden_states, an engine-only issue (vllm_style_split_grid.py).
 """
 
 from __future__ import annotations
 
 import textwrap
 
+from harness import vllm_style_split_grid
 from harness.errors import BadInput
 from harness.known_issues import KnownIssue
 
@@ -81,11 +84,13 @@ def folder_for(issue: KnownIssue) -> str:
 
     if issue.fix_target == vllm_style_runner.TARGET:
         return vllm_style_runner.FOLDER
+    if issue.fix_name == vllm_style_split_grid.FIX:  # engine-only, yet its split runs on a stub (no engine needed)
+        return vllm_style_split_grid.FOLDER
     cls = issue.fix_target.split(".")[0]
     if cls not in FOLDERS or issue.runners is not None or issue.engine_only:
         raise BadInput(f"--style vllm: {issue.id} is in {issue.code} code ({issue.fix_target}); only allocator and "
                        "Scheduler-split issues (tests/v1/core) and the V2 runner's batch order (tests/v1/worker) "
-                       "replay as a vLLM unit test so far")
+                       "replay as a vLLM unit test so far (and the split's grid under extract_hidden_states)")
     return FOLDERS[cls]
 
 
@@ -119,14 +124,17 @@ def emit_vllm_test(artifact: dict, issues: list[KnownIssue]) -> tuple[str, str]:
     scenario = parse_scenario(artifact["scenario"])
     issue = issues[0] if len(issues) == 1 else None
     folder = folder_for(issue) if issue else "tests/v1/core"
+    docstring = _docstring(issue, scenario, artifact["signature"], artifact.get("vllm_version", "?"))
+    if issue and issue.fix_name == vllm_style_split_grid.FIX:  # the engine core's grid, then the split on it
+        return vllm_style_split_grid.emit_split_grid_test(artifact, issue, docstring)
     if folder != "tests/v1/core":  # a model runner's test (tests/v1/worker)
         from harness.vllm_style_runner import emit_runner_test
 
-        return emit_runner_test(artifact, issue, _docstring(issue, scenario, artifact["signature"],
-                                                            artifact.get("vllm_version", "?")))
+        return emit_runner_test(artifact, issue, docstring)
     for k in issues:
-        if folder_for(k) != folder:  # each must be allocator or split code
-            raise BadInput(f"--style vllm: {k.id}'s code is tested in {folder_for(k)}, not with allocator issues")
+        if folder_for(k) != folder or k.fix_name == vllm_style_split_grid.FIX:  # each must be allocator or split code
+            raise BadInput(f"--style vllm: {k.id}'s test is not an allocator replay; emit it from a finding of it "
+                           "alone")
     name = (issue.id if issue else artifact["signature"].split(":")[0]).replace("-", "_")
     body = emit_regression(scenario, artifact["signature"], None, issues, split=True)
     # vLLM's header and docstring instead of the standalone file's; pytest and the stub's SimpleNamespace imported
@@ -136,7 +144,7 @@ def emit_vllm_test(artifact: dict, issues: list[KnownIssue]) -> tuple[str, str]:
     func = body.split("\ndef test_", 1)[1].split("(", 1)[0]
     rest = rest.replace(f"\ndef test_{func}(", f"\ndef test_{name}(", 1)
     head = ("# SPDX-License-Identifier: Apache-2.0\n# SPDX-FileCopyrightText: Copyright contributors to the vLLM project\n"
-            + _docstring(issue, scenario, artifact["signature"], artifact.get("vllm_version", "?"))
+            + docstring
             + "\n\nfrom types import SimpleNamespace\n")
     return head + rest, f"{folder}/test_hh_{name}.py"
 

@@ -154,11 +154,15 @@ def _vllm_style_test(issue_id: str, tmp_path, *tier: str) -> tuple[Path, str]:
     emit = subprocess.run([sys.executable, "-m", "harness", "regression", str(next(art.glob("*.json"))), "--style",
                            "vllm", "-o", str(out)], cwd=ROOT, capture_output=True, text=True)
     assert emit.returncode == 0, emit.stderr
-    text = out.read_text()
+    _assert_vllm_header_and_imports(out.read_text())
+    return out, emit.stdout.split("its place in vLLM's tree: ", 1)[1].rstrip(")\n")
+
+
+def _assert_vllm_header_and_imports(text: str) -> None:
+    """vLLM's SPDX header; imports of vLLM, torch and pytest only (and the standard library's types)."""
     assert text.startswith("# SPDX-License-Identifier: Apache-2.0\n# SPDX-FileCopyrightText: Copyright contributors")
     roots = {line.split()[1].split(".")[0] for line in text.splitlines() if line.startswith(("import ", "from "))}
     assert roots <= {"vllm", "torch", "pytest", "types", "__future__"}, roots
-    return out, emit.stdout.split("its place in vLLM's tree: ", 1)[1].rstrip(")\n")
 
 
 @pytest.mark.slow
@@ -203,6 +207,50 @@ def test_vllm_style_runner_test_fails_on_stock_v2_and_imports_only_vllm_torch_an
     test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(out)], cwd=tmp_path,
                           capture_output=True, text=True)
     assert test.returncode == 1 and "go to the Mamba prefill kernels" in test.stdout, test.stdout[-2000:]
+
+
+def test_vllm_style_split_grid_test_has_vllm_shape_and_compiles():
+    """The hidden-state issue's test (the engine core's grid, then the split on it), rendered from the repro's
+    values without building a scheduler: vLLM's header and mark, the test named after the issue, the chunk ends
+    recorded with the fix, vLLM's engine core and split called; it compiles."""
+    import torch
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, HiddenStateCacheSpec, KVCacheGroupSpec, MambaSpec
+
+    from harness.vllm_style import folder_for
+    from harness.vllm_style_split_grid import SplitCase, render_test
+
+    assert folder_for(known_issue_by_id("hidden-state-group-splits-off-mamba-grid")) == "tests/v1/core"
+    bf16 = torch.bfloat16
+    groups = (KVCacheGroupSpec(["model.layers.0.mixer"], MambaSpec(block_size=992, shapes=((4, 9728),), dtypes=(bf16,),
+                                                                   mamba_cache_mode="align")),
+              KVCacheGroupSpec(["model.layers.12.self_attn.attn"],
+                               FullAttentionSpec(block_size=992, num_kv_heads=8, head_size=128, dtype=bf16)),
+              KVCacheGroupSpec(["hidden_states.cache_only_layers.0"],
+                               HiddenStateCacheSpec(block_size=124, num_kv_heads=3, head_size=3136, dtype=bf16)))
+    case = SplitCase(block=992, budget=1500, max_model_len=8192, prompt_len=2600, num_blocks=128, groups=groups,
+                     fields={"use_eagle_block_drop": False}, long_prefill=0, expected=(992, 1984, 2480, 2600))
+    text = render_test(case, '"""Doc."""', "hidden_state_group_splits_off_mamba_grid")
+    compile(text, "test_hh_hidden_state_group_splits_off_mamba_grid.py", "exec")
+    _assert_vllm_header_and_imports(text)
+    for line in ("pytestmark = pytest.mark.cpu_test", "def test_hidden_state_group_splits_off_mamba_grid():",
+                 "EXPECTED_CHUNK_ENDS = [992, 1984, 2480, 2600]", '"model.layers.0.mixer": MambaSpec(',
+                 "dtypes=(torch.bfloat16,),", '"use_eagle_block_drop": False,', "engine._initialize_kv_caches(",
+                 "Scheduler._mamba_block_aligned_split("):
+        assert line in text, line
+
+
+@pytest.mark.slow
+def test_vllm_style_split_grid_test_fails_on_this_release(tmp_path):
+    """The emitted test for the hidden-state issue, from its repro's finding on the engine tier, fails on this
+    release (the issue is open in 0.28.0-0.34.0) where the issue says: chunk ends off the Mamba grid."""
+    issue = known_issue_by_id("hidden-state-group-splits-off-mamba-grid")
+    if not issue.repro_expected():
+        pytest.skip("this release does not show the issue")
+    out, place = _vllm_style_test(issue.id, tmp_path, "--tier", "engine")
+    assert place == "tests/v1/core/test_hh_hidden_state_group_splits_off_mamba_grid.py"
+    test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(out)], cwd=tmp_path,
+                          capture_output=True, text=True, check=False)
+    assert test.returncode == 1 and "not the Mamba block (992)" in test.stdout, test.stdout[-2000:]
 
 
 def test_every_known_issue_has_a_bisect_target():
