@@ -58,10 +58,12 @@ def user_config(scenario) -> tuple[dict, list[str]]:
 
 
 def folder_for(issue: KnownIssue) -> str:
-    from harness import vllm_style_runner
+    from harness import vllm_style_accepted, vllm_style_runner
 
     if issue.fix_target == vllm_style_runner.TARGET:
         return vllm_style_runner.FOLDER
+    if issue.fix_target in vllm_style_accepted.TARGETS:  # V1's accepted counts (tests/v1/worker)
+        return vllm_style_accepted.FOLDER
     cls = issue.fix_target.split(".")[0]
     if cls not in FOLDERS or issue.runners is not None or issue.engine_only:
         raise BadInput(f"--style vllm: {issue.id} is in {issue.code} code ({issue.fix_target}); only allocator and "
@@ -101,10 +103,12 @@ def emit_vllm_test(artifact: dict, issues: list[KnownIssue]) -> tuple[str, str]:
     issue = issues[0] if len(issues) == 1 else None
     folder = folder_for(issue) if issue else "tests/v1/core"
     if folder != "tests/v1/core":  # a model runner's test (tests/v1/worker)
+        from harness.vllm_style_accepted import TARGETS, emit_accepted_test
         from harness.vllm_style_runner import emit_runner_test
 
-        return emit_runner_test(artifact, issue, _docstring(issue, scenario, artifact["signature"],
-                                                            artifact.get("vllm_version", "?")))
+        emit = emit_accepted_test if issue.fix_target in TARGETS else emit_runner_test
+        return emit(artifact, issue, _docstring(issue, scenario, artifact["signature"],
+                                                artifact.get("vllm_version", "?")))
     for k in issues:
         if folder_for(k) != folder:  # each must be allocator or split code
             raise BadInput(f"--style vllm: {k.id}'s code is tested in {folder_for(k)}, not with allocator issues")
