@@ -67,8 +67,8 @@ def folder_for(issue: KnownIssue) -> str:
     cls = issue.fix_target.split(".")[0]
     if cls not in FOLDERS or issue.runners is not None or issue.engine_only:
         raise BadInput(f"--style vllm: {issue.id} is in {issue.code} code ({issue.fix_target}); only allocator and "
-                       "Scheduler-split issues (tests/v1/core) and the V2 runner's batch order (tests/v1/worker) "
-                       "replay as a vLLM unit test so far")
+                       "Scheduler-split issues (tests/v1/core), the V2 runner's batch order and V1's accepted counts "
+                       "(tests/v1/worker) replay as a vLLM unit test so far")
     return FOLDERS[cls]
 
 

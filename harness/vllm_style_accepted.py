@@ -1,8 +1,9 @@
 """`regression --style vllm` for V1's accepted-token bookkeeping: the steps of a finding, replayed on vLLM's V1 runner.
 
 Known issues v1-readd-resets-num-accepted and v1-async-accepted-copy-race live in the V1 `GPUModelRunner` (0.27-0.33):
-the accepted counts a step's rows read (`num_accepted_tokens`, filled by `_prepare_inputs` from
-`input_batch.num_accepted_tokens_cpu`) after `_update_states` moved the persistent batch's rows. The emitted test
+the accepted counts a step's rows read (`input_batch.num_accepted_tokens_cpu` once `_prepare_inputs` synced it;
+preprocess_mamba and the Mamba kernels read it, gpu_model_runner.py:4057-4076 in 0.33.0) after `_update_states`
+moved the persistent batch's rows. The emitted test
 drives vLLM's own `_update_states` and `_prepare_inputs` on a runner stub (`GPUModelRunner.__new__`, as
 tests/v1/worker/test_gpu_model_runner.py does) holding a real `InputBatch` on CPU (as test_gpu_input_batch.py
 builds it), step by step with the scheduler outputs of the finding's run. Between steps it puts back what the
@@ -81,7 +82,7 @@ def _runner_stub() -> GPUModelRunner:
         max_num_blocks_per_req=[-(-MAX_MODEL_LEN // b) for b in BLOCK_SIZES],
         num_spec_tokens=NUM_SPEC_TOKENS,
     )
-    # Slot mapping is a Triton kernel with no CPU path; the accepted counts do not read it.
+    # Slot mapping is a Triton kernel (no CPU path); the accepted counts ignore it.
     runner.input_batch.block_table.compute_slot_mapping = lambda *args: None
     runner.requests = {{}}
     runner.num_prompt_logprobs = {{}}
@@ -282,12 +283,11 @@ def _options(artifact: dict):
     return EngineOptions(**{k: v for k, v in engine.items() if k in EngineOptions.__dataclass_fields__})
 
 
-def _literal(value, indent: int = 0) -> str:
-    """`value` as a Python literal, one step or dict entry a line."""
+def _literal(value) -> str:
+    """`value` as a Python literal within vLLM's 88 columns."""
     import pprint
 
-    text = pprint.pformat(value, width=88 - indent, sort_dicts=False, compact=True)
-    return text.replace("\n", "\n" + " " * indent)
+    return pprint.pformat(value, width=88, sort_dicts=False, compact=True)
 
 
 def emit_accepted_test(artifact: dict, issue: KnownIssue, docstring: str) -> tuple[str, str]:
@@ -304,11 +304,11 @@ def emit_accepted_test(artifact: dict, issue: KnownIssue, docstring: str) -> tup
     with patched(RunConfig(fixes=(issue.id,))):
         fixed, _ = record_steps(scenario, options)
     if [s.output for s in stock] != [s.output for s in fixed]:
-        raise BadInput(f"--style vllm: the scheduler outputs differ with {issue.fix} applied; no step to replay")
+        raise BadInput(f"--style vllm: the scheduler outputs differ with {issue.fix_name} applied; no step to replay")
     bad = next((i for i, (s, f) in enumerate(zip(stock, fixed)) if s.read != f.read), None)
     if bad is None:
-        raise BadInput(f"--style vllm: no step of this finding reads an accepted count other than with {issue.fix} "
-                       f"({issue.id}) on vLLM's V1 runner")
+        raise BadInput(f"--style vllm: no step of this finding reads an accepted count other than with "
+                       f"{issue.fix_name} ({issue.id}) on vLLM's V1 runner")
     steps = [{**s.output, "left": s.left, "prev_rows": s.prev_rows} for s in stock[:bad + 1]]
     name = issue.id.replace("-", "_")
     text = TEMPLATE.format(docstring=docstring, name=name, steps=_literal(steps), checked_step=bad,
@@ -316,4 +316,4 @@ def emit_accepted_test(artifact: dict, issue: KnownIssue, docstring: str) -> tup
     return text, f"{FOLDER}/test_hh_{name}.py"
 
 
-__all__ = ["FOLDER", "Step", "TARGETS", "emit_accepted_test", "record_steps"]
+__all__ = ["FOLDER", "TARGETS", "Step", "emit_accepted_test", "record_steps"]
