@@ -15,6 +15,7 @@ runner (engine tier, `--runner v1`). Imports only vLLM, torch and pytest.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 from harness.errors import BadInput
@@ -63,6 +64,7 @@ STEPS = {steps}
 
 CHECKED_STEP = {checked_step}
 # The accepted counts the rows of that step read once its rows have moved.
+{wrong}
 EXPECTED = {expected}
 
 
@@ -311,7 +313,11 @@ def emit_accepted_test(artifact: dict, issue: KnownIssue, docstring: str) -> tup
                        f"{issue.fix_name} ({issue.id}) on vLLM's V1 runner")
     steps = [{**s.output, "left": s.left, "prev_rows": s.prev_rows} for s in stock[:bad + 1]]
     name = issue.id.replace("-", "_")
-    text = TEMPLATE.format(docstring=docstring, name=name, steps=_literal(steps), checked_step=bad,
+    wrong = "; ".join(f"{r} reads {n}, not {fixed[bad].read[r]}" for r, n in stock[bad].read.items()
+                      if n != fixed[bad].read[r])
+    wrong = textwrap.fill(f"On vLLM {artifact.get('vllm_version', '?')} as released: {wrong}.", 80,
+                          initial_indent="# ", subsequent_indent="# ")
+    text = TEMPLATE.format(docstring=docstring, name=name, steps=_literal(steps), checked_step=bad, wrong=wrong,
                            expected=_literal(fixed[bad].read), **settings)
     return text, f"{FOLDER}/test_hh_{name}.py"
 

@@ -36,7 +36,7 @@ def test_the_template_is_a_test_of_vllms_own_runner_methods_importing_only_vllm_
     from harness.vllm_style_accepted import TEMPLATE, _literal
 
     text = TEMPLATE.format(docstring='"""doc"""', name="v1_async_accepted_copy_race", steps=_literal([STEP]),
-                           checked_step=0, expected=_literal({"d": 2, "y": 1}), **SETTINGS)
+                           checked_step=0, wrong="# d reads 1, not 2", expected=_literal({"d": 2, "y": 1}), **SETTINGS)
     # the data as literals (vLLM's V1 runner module, gone in 0.34.0, is not imported here)
     values = {node.targets[0].id: ast.literal_eval(node.value) for node in ast.parse(text).body
               if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id.isupper()

@@ -145,8 +145,13 @@ def _copy_layout_fix() -> Mutant:
 
 
 def _v1_gathers_accepted_by_prev_rows() -> bool:
+    """V1's _prepare_inputs gathers the host accepted counts by the previous rows (gpu_model_runner.py:2078-2088 in
+    0.33.0); a tree with upstream/patches/v1-async-accepted-copy-race.patch reads them in place instead."""
+    import inspect
+
     try:
-        return v1_reorders() and hasattr(V1_RUNNER(), "_compute_prev_positions")
+        return (v1_reorders() and hasattr(V1_RUNNER(), "_compute_prev_positions")
+                and "np.where(new_mask, 0, prev_idx)" in inspect.getsource(V1_RUNNER()._prepare_inputs))
     except ImportError:
         return False
 
