@@ -219,6 +219,19 @@ def _budget_below_block() -> bool:
         return True
 
 
+def _v1_readd_resets_accepted() -> bool:
+    """V1's InputBatch.add_request resets every row's accepted count to 1 (gpu_input_batch.py:479 in 0.33.0), a
+    running row added back after an unscheduled step too (known issue v1-readd-resets-num-accepted): a tree with
+    its source patch restores the row's count instead."""
+    import inspect
+
+    if not _has_module("vllm.v1.worker.gpu_input_batch"):
+        return False
+    from vllm.v1.worker.gpu_input_batch import InputBatch
+
+    return "self.num_accepted_tokens_cpu[req_index] = 1" in inspect.getsource(InputBatch.add_request)
+
+
 def _params(cls) -> frozenset[str]:
     import inspect
 
@@ -229,6 +242,7 @@ def _params(cls) -> frozenset[str]:
 class VllmRelease:
     source: VllmSource
     v1_runner: bool  # v1/worker/gpu_model_runner.py (gone in 0.34.0)
+    v1_readd_resets_accepted: bool  # V1's add_request resets a re-added running row's accepted count (0.33.0 and older)
     v2_runner: bool  # v1/worker/gpu/model_runner.py
     cpu_v2_runner: bool  # v1/worker/cpu/model_runner.py (the V2 design's CPU runner)
     cpu_standalone_runner: bool  # v1/worker/cpu/standalone_model_runner.py (0.34: the no-Triton V2 runner)
@@ -277,6 +291,7 @@ def vllm_release() -> VllmRelease:
     return VllmRelease(
         source=source,
         v1_runner=_has_module("vllm.v1.worker.gpu_model_runner"),
+        v1_readd_resets_accepted=_v1_readd_resets_accepted(),
         v2_runner=_has_module("vllm.v1.worker.gpu.model_runner"),
         cpu_v2_runner=_has_module("vllm.v1.worker.cpu.model_runner"),
         cpu_standalone_runner=_has_module("vllm.v1.worker.cpu.standalone_model_runner"),

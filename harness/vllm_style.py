@@ -80,17 +80,20 @@ def connector_config(hits) -> dict:
 
 
 def folder_for(issue: KnownIssue) -> str:
-    from harness import vllm_style_runner
+    from harness import vllm_style_accepted, vllm_style_runner
 
     if issue.fix_target == vllm_style_runner.TARGET:
         return vllm_style_runner.FOLDER
     if issue.fix_name == vllm_style_split_grid.FIX:  # engine-only, yet its split runs on a stub (no engine needed)
         return vllm_style_split_grid.FOLDER
+    if issue.fix_target in vllm_style_accepted.TARGETS:  # V1's accepted counts (tests/v1/worker)
+        return vllm_style_accepted.FOLDER
     cls = issue.fix_target.split(".")[0]
     if cls not in FOLDERS or issue.runners is not None or issue.engine_only:
         raise BadInput(f"--style vllm: {issue.id} is in {issue.code} code ({issue.fix_target}); only allocator and "
-                       "Scheduler-split issues (tests/v1/core) and the V2 runner's batch order (tests/v1/worker) "
-                       "replay as a vLLM unit test so far (and the split's grid under extract_hidden_states)")
+                       "Scheduler-split issues (tests/v1/core, the split's grid under extract_hidden_states included), "
+                       "the V2 runner's batch order and V1's accepted counts (tests/v1/worker) replay as a vLLM unit "
+                       "test so far")
     return FOLDERS[cls]
 
 
@@ -128,9 +131,11 @@ def emit_vllm_test(artifact: dict, issues: list[KnownIssue]) -> tuple[str, str]:
     if issue and issue.fix_name == vllm_style_split_grid.FIX:  # the engine core's grid, then the split on it
         return vllm_style_split_grid.emit_split_grid_test(artifact, issue, docstring)
     if folder != "tests/v1/core":  # a model runner's test (tests/v1/worker)
+        from harness.vllm_style_accepted import TARGETS, emit_accepted_test
         from harness.vllm_style_runner import emit_runner_test
 
-        return emit_runner_test(artifact, issue, docstring)
+        emit = emit_accepted_test if issue.fix_target in TARGETS else emit_runner_test
+        return emit(artifact, issue, docstring)
     for k in issues:
         if folder_for(k) != folder or k.fix_name == vllm_style_split_grid.FIX:  # each must be allocator or split code
             raise BadInput(f"--style vllm: {k.id}'s test is not an allocator replay; emit it from a finding of it "

@@ -206,9 +206,10 @@ class WorkerShadow:
     def readded_num_accepted(self, request: str, kind: str) -> int:
         """num_accepted of a row (re-)added to the persistent batch: V1's add_request resets it to 1 for every
         row (gpu_input_batch.py:479), a running row re-added after a skipped step too (known issue
-        v1-readd-resets-num-accepted; its fix patches this method). A release without the V1 runner (0.34+) has
-        no such reset: its runner keeps the count per request slot (V2, model_states/mamba_hybrid.py:112-115)."""
-        if kind == "RUNNING" and not _ships_v1_runner():
+        v1-readd-resets-num-accepted; its fix patches this method). A release without the V1 runner (0.34+), or a
+        tree with the issue's source patch, has no such reset: it keeps the count (V2 per request slot,
+        model_states/mamba_hybrid.py:112-115)."""
+        if kind == "RUNNING" and not _v1_readd_resets_accepted():
             return self.num_accepted.get(request, 1)
         return 1
 
@@ -340,7 +341,7 @@ class WorkerShadow:
                 self._shift_copy(column_block(row, dest), conv_src, ssm_src, bias)
 
 
-def _ships_v1_runner() -> bool:
+def _v1_readd_resets_accepted() -> bool:
     from harness.release import vllm_release
 
-    return vllm_release().v1_runner
+    return vllm_release().v1_readd_resets_accepted

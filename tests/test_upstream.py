@@ -178,8 +178,9 @@ def test_vllm_style_places_allocator_and_v2_batch_order_tests_and_refuses_other_
 
     assert folder_for(known_issue_by_id("checkpoint-midblock-start")) == "tests/v1/core"
     assert folder_for(known_issue_by_id("v2-draftless-decode-after-prefill")) == "tests/v1/worker"
+    assert folder_for(known_issue_by_id("v1-readd-resets-num-accepted")) == "tests/v1/worker"  # accepted counts
     with pytest.raises(BadInput, match="v1"):
-        folder_for(known_issue_by_id("v1-readd-resets-num-accepted"))
+        folder_for(known_issue_by_id("v1-draftless-step-drops-accepted-offset"))
 
 
 def test_a_decode_behind_a_prompt_chunk_without_drafts_is_the_batch_a_runner_test_keeps():

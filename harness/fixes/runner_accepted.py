@@ -7,12 +7,13 @@ from harness.mutants.base import Mutant, bound_arguments, method_wrapped, wrap_m
 from harness.patches import undo_all
 
 
-def _ships_v1_runner() -> bool:
+def _v1_readd_resets_accepted() -> bool:
     """The reset is V1's InputBatch.add_request (gpu_input_batch.py:479 in 0.33.0): gone with the V1 runner in
-    0.34.0, whose worker shadow then keeps the count as V2 does (harness/worker.py)."""
+    0.34.0 (and from a 0.33.0 tree with upstream/patches/v1-readd-resets-num-accepted.patch), where the worker
+    shadow keeps the count as V2 does (harness/worker.py)."""
     from harness.release import vllm_release
 
-    return vllm_release().v1_runner
+    return vllm_release().v1_readd_resets_accepted
 
 
 # -- fix: V1 re-add keeps num_accepted for running rows (as V2 does, model_states/mamba_hybrid.py:112-115) --
@@ -144,8 +145,13 @@ def _copy_layout_fix() -> Mutant:
 
 
 def _v1_gathers_accepted_by_prev_rows() -> bool:
+    """V1's _prepare_inputs gathers the host accepted counts by the previous rows (gpu_model_runner.py:2078-2088 in
+    0.33.0); a tree with upstream/patches/v1-async-accepted-copy-race.patch reads them in place instead."""
+    import inspect
+
     try:
-        return v1_reorders() and hasattr(V1_RUNNER(), "_compute_prev_positions")
+        return (v1_reorders() and hasattr(V1_RUNNER(), "_compute_prev_positions")
+                and "np.where(new_mask, 0, prev_idx)" in inspect.getsource(V1_RUNNER()._prepare_inputs))
     except ImportError:
         return False
 
@@ -242,7 +248,7 @@ FIXES = (
     Fix(_gdn_draftless_fix(), "GPUModelRunner._build_attention_metadata + GDNAttentionMetadataBuilder.build",
         _gdn_without_zero_draft_rows),  # gdn-draftless-decode-first-column
     Fix(_keep_accepted_fix(), "InputBatch (V1 re-add) + WorkerShadow.readded_num_accepted",
-        _ships_v1_runner),  # v1-readd-resets-num-accepted
+        _v1_readd_resets_accepted),  # v1-readd-resets-num-accepted
     Fix(_copy_layout_fix(), "GPUModelRunner._update_states + GPUModelRunner._prepare_inputs",
         _v1_gathers_accepted_by_prev_rows),  # v1-async-accepted-copy-race
 )
