@@ -133,6 +133,9 @@ def test_every_patch_names_an_open_issue_and_its_fix():
         issue = known_issue_by_id(p.stem)  # StopIteration for a patch of no known issue
         text = p.read_text()
         assert issue.fix_name in text and "\n--- a/vllm/" in text and "\n+++ b/vllm/" in text
+        # one that also changes vLLM's tests says which and why, in the bug report (the issue's patch_note)
+        for test_file in {line[6:].strip() for line in text.splitlines() if line.startswith("+++ b/tests/")}:
+            assert test_file in issue.patch_note, (p, test_file)
 
 
 @pytest.mark.slow
