@@ -282,7 +282,7 @@ def patch_section(issue: KnownIssue | None, patch_path, patch_version: str | Non
             "patched tree: `python tools/upstream.py suite` (tests/v1/core, tests/v1/kv_connector/unit) and "
             f"`python tools/upstream.py test {issue.id} --vllm X` (for a runner's patch also vLLM's tests/v1/worker "
             "tests of the modules it changes)):", "", "```diff", patch_path.read_text().split("\n\n", 1)[1].rstrip(),
-            "```"]
+            "```"] + (["", issue.patch_note] if issue.patch_note else [])
 
 
 def _results(name: str) -> dict:
@@ -384,7 +384,8 @@ def render(artifact: dict, issue: KnownIssue | None, test_text: str | None, test
                f"actual {f['actual']} ({f['detail'].splitlines()[0] if f.get('detail') else ''})"]
     if patch:
         md += ["", "Where vLLM and the fixed code part (the lines the suggested patch changes): "
-               + ", ".join(f"`{x}`" for x in patched_lines(patch)) + f" (vLLM {artifact.get('vllm_version')})."]
+               + ", ".join(f"`{x}`" for x in patched_lines(patch) if x.startswith("vllm/"))  # not vLLM's tests
+               + f" (vLLM {artifact.get('vllm_version')})."]
     md += ["", "### Regression range", "", rng, "", "### Suggested patch", "",
            *patch_section(issue, patch_path, patch_version)]
     md += ["", "### Regression test for vLLM's tree", "", *test_section(issue, test_text, test_note)]

@@ -37,6 +37,9 @@ class KnownIssue:
     # the first release without the bug (None: open in the newest tested release); on a release or tree at or
     # past it, the bug showing again is a regression, never filed KNOWN (`regressed_for`)
     fixed_in: tuple | None = None
+    # what the suggested patch (upstream/patches/) changes besides vLLM's code, and why: e.g. a vLLM test that
+    # pinned the bug (shown in the bug report's Suggested patch section)
+    patch_note: str = ""
 
     @property
     def fix(self):
@@ -116,7 +119,8 @@ def load(path: Path = DATA) -> tuple[KnownIssue, ...]:
                 repro_from=_version(entry.get("repro_from", "0.26.0"), where, "repro_from"),
                 runners=tuple(runners) if runners is not None else None,
                 engine_only=bool(entry.get("engine_only", False)),
-                fixed_in=_version(entry["fixed_in"], where, "fixed_in") if "fixed_in" in entry else None))
+                fixed_in=_version(entry["fixed_in"], where, "fixed_in") if "fixed_in" in entry else None,
+                patch_note=entry.get("patch_note", "")))
         except KeyError as exc:
             raise BadInput(f"{where}: missing {exc.args[0]!r}") from None
     ids = [k.id for k in issues]

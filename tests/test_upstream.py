@@ -3,6 +3,7 @@ the source patches and the bug report. No network: tests that need a fetched tre
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -17,6 +18,9 @@ from harness.known_issues import KNOWN_ISSUES, ROOT, known_issue_by_id
 from harness.vllm_trees import RELEASES, has_tree, parse_releases, tree_path
 
 PATCHES = sorted((ROOT / "upstream" / "patches").glob("**/*.patch"))
+_spec = importlib.util.spec_from_file_location("upstream", ROOT / "tools" / "upstream.py")
+upstream = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(upstream)
 
 
 def test_releases_parse_ranges_lists_and_refuse_garbage():
@@ -129,18 +133,91 @@ def test_every_patch_names_an_open_issue_and_its_fix():
         issue = known_issue_by_id(p.stem)  # StopIteration for a patch of no known issue
         text = p.read_text()
         assert issue.fix_name in text and "\n--- a/vllm/" in text and "\n+++ b/vllm/" in text
+        # one that also changes vLLM's tests says which and why, in the bug report (the issue's patch_note)
+        for test_file in {line[6:].strip() for line in text.splitlines() if line.startswith("+++ b/tests/")}:
+            assert test_file in issue.patch_note, (p, test_file)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("patch", PATCHES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_patch_applies_cleanly_to_the_tree_it_was_made_on(patch, tmp_path):
+    """Its vllm/ hunks to the release's tree, its tests/ hunks (where it has some) to the release's sdist tests."""
     version = patch.parent.name if patch.parent.name[0].isdigit() else "0.33.0"
     tree = tree_path(version)
     if not has_tree(version):
         pytest.skip(f"vLLM {version}'s unpacked wheel is not cached at {tree} (python tools/upstream.py patch fills it)")
-    out = subprocess.run(["patch", "-p1", "--dry-run", "-d", str(tree), "-i", str(patch)], capture_output=True,
+    parts = upstream.patch_parts(patch.stem, version)
+    out = subprocess.run(["patch", "-p1", "--dry-run", "-d", str(tree)], input=parts["vllm"], capture_output=True,
                          text=True)
     assert out.returncode == 0 and "offset" not in out.stdout and "fuzz" not in out.stdout.lower(), out.stdout
+    sdist_tests = upstream.SDIST_CACHE / "vllm-tests" / version
+    if "tests" in parts and not (sdist_tests / "tests").is_dir():
+        pytest.skip(f"vLLM {version}'s sdist tests are not extracted at {sdist_tests}")
+    if "tests" in parts:
+        upstream.patched_tests(sdist_tests, version, [patch.stem], tmp_path / "tests")  # BadInput unless clean
+
+
+# a patch of the shape upstream/patches/ may hold: a fix under vllm/ and the vLLM test that pinned the bug
+FIX_AND_TEST = """note for vLLM's maintainers
+
+--- a/vllm/core.py
++++ b/vllm/core.py
+@@ -1,2 +1,2 @@
+ x = 1
+-y = 2
++y = 3
+--- a/tests/test_core.py
++++ b/tests/test_core.py
+@@ -1,2 +1,2 @@
+ def test_y():
+-    assert y == 2
++    assert y == 3
+"""
+
+
+def _fake_release(tmp_path, monkeypatch, patch_text: str) -> tuple[Path, Path]:
+    """A stock tree and sdist tests of one file each, the issue's patch `patch_text`: (tree, tests)."""
+    tree, tests = tmp_path / "tree", tmp_path / "sdist"
+    (tree / "vllm").mkdir(parents=True)
+    (tree / "vllm" / "core.py").write_text("x = 1\ny = 2\n")
+    (tree / ".complete").write_text("vllm-0.0.0.whl\n")
+    (tests / "tests").mkdir(parents=True)
+    (tests / "tests" / "test_core.py").write_text("def test_y():\n    assert y == 2\n")
+    (tmp_path / "patches").mkdir()
+    (tmp_path / "patches" / "some-issue.patch").write_text(patch_text)
+    monkeypatch.setattr(upstream, "PATCHES", tmp_path / "patches")
+    monkeypatch.setattr(upstream, "PATCHED", tmp_path / "patched")
+    monkeypatch.setattr(upstream, "fetch_tree", lambda version: tree)
+    return tree, tests
+
+
+def test_a_patch_with_test_hunks_patches_the_tree_and_a_copy_of_vllms_tests_apart(tmp_path, monkeypatch):
+    tree, tests = _fake_release(tmp_path, monkeypatch, FIX_AND_TEST)
+    assert sorted(upstream.patch_parts("some-issue", "0.33.0")) == ["tests", "vllm"]
+    patched = upstream.patched_tree("0.33.0", ["some-issue"])
+    assert (patched / "vllm" / "core.py").read_text() == "x = 1\ny = 3\n" and not (patched / "tests").exists()
+    # the stock tree and its marker untouched (the copy is hard-linked)
+    assert (tree / "vllm" / "core.py").read_text() == "x = 1\ny = 2\n"
+    assert (tree / ".complete").read_text() == "vllm-0.0.0.whl\n"
+    copy = upstream.patched_tests(tests, "0.33.0", ["some-issue"], tmp_path / "tests-patched")
+    assert (copy / "tests" / "test_core.py").read_text().endswith("assert y == 3\n")
+    assert (tests / "tests" / "test_core.py").read_text().endswith("assert y == 2\n")  # the stock run's tests
+    # a patch of vllm/ alone runs vLLM's tests as shipped
+    (tmp_path / "patches" / "some-issue.patch").write_text(FIX_AND_TEST.split("--- a/tests/")[0])
+    assert upstream.patched_tests(tests, "0.33.0", ["some-issue"], tmp_path / "unused") == tests
+    # the same vllm/ hunks keep the patched tree; changed ones rebuild it
+    assert upstream.patched_tree("0.33.0", ["some-issue"]) == patched
+    (tmp_path / "patches" / "some-issue.patch").write_text(FIX_AND_TEST.replace("+y = 3", "+y = 5"))
+    assert (upstream.patched_tree("0.33.0", ["some-issue"]) / "vllm" / "core.py").read_text() == "x = 1\ny = 5\n"
+
+
+@pytest.mark.parametrize("bad", [FIX_AND_TEST.replace("assert y == 2", "assert y == 4"),  # does not apply
+                                 FIX_AND_TEST.replace("tests/test_core.py", "docs/core.md")])  # nowhere to place it
+def test_a_test_hunk_that_does_not_apply_cleanly_or_a_file_outside_vllm_and_tests_is_bad_input(bad, tmp_path,
+                                                                                                monkeypatch):
+    _, tests = _fake_release(tmp_path, monkeypatch, bad)
+    with pytest.raises(BadInput, match="some-issue.patch"):
+        upstream.patched_tests(tests, "0.33.0", ["some-issue"], tmp_path / "tests-patched")
 
 
 def _vllm_style_test(issue_id: str, tmp_path, *tier: str) -> tuple[Path, str]:

@@ -12,13 +12,16 @@
         test upstream/tests/ISSUE.py instead of the emitted one (what the bug report shows first).
 
 Trees: artifacts/cache/vllm-trees/X (harness/vllm_trees.py), patched copies in artifacts/cache/vllm-patched/X/ISSUE
-(hard links, then `patch -p1`: patch writes new files, so the stock tree is untouched). Every vLLM process here is
-the default venv's python with the tree first on PYTHONPATH. Exit 0 as expected, 1 not as expected, 2 bad input.
+(hard links, then `patch -p1`: patch writes new files, so the stock tree is untouched). A patch may also change
+vLLM's own tests (hunks under tests/, where a test pinned the bug): those go to a copy of the sdist's test tree that
+runs for the patched tree only; the stock tree runs the unpatched tests. Every vLLM process here is the default
+venv's python with the tree first on PYTHONPATH. Exit 0 as expected, 1 not as expected, 2 bad input.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -50,23 +53,72 @@ def patch_file(issue: str, version: str = "0.33.0") -> Path:
     return path
 
 
+PATCHED_TOPS = ("vllm", "tests")  # what a patch may change: vLLM's package (the tree) and vLLM's own tests
+
+
+def patch_parts(issue: str, version: str) -> dict[str, str]:
+    """The issue's patch split by the top folder its files sit in: {"vllm": hunks, "tests": hunks}, each a patch of
+    its own (the note above the first file dropped). A file elsewhere is bad input."""
+    parts: dict[str, list[str]] = {}
+    lines, top = patch_file(issue, version).read_text().splitlines(keepends=True), None
+    for i, line in enumerate(lines):
+        if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ b/"):
+            top = lines[i + 1][6:].split("/", 1)[0]
+            if top not in PATCHED_TOPS:
+                raise BadInput(f"{issue}.patch changes {lines[i + 1][6:].strip()}: only vllm/ and tests/ are placed")
+        if top:
+            parts.setdefault(top, []).append(line)
+    return {top: "".join(hunks) for top, hunks in parts.items()}
+
+
+def apply_hunks(dest: Path, issue: str, version: str, top: str) -> None:
+    """Apply the issue's hunks under `top` in `dest` (`patch -p1`); BadInput unless they apply cleanly."""
+    hunks = patch_parts(issue, version).get(top)
+    if not hunks:
+        return
+    out = subprocess.run(["patch", "-p1", "--no-backup-if-mismatch"], input=hunks, cwd=dest, capture_output=True,
+                         text=True)
+    if out.returncode or "offset" in out.stdout or "fuzz" in out.stdout.lower():
+        raise BadInput(f"{issue}.patch does not apply cleanly to vLLM {version}'s {top}/: {out.stdout.strip()} "
+                       f"{out.stderr.strip()}")
+
+
 def patched_tree(version: str, issues: list[str]) -> Path:
-    """A copy of vLLM `version`'s tree with the issues' patches applied (`patch -p1`, must apply cleanly)."""
+    """A copy of vLLM `version`'s tree with the issues' vllm/ hunks applied (`patch -p1`, must apply cleanly). The
+    copy is kept while its marker names the same hunks (a changed patch rebuilds it)."""
     stock = fetch_tree(version)
     dest = PATCHED / version / "+".join(issues)
-    if (dest / ".complete").exists():
+    stamp = hashlib.sha256("".join(patch_parts(i, version).get("vllm", "") for i in issues).encode()).hexdigest()
+    marker = dest / ".complete"
+    if marker.exists() and marker.read_text().split()[-1:] == [stamp]:
         return dest
     shutil.rmtree(dest, ignore_errors=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["cp", "-al", str(stock), str(dest)], check=True)
+    # the stock tree's own marker came along as a hard link: unlinked, so that neither it is rewritten nor an
+    # interrupted copy counts as patched
+    marker.unlink(missing_ok=True)
+    try:
+        for issue in issues:
+            apply_hunks(dest, issue, version, "vllm")
+    except BadInput:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+    marker.write_text("\n".join(issues) + f"\n{stamp}\n")
+    return dest
+
+
+def patched_tests(tests: Path, version: str, issues: list[str], dest: Path) -> Path:
+    """vLLM's test tree `tests` for the tree with these issues' patches: `tests` itself where no patch changes
+    tests/, else `dest` (a copy of it, or `tests` itself when the same) with the patches' tests/ hunks applied
+    (must apply cleanly)."""
+    if not any("tests" in patch_parts(issue, version) for issue in issues):
+        return tests
+    if dest != tests:
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(tests, dest)
     for issue in issues:
-        out = subprocess.run(["patch", "-p1", "--no-backup-if-mismatch", "-i", str(patch_file(issue, version))], cwd=dest,
-                             capture_output=True, text=True)
-        if out.returncode or "offset" in out.stdout or "fuzz" in out.stdout.lower():
-            shutil.rmtree(dest, ignore_errors=True)
-            raise BadInput(f"{issue}.patch does not apply cleanly to vLLM {version}: {out.stdout.strip()} "
-                           f"{out.stderr.strip()}")
-    (dest / ".complete").write_text("\n".join(issues) + "\n")
+        apply_hunks(dest, issue, version, "tests")
     return dest
 
 
@@ -78,9 +130,9 @@ def test_tree(version: str) -> Path:
 
 
 def patched_modules(patch: Path) -> list[str]:
-    """The modules a patch changes (`vllm.v1.worker.gpu.model_runner`)."""
+    """The vLLM modules a patch changes (`vllm.v1.worker.gpu.model_runner`), not the tests it changes."""
     return [line[6:].strip().removesuffix(".py").replace("/", ".")
-            for line in patch.read_text().splitlines() if line.startswith("+++ b/")]
+            for line in patch.read_text().splitlines() if line.startswith("+++ b/vllm/")]
 
 
 def folder_from_sdist(version: str, folder: str, tests: Path, importing: list[str] = ()) -> list[str]:
@@ -145,13 +197,19 @@ def cmd_suite(args) -> int:
     import peer_tests
 
     tests = test_tree(args.vllm)
-    logs = CACHE / "upstream-logs" / args.vllm
+    # a folder of this run's own: two suites of one release at once would overwrite each other's pytest reports
+    (CACHE / "upstream-logs").mkdir(parents=True, exist_ok=True)
+    logs = Path(tempfile.mkdtemp(prefix=f"{args.vllm}-", dir=CACHE / "upstream-logs"))
     folder = PATCHES / args.vllm if (PATCHES / args.vllm).is_dir() else PATCHES
     issues = args.issues or sorted(p.stem for p in folder.glob("*.patch"))
     trees = {"stock": fetch_tree(args.vllm)}
     sets = [[i] for i in issues] + ([issues] if len(issues) > 1 and args.together else [])
     trees.update(("+".join(s), patched_tree(args.vllm, s)) for s in sets)
-    rows = {name: pytest_run(tests, tree, list(peer_tests.SELECTED), logs / f"{name}.log")
+    # the stock tree runs vLLM's tests as shipped; a patched one, with its patches' tests/ hunks
+    copies = Path(tempfile.mkdtemp(prefix="hh-upstream-tests-"))
+    test_dirs = {"stock": tests, **{"+".join(s): patched_tests(tests, args.vllm, s, copies / "+".join(s))
+                                    for s in sets}}
+    rows = {name: pytest_run(test_dirs[name], tree, list(peer_tests.SELECTED), logs / f"{name}.log")
             for name, tree in trees.items()}
     stock_failed = set(rows["stock"]["failures"])
     lines = [f"vLLM {args.vllm}'s peer suite ({', '.join(peer_tests.SELECTED)}), stock tree vs patched tree. A test "
@@ -161,12 +219,13 @@ def cmd_suite(args) -> int:
     bad = False
     for name, r in rows.items():
         new = sorted(set(r["failures"]) - stock_failed)
-        r["flaky"] = [n for n in new if not pytest_run(tests, trees[name], [n], logs / f"{name}.rerun.log")["exit"]]
+        r["flaky"] = [n for n in new
+                      if not pytest_run(test_dirs[name], trees[name], [n], logs / f"{name}.rerun.log")["exit"]]
         bad |= len(new) > len(r["flaky"])
         lines.append(f"| {name} | {r['passed']} | {r['failed']} | {r['errors']} | {r['skipped']} | "
                      + (", ".join(f"`{n}`" + (" (flaky: passes alone)" if n in r["flaky"] else "") for n in new)
                         or "none") + " |")
-    print("\n".join(lines))
+    print("\n".join(lines) + f"\n(logs in {logs})")
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")
         Path(args.out).with_suffix(".json").write_text(json.dumps(
@@ -226,6 +285,8 @@ def cmd_test(args) -> int:
         tests = work / f"tests-{label}"
         shutil.copytree(test_tree(version), tests)
         own = folder_from_sdist(version, str(Path(place).parent), tests, importing)
+        if label == "fixed" and not args.fixed_in:  # the patch's own changes to vLLM's tests, if any
+            patched_tests(tests, version, [args.issue], tests)
         (tests / place).write_text(test_file.read_text())
         results[label] = pytest_run(tests, tree, [place], work / f"{label}.log")
         if own:
