@@ -10,12 +10,16 @@
         for a test outside the extracted tree (a model runner's, tests/v1/worker), runs vLLM's own tests there that
         import a module the patch changes, stock and patched: the patch adds no failure. --hand: the hand-sized
         test upstream/tests/ISSUE.py instead of the emitted one (what the bug report shows first).
+    python tools/upstream.py tests [ISSUE ...] [--vllm X] [--fixed-in Y] [--jobs N] [--out F.md]
+        `test` for every known issue open on X (bisect --known's results), each test it has (emitted, hand-sized):
+        a table and its JSON records (bench/results/upstream_tests_X.md, read by the bug reports)
 
 Trees: artifacts/cache/vllm-trees/X (harness/vllm_trees.py), patched copies in artifacts/cache/vllm-patched/X/ISSUE
 (hard links, then `patch -p1`: patch writes new files, so the stock tree is untouched). A patch may also change
 vLLM's own tests (hunks under tests/, where a test pinned the bug): those go to a copy of the sdist's test tree that
-runs for the patched tree only; the stock tree runs the unpatched tests. Every vLLM process here is the default
-venv's python with the tree first on PYTHONPATH. Exit 0 as expected, 1 not as expected, 2 bad input.
+runs for the patched tree only; the stock tree runs the unpatched tests. Every vLLM process here is one python
+(`.venv-0.33.0`'s where built, else this one: its packages, not its vLLM) with the tree first on PYTHONPATH.
+Exit 0 as expected, 1 not as expected, 2 bad input.
 """
 
 from __future__ import annotations
@@ -256,21 +260,34 @@ def finding_for(issue: str, tree: Path, work: Path) -> Path:
     return found[-1]
 
 
-def cmd_test(args) -> int:
-    stock = fetch_tree(args.vllm)
-    fixed_tree = fetch_tree(args.fixed_in) if args.fixed_in else patched_tree(args.vllm, [args.issue])
-    fixed_label = f"vLLM {args.fixed_in}" if args.fixed_in else f"vLLM {args.vllm} + {args.issue}.patch"
+def _outcome(run: dict) -> str:
+    """One test's pytest run: fails, passes, or what else happened (an error, nothing collected)."""
+    if run["failed"]:
+        return "fails"
+    if run["passed"] and not run["errors"]:
+        return "passes"
+    return f"does not run (exit {run['exit']}, {run['errors'] or 0} errors)"
+
+
+def check_test(issue: str, version: str, fixed_in: str | None = None, hand: bool = False,
+               keep: str | None = None) -> dict:
+    """The issue's test (the emitted one, or with `hand` the hand-sized one) in vLLM `version`'s own test tree,
+    stock against patched (or against release `fixed_in`); beside a test outside the extracted tree, vLLM's own
+    tests there of the patched modules; then the repro on the patched tree. A record of what happened; `ok` where
+    all is as expected."""
+    stock = fetch_tree(version)
+    fixed_tree = fetch_tree(fixed_in) if fixed_in else patched_tree(version, [issue])
     work = Path(tempfile.mkdtemp(prefix="hh-upstream-"))
-    if args.hand:  # the hand-sized test (upstream/tests/ISSUE.py) instead of the emitted one
+    if hand:  # the hand-sized test (upstream/tests/ISSUE.py) instead of the emitted one
         from harness.known_issues import known_issue_by_id
         from harness.vllm_style import folder_for
 
-        test_file = HAND_TESTS / f"{args.issue}.py"
+        test_file = HAND_TESTS / f"{issue}.py"
         if not test_file.exists():
             raise BadInput(f"no hand-sized test {test_file.relative_to(ROOT)}")
-        place = f"{folder_for(known_issue_by_id(args.issue))}/test_hh_{args.issue.replace('-', '_')}_hand.py"
+        place = f"{folder_for(known_issue_by_id(issue))}/test_hh_{issue.replace('-', '_')}_hand.py"
     else:
-        artifact = finding_for(args.issue, stock, work / "finding")
+        artifact = finding_for(issue, stock, work / "finding")
         test_file = work / "test.py"
         emit = subprocess.run([PY, "-m", "harness", "--vllm", str(stock), "regression", str(artifact), "--style",
                                "vllm", "-o", str(test_file)], cwd=ROOT, capture_output=True, text=True,
@@ -280,38 +297,113 @@ def cmd_test(args) -> int:
         place = emit.stdout.split("its place in vLLM's tree: ", 1)[1].rstrip(")\n")
     results, peers = {}, {}
     # beside a test outside the extracted tree (tests/v1/worker), vLLM's own tests there of the patched modules
-    importing = [] if args.fixed_in else patched_modules(patch_file(args.issue, args.vllm))
-    for label, version, tree in (("stock", args.vllm, stock), ("fixed", args.fixed_in or args.vllm, fixed_tree)):
+    importing = [] if fixed_in else patched_modules(patch_file(issue, version))
+    own: list[str] = []
+    for label, release, tree in (("stock", version, stock), ("fixed", fixed_in or version, fixed_tree)):
         tests = work / f"tests-{label}"
-        shutil.copytree(test_tree(version), tests)
-        own = folder_from_sdist(version, str(Path(place).parent), tests, importing)
-        if label == "fixed" and not args.fixed_in:  # the patch's own changes to vLLM's tests, if any
-            patched_tests(tests, version, [args.issue], tests)
+        shutil.copytree(test_tree(release), tests)
+        own = folder_from_sdist(release, str(Path(place).parent), tests, importing)
+        if label == "fixed" and not fixed_in:  # the patch's own changes to vLLM's tests, if any
+            patched_tests(tests, release, [issue], tests)
         (tests / place).write_text(test_file.read_text())
         results[label] = pytest_run(tests, tree, [place], work / f"{label}.log")
         if own:
             peers[label] = pytest_run(tests, tree, own, work / f"{label}-peers.log")
-    ok = results["stock"]["failed"] == 1 and results["fixed"]["passed"] == 1 and not results["fixed"]["failed"]
-    print(f"{args.issue}: {place} in vLLM {args.vllm}'s own test tree: stock "
-          f"{'FAILS' if results['stock']['failed'] else 'passes'}; {fixed_label}: "
-          f"{'passes' if results['fixed']['passed'] and not results['fixed']['failed'] else 'FAILS'}"
-          f" ({'as expected' if ok else 'NOT AS EXPECTED'}; logs in {work})")
+    record = {"issue": issue, "kind": "hand-sized" if hand else "emitted", "place": place, "version": version,
+              "stock": _outcome(results["stock"]), "fixed": _outcome(results["fixed"]),
+              "fixed_label": f"vLLM {fixed_in}" if fixed_in else f"vLLM {version} + {issue}.patch",
+              "repro_on_patched": None, "peers": None, "logs": str(work)}
+    ok = record["stock"] == "fails" and record["fixed"] == "passes"
     if peers:
         new = sorted(set(peers["fixed"]["failures"]) - set(peers["stock"]["failures"]))
-        print(f"{args.issue}: vLLM's own tests of {', '.join(importing)} there ({', '.join(own)}): stock "
-              f"{peers['stock']['passed']} passed, {peers['stock']['failed']} failed; patched "
-              f"{peers['fixed']['passed']} passed, {peers['fixed']['failed']} failed; new failures: "
-              f"{', '.join(new) or 'none'}")
-        ok &= not new
-    if args.keep:
-        Path(args.keep).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(test_file, args.keep)
-    if not args.fixed_in:  # the repro on the patched tree: clean
-        rep = run_repro(args.issue, fixed_tree, work / "patched")
-        print(f"{args.issue}: repro on the patched tree: exit {rep.returncode} "
-              f"({'clean' if rep.returncode == 0 else 'NOT CLEAN'}) {rep.stdout.strip().splitlines()[-1:]}")
+        record["peers"] = {"modules": importing, "files": own, "new_failures": new,
+                           **{k: {x: peers[k][x] or 0 for x in ("passed", "failed", "errors")} for k in peers}}
+        ok &= not new and (peers["fixed"]["errors"] or 0) <= (peers["stock"]["errors"] or 0)
+    if keep:
+        Path(keep).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(test_file, keep)
+    if not fixed_in:  # the repro on the patched tree: clean
+        rep = run_repro(issue, fixed_tree, work / "patched")
+        record["repro_on_patched"] = "clean" if rep.returncode == 0 else f"NOT CLEAN (exit {rep.returncode})"
         ok &= rep.returncode == 0
-    return 0 if ok else 1
+    record["ok"] = bool(ok)
+    return record
+
+
+def describe(record: dict) -> list[str]:
+    r, peers = record, record["peers"]
+    out = [f"{r['issue']}: {r['kind']} test {r['place']} in vLLM {r['version']}'s own test tree: stock {r['stock']}; "
+           f"{r['fixed_label']}: {r['fixed']} ({'as expected' if r['ok'] else 'NOT AS EXPECTED'}; logs in {r['logs']})"]
+    if peers:
+        out.append(f"{r['issue']}: vLLM's own tests of {', '.join(peers['modules'])} there ({', '.join(peers['files'])})"
+                   f": stock {peers['stock']['passed']} passed, {peers['stock']['failed']} failed, "
+                   f"{peers['stock']['errors']} errors; patched {peers['fixed']['passed']} passed, "
+                   f"{peers['fixed']['failed']} failed, {peers['fixed']['errors']} errors; new failures: "
+                   f"{', '.join(peers['new_failures']) or 'none'}")
+    if r["repro_on_patched"]:
+        out.append(f"{r['issue']}: repro on the patched tree: {r['repro_on_patched']}")
+    return out
+
+
+def cmd_test(args) -> int:
+    record = check_test(args.issue, args.vllm, args.fixed_in, args.hand, args.keep)
+    print("\n".join(describe(record)))
+    return 0 if record["ok"] else 1
+
+
+def cmd_tests(args) -> int:
+    """Every known issue open on the release (bisect --known's results), or those named: each test it has (the
+    emitted one, the hand-sized one where written) stock against patched. A table and its JSON records; exit 0 when
+    every record is as expected."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from harness.bisect import open_in
+    from harness.bug_report import RESULTS
+
+    issues = args.issues or open_in(json.loads(RESULTS.read_text()), args.vllm)
+    if not issues:
+        raise BadInput(f"no known issue is open on vLLM {args.vllm} in {RESULTS.relative_to(ROOT)}")
+
+    def one_issue(issue: str) -> list[dict]:
+        out = []
+        for hand in (False, True) if (HAND_TESTS / f"{issue}.py").exists() else (False,):
+            try:
+                out.append(check_test(issue, args.vllm, args.fixed_in, hand))
+            except BadInput as exc:  # this issue cannot be checked here: a row that says why, not a stop
+                out.append({"issue": issue, "kind": "hand-sized" if hand else "emitted", "version": args.vllm,
+                            "ok": False, "error": str(exc)})
+            print("\n".join(describe(out[-1]) if "error" not in out[-1] else [f"{issue}: {out[-1]['error']}"]),
+                  flush=True)
+        return out
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        records = [r for rs in pool.map(one_issue, issues) for r in rs]
+    fixed = f"vLLM {args.fixed_in}" if args.fixed_in else "the patched tree"
+    lines = [f"Regression tests of the known issues open on vLLM {args.vllm}, each in vLLM {args.vllm}'s own test tree "
+             f"(its sdist's tests, vLLM's conftest), on stock and on {fixed} (`python tools/upstream.py tests "
+             f"--vllm {args.vllm}{' --fixed-in ' + args.fixed_in if args.fixed_in else ''}`). Beside a model runner's "
+             "test, vLLM's own tests of the modules the patch changes, stock and patched; then the repro replayed on "
+             "the patched tree.", "",
+             "| known issue | test | place in vLLM's tree | stock | fixed | vLLM's own tests of the patched modules "
+             "(patched / stock) | repro on the patched tree | as expected |", "|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        if "error" in r:
+            lines.append(f"| `{r['issue']}` | {r['kind']} | cannot run: {r['error']} | | | | | **no** |")
+            continue
+        p = r["peers"]
+        peers = (f"{p['fixed']['passed']} passed, {p['fixed']['failed']} failed / {p['stock']['passed']} passed, "
+                 f"{p['stock']['failed']} failed; new failures: {', '.join(p['new_failures']) or 'none'}" if p
+                 else "(in the peer suite)" if not args.fixed_in else "")
+        lines.append(f"| `{r['issue']}` | {r['kind']} | `{r['place']}` | {r['stock']} | {r['fixed']} "
+                     f"({r['fixed_label']}) | {peers} | {r['repro_on_patched'] or ''} | "
+                     f"{'yes' if r['ok'] else '**no**'} |")
+    print("\n".join(lines))
+    if args.out:
+        Path(args.out).write_text("\n".join(lines) + "\n")
+        Path(args.out).with_suffix(".json").write_text(json.dumps(
+            {"version": args.vllm, "fixed_in": args.fixed_in,
+             "records": [{k: v for k, v in r.items() if k != "logs"} for r in records]}, indent=1) + "\n")
+    return 0 if all(r["ok"] for r in records) else 1
 
 
 def main(argv=None) -> int:
@@ -328,11 +420,16 @@ def main(argv=None) -> int:
     t.add_argument("--fixed-in", help="the release that fixed it (instead of the patch)")
     t.add_argument("--keep", help="also copy the emitted test here")
     t.add_argument("--hand", action="store_true", help="run the hand-sized test upstream/tests/ISSUE.py instead")
-    for q in (p, s, t):
+    m = sub.add_parser("tests")
+    m.add_argument("issues", nargs="*", help="default: every known issue open on the release")
+    m.add_argument("--fixed-in", help="the release that fixed them (instead of their patches)")
+    m.add_argument("--jobs", type=int, default=1, help="issues checked at once")
+    m.add_argument("--out", help="write the table here, and its records beside it as JSON")
+    for q in (p, s, t, m):
         q.add_argument("--vllm", default="0.33.0", help="the release whose tree and tests are used")
     args = parser.parse_args(argv)
     try:
-        return {"patch": cmd_patch, "suite": cmd_suite, "test": cmd_test}[args.cmd](args)
+        return {"patch": cmd_patch, "suite": cmd_suite, "test": cmd_test, "tests": cmd_tests}[args.cmd](args)
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
