@@ -108,7 +108,13 @@ if part upstream; then
   # downloaded once into artifacts/cache/), then one bug report per known issue open in the newest release
   # (`bisect --known` exits 1 where a release's known check disagrees: still a result, marked (!) in the table)
   "$PY" -m harness bisect --known --jobs 2 -o $R/known_releases.md || [[ $? == 1 ]]
-  "$PY" -m harness report-bug --open -o docs/upstream
-  "$PY" tools/upstream.py suite --out $R/upstream_peer_suite.md || [[ $? == 1 ]]
+  # vLLM's peer suite on every patched tree beside stock, then each open issue's tests stock against patched (and
+  # the seed bug's on the release that shipped it against the one that fixed it); the reports read both
+  "$PY" tools/upstream.py suite --vllm 0.33.0 --out $R/upstream_peer_suite_0.33.0.md || [[ $? == 1 ]]
   "$PY" tools/upstream.py suite --vllm 0.34.0 --out $R/upstream_peer_suite_0.34.0.md || [[ $? == 1 ]]
+  "$PY" tools/upstream.py tests --vllm 0.33.0 --jobs 2 --out $R/upstream_tests_0.33.0.md || [[ $? == 1 ]]
+  "$PY" tools/upstream.py tests --vllm 0.34.0 --jobs 2 --out $R/upstream_tests_0.34.0.md || [[ $? == 1 ]]
+  "$PY" tools/upstream.py tests seed-external-hit-unmarked --vllm 0.27.1 --fixed-in 0.28.0 \
+    --out $R/upstream_tests_0.27.1.md || [[ $? == 1 ]]
+  "$PY" -m harness report-bug --open -o docs/upstream
 fi

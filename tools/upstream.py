@@ -215,6 +215,11 @@ def cmd_suite(args) -> int:
                                     for s in sets}}
     rows = {name: pytest_run(test_dirs[name], tree, list(peer_tests.SELECTED), logs / f"{name}.log")
             for name, tree in trees.items()}
+    kept = Path(args.out).with_suffix(".json") if args.out and args.update else None
+    if kept and kept.exists():  # the other patches' rows of an earlier run stay (beside this run's stock)
+        earlier = json.loads(kept.read_text())
+        rows.update((k, {**v, "kept": True}) for k, v in earlier.items() if k not in rows)
+    rows = {k: rows[k] for k in ["stock", *sorted(set(rows) - {"stock"})]}
     stock_failed = set(rows["stock"]["failures"])
     lines = [f"vLLM {args.vllm}'s peer suite ({', '.join(peer_tests.SELECTED)}), stock tree vs patched tree. A test "
              "that fails on the patched tree only is run again alone there: one that then passes is marked flaky "
@@ -223,11 +228,13 @@ def cmd_suite(args) -> int:
     bad = False
     for name, r in rows.items():
         new = sorted(set(r["failures"]) - stock_failed)
-        r["flaky"] = [n for n in new
-                      if not pytest_run(test_dirs[name], trees[name], [n], logs / f"{name}.rerun.log")["exit"]]
-        bad |= len(new) > len(r["flaky"])
+        if not r.pop("kept", False):
+            r["flaky"] = [n for n in new
+                          if not pytest_run(test_dirs[name], trees[name], [n], logs / f"{name}.rerun.log")["exit"]]
+        bad |= len(set(new) - set(r.get("flaky", []))) > 0
         lines.append(f"| {name} | {r['passed']} | {r['failed']} | {r['errors']} | {r['skipped']} | "
-                     + (", ".join(f"`{n}`" + (" (flaky: passes alone)" if n in r["flaky"] else "") for n in new)
+                     + (", ".join(f"`{n}`" + (" (flaky: passes alone)" if n in r.get("flaky", []) else "")
+                                  for n in new)
                         or "none") + " |")
     print("\n".join(lines) + f"\n(logs in {logs})")
     if args.out:
@@ -378,6 +385,9 @@ def cmd_tests(args) -> int:
 
     with ThreadPoolExecutor(args.jobs) as pool:
         records = [r for rs in pool.map(one_issue, issues) for r in rs]
+    kept = Path(args.out).with_suffix(".json") if args.out and args.update else None
+    if kept and kept.exists():  # the other issues' records of an earlier run stay, these replace theirs
+        records = [r for r in json.loads(kept.read_text())["records"] if r["issue"] not in issues] + records
     fixed = f"vLLM {args.fixed_in}" if args.fixed_in else "the patched tree"
     lines = [f"Regression tests of the known issues open on vLLM {args.vllm}, each in vLLM {args.vllm}'s own test tree "
              f"(its sdist's tests, vLLM's conftest), on stock and on {fixed} (`python tools/upstream.py tests "
@@ -415,6 +425,7 @@ def main(argv=None) -> int:
     s.add_argument("issues", nargs="*")
     s.add_argument("--together", action="store_true", help="also every patch applied at once")
     s.add_argument("--out")
+    s.add_argument("--update", action="store_true", help="keep --out's rows of the patches not run")
     t = sub.add_parser("test")
     t.add_argument("issue")
     t.add_argument("--fixed-in", help="the release that fixed it (instead of the patch)")
@@ -425,6 +436,7 @@ def main(argv=None) -> int:
     m.add_argument("--fixed-in", help="the release that fixed them (instead of their patches)")
     m.add_argument("--jobs", type=int, default=1, help="issues checked at once")
     m.add_argument("--out", help="write the table here, and its records beside it as JSON")
+    m.add_argument("--update", action="store_true", help="keep --out's records of the issues not named")
     for q in (p, s, t, m):
         q.add_argument("--vllm", default="0.33.0", help="the release whose tree and tests are used")
     args = parser.parse_args(argv)
