@@ -354,3 +354,18 @@ def test_user_configuration_names_a_shipped_connector_and_the_hidden_state_setup
     assert kw["speculative_config"]["draft_model_config"]["hf_config"]["eagle_aux_hidden_state_layer_ids"] == \
         list(range(1, layers + 1))
     assert kw["kv_transfer_config"]["kv_connector"] == "ExampleHiddenStatesConnector"
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+def test_every_issue_open_on_a_release_has_tests_that_fail_on_stock_and_pass_patched(version):
+    """bench/results/upstream_tests_X.json (`tools/upstream.py tests`, what the bug reports cite): every known issue
+    open on X in the known x release table has a test in vLLM X's own tree that fails on stock and passes with its
+    patch, and its repro replays clean on the patched tree."""
+    from harness.bisect import open_in
+
+    records = json.loads((ROOT / f"bench/results/upstream_tests_{version}.json").read_text())["records"]
+    open_ = open_in(json.loads((ROOT / "bench/results/known_releases.json").read_text()), version)
+    assert set(open_) <= {r["issue"] for r in records}, "open issues without a test record"
+    for r in records:
+        assert "error" not in r, r
+        assert (r["stock"], r["fixed"], r["repro_on_patched"], r["ok"]) == ("fails", "passes", "clean", True), r
