@@ -60,12 +60,12 @@ def user_config(scenario) -> tuple[dict, list[str]]:
 def folder_for(issue: KnownIssue) -> str:
     from harness import vllm_style_runner
 
-    if issue.fix_target == vllm_style_runner.TARGET:
+    if issue.fix_target in vllm_style_runner.SHAPES:
         return vllm_style_runner.FOLDER
     cls = issue.fix_target.split(".")[0]
     if cls not in FOLDERS or issue.runners is not None or issue.engine_only:
         raise BadInput(f"--style vllm: {issue.id} is in {issue.code} code ({issue.fix_target}); only allocator and "
-                       "Scheduler-split issues (tests/v1/core) and the V2 runner's batch order (tests/v1/worker) "
+                       "Scheduler-split issues (tests/v1/core) and the runners' batch order (tests/v1/worker) "
                        "replay as a vLLM unit test so far")
     return FOLDERS[cls]
 
