@@ -23,7 +23,7 @@ from typing import Callable
 
 from harness.errors import BadInput
 from harness.known_issues import KnownIssue
-from harness.vllm_style_runner_templates import V1_TEMPLATE, V2_TEMPLATE
+from harness.vllm_style_runner_templates import METADATA_HELPER, V1_TEMPLATE, V2_TEMPLATE
 
 FOLDER = "tests/v1/worker"
 
@@ -52,7 +52,7 @@ class Batch:
         return False
 
     def decode_behind_prompt_chunk(self) -> bool:
-        """V2: a decode row (prompt done) behind a prompt chunk (V2's builder input counts every one prefilling)."""
+        """V2: a decode row (prompt done) behind a prompt chunk of any length (V2 marks each one prefilling)."""
         return self._after_prompt_chunk(lambda row: row[2] >= row[3], 1)
 
     def padded_tail_behind_prompt_chunk(self) -> bool:
@@ -116,12 +116,15 @@ def record_batches(scenario, runner_name: str) -> list[Batch]:
     def drafts_of(so, r):
         return len((so.scheduled_spec_decode_tokens or {}).get(r) or ())
 
-    def v2_batch(so):
-        rs = runner.req_states
-        rows = {r: (n, drafts_of(so, r), int(rs.num_computed_prefill_tokens[rs.req_id_to_index[r]]),
-                    int(rs.prefill_len.np[rs.req_id_to_index[r]])) for r, n in so.num_scheduled_tokens.items()}
-        return lambda out: None if out[0] is None else Batch(worker.step, rows, tuple(out[0].req_ids),
-                                                             runner.decode_query_len)
+    def v2_batch(so):  # read once gathered: a dummy run (no state) names no request the runner holds
+        def gathered(out):
+            if out[0] is None:
+                return None
+            rs = runner.req_states
+            rows = {r: (n, drafts_of(so, r), int(rs.num_computed_prefill_tokens[rs.req_id_to_index[r]]),
+                        int(rs.prefill_len.np[rs.req_id_to_index[r]])) for r, n in so.num_scheduled_tokens.items()}
+            return Batch(worker.step, rows, tuple(out[0].req_ids), runner.decode_query_len)
+        return gathered
 
     def v1_batch(so):
         ib = runner.input_batch
@@ -144,7 +147,8 @@ def render(shape: Shape, batch: Batch, name: str, docstring: str, geometry) -> s
     rows = ", ".join(f'{json.dumps(r)}: {v}' for r, v in batch.rows.items())
     return shape.template.format(docstring=docstring, step=batch.step, rows=rows, name=name,
                                  decode_query_len=batch.decode_query_len, num_spec=batch.decode_query_len - 1,
-                                 block_size=geometry.mamba_block_size, max_model_len=geometry.max_model_len)
+                                 block_size=geometry.mamba_block_size, max_model_len=geometry.max_model_len,
+                                 metadata_helper=METADATA_HELPER)
 
 
 def emit_runner_test(artifact: dict, issue: KnownIssue, docstring: str) -> tuple[str, str]:

@@ -5,6 +5,29 @@ SPDX header, the `cpu_test` mark, a runner stub made with `GPUModelRunner.__new_
 test_gpu_batch_ordering.py builds one), no model and no device. They import only vLLM, torch and pytest.
 """
 
+# the batch's common attention metadata, as both tests build it (placed by str.format: no doubled braces)
+METADATA_HELPER = '''def _metadata(
+    query_lens: torch.Tensor, computed: torch.Tensor, is_prefilling: torch.Tensor
+) -> CommonAttentionMetadata:
+    \"\"\"The runner's common attention metadata for the batch, on the CPU.\"\"\"
+    query_start_loc = torch.zeros(len(query_lens) + 1, dtype=torch.int32)
+    torch.cumsum(query_lens, 0, out=query_start_loc[1:])
+    seq_lens = computed + query_lens
+    return CommonAttentionMetadata(
+        query_start_loc=query_start_loc,
+        query_start_loc_cpu=query_start_loc,
+        seq_lens=seq_lens,
+        seq_lens_cpu_upper_bound=seq_lens,
+        max_seq_len=int(seq_lens.max()),
+        num_reqs=len(query_lens),
+        num_actual_tokens=int(query_lens.sum()),
+        max_query_len=int(query_lens.max()),
+        block_table_tensor=torch.zeros(len(query_lens), 1, dtype=torch.int32),
+        slot_mapping=torch.zeros(int(query_lens.sum()), dtype=torch.int64),
+        is_prefilling=is_prefilling,
+    )
+'''
+
 # V2: the batch gather_batch_req_state orders, split as the Mamba builder does
 V2_TEMPLATE = '''# SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
@@ -26,6 +49,8 @@ pytestmark = pytest.mark.cpu_test
 BATCH = {{{rows}}}
 DECODE_QUERY_LEN = {decode_query_len}  # 1 + num_speculative_tokens
 
+
+{metadata_helper}
 
 def _runner_stub() -> GPUModelRunner:
     """The request state gather_batch_req_state reads; no model, no device."""
@@ -56,22 +81,9 @@ def test_{name}():
 
     # The Mamba metadata builder's split of the gathered batch (mamba_attn.py).
     query_lens = torch.tensor(state.num_scheduled_tokens, dtype=torch.int32)
-    query_start_loc = torch.zeros(len(query_lens) + 1, dtype=torch.int32)
-    torch.cumsum(query_lens, 0, out=query_start_loc[1:])
     computed = torch.tensor(state.num_computed_prefill_tokens_np, dtype=torch.int32)
-    seq_lens = computed + query_lens
-    metadata = CommonAttentionMetadata(
-        query_start_loc=query_start_loc,
-        query_start_loc_cpu=query_start_loc,
-        seq_lens=seq_lens,
-        seq_lens_cpu_upper_bound=seq_lens,
-        max_seq_len=int(seq_lens.max()),
-        num_reqs=len(query_lens),
-        num_actual_tokens=int(query_lens.sum()),
-        max_query_len=int(query_lens.max()),
-        block_table_tensor=torch.zeros(len(query_lens), 1, dtype=torch.int32),
-        slot_mapping=torch.zeros(int(query_lens.sum()), dtype=torch.int64),
-        is_prefilling=torch.from_numpy(state.is_prefilling_np),
+    metadata = _metadata(
+        query_lens, computed, torch.from_numpy(state.is_prefilling_np)
     )
     num_decodes, *_ = split_decodes_and_prefills(
         metadata,
@@ -124,6 +136,8 @@ class _MambaBuilder(BaseMambaAttentionMetadataBuilder[BaseMambaAttentionMetadata
     metadata_cls = BaseMambaAttentionMetadata
 
 
+{metadata_helper}
+
 def _runner_stub() -> GPUModelRunner:
     """What _may_reorder_batch reads: the persistent batch; no model, no device."""
     input_batch = InputBatch(
@@ -164,8 +178,9 @@ def _runner_stub() -> GPUModelRunner:
 
 def _num_decodes(order: list[str]) -> int:
     """The Mamba metadata builder's decode rows of the batch in this order, from
-    the metadata the runner gives it with speculative decoding: is_prefilling
-    and the draft counts (-1: none; 0: a one-token decode), gpu_model_runner.py."""
+    the metadata the runner gives it with speculative decoding: is_prefilling and
+    the draft counts, -1 for none and 0 for a one-token decode
+    (gpu_model_runner.py:2199-2225 and :2327 in vLLM 0.33.0)."""
     rows = [BATCH[req_id] for req_id in order]
     query_lens = torch.tensor([row[0] for row in rows], dtype=torch.int32)
     computed = torch.tensor([row[2] for row in rows], dtype=torch.int32)
@@ -174,23 +189,9 @@ def _num_decodes(order: list[str]) -> int:
         [d if d and n == d + 1 else -1 for n, d, _, _ in rows], dtype=torch.int32
     )
     drafts[(drafts < 0) & (computed >= prompt) & (query_lens == 1)] = 0
-    query_start_loc = torch.zeros(len(rows) + 1, dtype=torch.int32)
-    torch.cumsum(query_lens, 0, out=query_start_loc[1:])
-    seq_lens = computed + query_lens
-    metadata = CommonAttentionMetadata(
-        query_start_loc=query_start_loc,
-        query_start_loc_cpu=query_start_loc,
-        seq_lens=seq_lens,
-        seq_lens_cpu_upper_bound=seq_lens,
-        max_seq_len=int(seq_lens.max()),
-        num_reqs=len(rows),
-        num_actual_tokens=int(query_lens.sum()),
-        max_query_len=int(query_lens.max()),
-        block_table_tensor=torch.zeros(len(rows), 1, dtype=torch.int32),
-        slot_mapping=torch.zeros(int(query_lens.sum()), dtype=torch.int64),
-        is_prefilling=computed < prompt,
-    )
-    # The fields the builder reads; the split precedes what the cache mode changes.
+    metadata = _metadata(query_lens, computed, computed < prompt)
+    # The fields the builder reads; its split (mamba_attn.py:450-456 in 0.33.0)
+    # precedes all that the cache mode changes.
     config = SimpleNamespace(
         cache_config=SimpleNamespace(
             block_size=BLOCK_SIZE,
@@ -251,4 +252,4 @@ def test_{name}():
             )
 '''
 
-__all__ = ["V1_TEMPLATE", "V2_TEMPLATE"]
+__all__ = ["METADATA_HELPER", "V1_TEMPLATE", "V2_TEMPLATE"]
