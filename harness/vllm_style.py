@@ -82,7 +82,7 @@ def connector_config(hits) -> dict:
 def folder_for(issue: KnownIssue) -> str:
     from harness import vllm_style_accepted, vllm_style_runner
 
-    if issue.fix_target == vllm_style_runner.TARGET:
+    if issue.fix_target in vllm_style_runner.SHAPES:
         return vllm_style_runner.FOLDER
     if issue.fix_name == vllm_style_split_grid.FIX:  # engine-only, yet its split runs on a stub (no engine needed)
         return vllm_style_split_grid.FOLDER
@@ -92,7 +92,7 @@ def folder_for(issue: KnownIssue) -> str:
     if cls not in FOLDERS or issue.runners is not None or issue.engine_only:
         raise BadInput(f"--style vllm: {issue.id} is in {issue.code} code ({issue.fix_target}); only allocator and "
                        "Scheduler-split issues (tests/v1/core, the split's grid under extract_hidden_states included), "
-                       "the V2 runner's batch order and V1's accepted counts (tests/v1/worker) replay as a vLLM unit "
+                       "the runners' batch order and V1's accepted counts (tests/v1/worker) replay as a vLLM unit "
                        "test so far")
     return FOLDERS[cls]
 

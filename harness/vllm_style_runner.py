@@ -1,170 +1,168 @@
-"""`regression --style vllm` for a model-runner issue: the batch vLLM's V2 runner orders wrong, as vLLM keeps it.
+"""`regression --style vllm` for a model-runner issue: the batch vLLM's runner orders wrong, as vLLM keeps it.
 
-vLLM tests the V2 runner's batch order on a runner stub, no model and no device: `GPUModelRunner.__new__` with the
-request state `gather_batch_req_state` reads (tests/v1/worker/test_gpu_batch_ordering.py in 0.34.0's sdist). The
-emitted test does the same with the batch of the repro's step where vLLM's order puts a decode behind a prompt
-chunk without drafts (recorded from vLLM's own V2 runner on the engine tier), then splits the gathered batch as
-the Mamba metadata builder does (`split_decodes_and_prefills` with `treat_short_extends_as_decodes=False`,
-mamba_attn.py:449-453 in 0.34.0) and asserts every decode row lands among the decodes. It imports only vLLM,
-torch and pytest (the runner's numpy arrays come from `torch.Tensor.numpy()`).
+vLLM tests a runner's batch order on a runner stub, no model and no device (`GPUModelRunner.__new__`,
+tests/v1/worker/test_gpu_batch_ordering.py). SHAPES maps each fix target in runner code to its test: the runner
+whose order is recorded, the batch of the repro's steps the issue misorders (recorded from vLLM's own runner on the
+engine tier, stock), and the template (harness/vllm_style_runner_templates.py):
+- V2 (`gather_batch_req_state`): the gathered batch, split as the Mamba metadata builder splits it
+  (`split_decodes_and_prefills`, treat_short_extends_as_decodes=False, mamba_attn.py:449-453 in 0.34.0); every
+  decode row must land among the decodes.
+- V1 (`_may_reorder_batch`, and with it the Mamba builder's rows): the persistent batch (vLLM's InputBatch) in the
+  scheduler's order, reordered by the runner's `_may_reorder_batch`, then split by vLLM's own Mamba builder
+  (`BaseMambaAttentionMetadataBuilder.build`, the way tests/v1/attention/utils.py's MockMambaBuilder builds one)
+  from the metadata the runner gives it; a row verifying drafts must be a decode row (the prefill kernels keep the
+  state after its unverified drafts), a row of several tokens without drafts a prefill row (the decode kernels
+  keep one state per token and its accepted count is 1).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Callable
 
 from harness.errors import BadInput
 from harness.known_issues import KnownIssue
+from harness.vllm_style_runner_templates import METADATA_HELPER, V1_TEMPLATE, V2_TEMPLATE
 
-TARGET = "GPUModelRunner.gather_batch_req_state"  # the fix target this test shape serves
 FOLDER = "tests/v1/worker"
-
-# the emitted test (str.format: doubled braces are the test's own)
-TEMPLATE = '''# SPDX-License-Identifier: Apache-2.0
-# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-{docstring}
-
-from types import SimpleNamespace
-
-import pytest
-import torch
-
-from vllm.v1.attention.backend import CommonAttentionMetadata
-from vllm.v1.attention.backends.utils import split_decodes_and_prefills
-from vllm.v1.worker.gpu.model_runner import GPUModelRunner
-
-pytestmark = pytest.mark.cpu_test
-
-# Step {step} of the repro as the scheduler hands it to the runner, in its order:
-# request -> (scheduled tokens, draft tokens, prompt tokens computed, prompt length).
-BATCH = {{{rows}}}
-DECODE_QUERY_LEN = {decode_query_len}  # 1 + num_speculative_tokens
-
-
-def _runner_stub() -> GPUModelRunner:
-    """The request state gather_batch_req_state reads; no model, no device."""
-    runner = GPUModelRunner.__new__(GPUModelRunner)
-    runner.decode_query_len = DECODE_QUERY_LEN
-    runner.adaptive_verification = None
-    runner.pcp_manager = None
-    runner.use_pp = False
-    computed = torch.tensor([row[2] for row in BATCH.values()], dtype=torch.int32)
-    prompt = torch.tensor([row[3] for row in BATCH.values()], dtype=torch.int32)
-    runner.req_states = SimpleNamespace(
-        req_id_to_index={{req_id: i for i, req_id in enumerate(BATCH)}},
-        num_computed_prefill_tokens=computed.numpy(),
-        prefill_len=SimpleNamespace(np=prompt.numpy()),
-    )
-    return runner
-
-
-def test_{name}():
-    scheduler_output = SimpleNamespace(
-        num_scheduled_tokens={{r: row[0] for r, row in BATCH.items()}},
-        total_num_scheduled_tokens=sum(row[0] for row in BATCH.values()),
-        scheduled_spec_decode_tokens={{
-            r: [0] * row[1] for r, row in BATCH.items() if row[1]
-        }},
-    )
-    state, _ = _runner_stub().gather_batch_req_state(scheduler_output, False)
-
-    # The Mamba metadata builder's split of the gathered batch (mamba_attn.py).
-    query_lens = torch.tensor(state.num_scheduled_tokens, dtype=torch.int32)
-    query_start_loc = torch.zeros(len(query_lens) + 1, dtype=torch.int32)
-    torch.cumsum(query_lens, 0, out=query_start_loc[1:])
-    computed = torch.tensor(state.num_computed_prefill_tokens_np, dtype=torch.int32)
-    seq_lens = computed + query_lens
-    metadata = CommonAttentionMetadata(
-        query_start_loc=query_start_loc,
-        query_start_loc_cpu=query_start_loc,
-        seq_lens=seq_lens,
-        seq_lens_cpu_upper_bound=seq_lens,
-        max_seq_len=int(seq_lens.max()),
-        num_reqs=len(query_lens),
-        num_actual_tokens=int(query_lens.sum()),
-        max_query_len=int(query_lens.max()),
-        block_table_tensor=torch.zeros(len(query_lens), 1, dtype=torch.int32),
-        slot_mapping=torch.zeros(int(query_lens.sum()), dtype=torch.int64),
-        is_prefilling=torch.from_numpy(state.is_prefilling_np),
-    )
-    num_decodes, *_ = split_decodes_and_prefills(
-        metadata,
-        decode_threshold=DECODE_QUERY_LEN,
-        treat_short_extends_as_decodes=False,
-    )
-
-    decodes = [r for r, p in zip(state.req_ids, state.is_prefilling_np) if not p]
-    assert set(decodes) <= set(state.req_ids[:num_decodes]), (
-        f"batch order {{state.req_ids}}: decode(s) {{decodes}} go to the Mamba prefill "
-        "kernels, which ignore their accepted draft tokens"
-    )
-'''
 
 
 @dataclass(frozen=True)
 class Batch:
-    """One `gather_batch_req_state` call: request -> (scheduled, drafts, prompt tokens computed, prompt length)
-    in the scheduler's order, the runner's order, and its decode query length (1 + K)."""
+    """One batch the runner ordered: request -> (scheduled, drafts, prompt tokens computed, prompt length) in the
+    scheduler's order (V1: the persistent batch's rows before the reorder), the runner's order, and its decode
+    query length (1 + K; V1: the reorder threshold)."""
 
     step: int
     rows: dict[str, tuple[int, int, int, int]]
     order: tuple[str, ...]
     decode_query_len: int
 
-    def decode_behind_prompt_chunk(self) -> bool:
-        """A decode row (prompt done) after a prompt chunk without drafts: the Mamba builder's split sends it
-        to the prefill kernels."""
+    def _after_prompt_chunk(self, later, chunk_tokens: int) -> bool:
+        """In the runner's order, a row `later(row)` accepts behind a prompt chunk without drafts (computed <
+        prompt, at least `chunk_tokens` tokens): the Mamba builder splits at its first prefilling row, so the
+        later row goes to the prefill kernels."""
         chunk_seen = False
         for r in self.order:
-            scheduled, drafts, computed, prompt = self.rows[r]
-            if computed < prompt and not drafts:
-                chunk_seen = True
-            elif computed >= prompt and chunk_seen:
+            scheduled, drafts, computed, prompt = row = self.rows[r]
+            if chunk_seen and later(row):
                 return True
+            chunk_seen |= computed < prompt and not drafts and scheduled >= chunk_tokens
         return False
 
+    def decode_behind_prompt_chunk(self) -> bool:
+        """V2: a decode row (prompt done) behind a prompt chunk of any length (V2 marks each one prefilling)."""
+        return self._after_prompt_chunk(lambda row: row[2] >= row[3], 1)
 
-def record_batches(scenario) -> list[Batch]:
-    """Replay the scenario on vLLM's own V2 runner (engine tier, stock) and keep every batch it gathered."""
+    def padded_tail_behind_prompt_chunk(self) -> bool:
+        """V1: a padded prompt tail (a stateful prompt row of one token plus drafts) behind a prompt chunk of two
+        or more tokens (V1's Mamba builder makes a one-token chunk with prior state a decode row)."""
+        return self._after_prompt_chunk(lambda row: 0 < row[2] < row[3] and row[1] and row[0] == row[1] + 1, 2)
+
+    def draftless_recompute(self) -> bool:
+        """V1: a row done prefilling that computes 2..1+K tokens without drafts (a resumed request's recompute)."""
+        return any(computed >= prompt and 1 < scheduled <= self.decode_query_len and not drafts
+                   for scheduled, drafts, computed, prompt in self.rows.values())
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How a fix target's runner code replays as a vLLM unit test."""
+
+    runner: str  # whose batches are recorded: "v1" or "v2"
+    wrong: Callable[[Batch], bool]  # the batch the issue misorders
+    what: str  # that batch, for the message when the finding has none
+    template: str
+
+
+_V1_REORDER = "GPUModelRunner._may_reorder_batch"
+SHAPES = {
+    "GPUModelRunner.gather_batch_req_state": Shape(
+        "v2", Batch.decode_behind_prompt_chunk, "puts a decode behind a prompt chunk", V2_TEMPLATE),
+    _V1_REORDER: Shape(
+        "v1", Batch.padded_tail_behind_prompt_chunk, "puts a padded prompt tail behind a prompt chunk", V1_TEMPLATE),
+    f"{_V1_REORDER} + BaseMambaAttentionMetadataBuilder._compute_common_metadata": Shape(
+        "v1", Batch.draftless_recompute, "recomputes tokens without drafts", V1_TEMPLATE),
+}
+
+
+def _record(runner, method: str, batches: list, batch_of):
+    """Wrap `runner.method` on the instance (the engine tier pools runners: unwrapped by the caller)."""
+    original = getattr(runner, method)
+
+    def recording(scheduler_output, *args):
+        before = batch_of(scheduler_output)
+        out = original(scheduler_output, *args)
+        if before is not None:
+            batches.append(before(out))
+        return out
+
+    setattr(runner, method, recording)
+
+
+def record_batches(scenario, runner_name: str) -> list[Batch]:
+    """Replay the scenario on vLLM's own runner (engine tier, stock) and keep every batch it ordered."""
     from harness.engine.scheduler import EngineDriver
     from harness.engine_options import EngineOptions
 
-    driver = EngineDriver(scenario, None, EngineOptions(runner="v2"))
-    runner = driver.worker.runner
-    gather = getattr(runner, "gather_batch_req_state", None)
-    if gather is None:
-        raise BadInput("--style vllm: this vLLM's V2 runner has no gather_batch_req_state (0.32.0 on)")
-    batches: list[Batch] = []
+    driver = EngineDriver(scenario, None, EngineOptions(runner=runner_name))
+    worker, batches = driver.worker, []
+    runner = worker.runner
+    method = "gather_batch_req_state" if runner_name == "v2" else "_may_reorder_batch"
+    if not hasattr(runner, method):
+        raise BadInput(f"--style vllm: this vLLM's {runner_name.upper()} runner has no {method}")
 
-    def recording(scheduler_output, dummy_run):
-        state, uniform = gather(scheduler_output, dummy_run)
-        if state is not None:
-            rs, drafts = runner.req_states, scheduler_output.scheduled_spec_decode_tokens or {}
-            rows = {r: (n, len(drafts.get(r) or ()), int(rs.num_computed_prefill_tokens[rs.req_id_to_index[r]]),
-                        int(rs.prefill_len.np[rs.req_id_to_index[r]]))
-                    for r, n in scheduler_output.num_scheduled_tokens.items()}
-            batches.append(Batch(driver.worker.step, rows, tuple(state.req_ids), runner.decode_query_len))
-        return state, uniform
+    def drafts_of(so, r):
+        return len((so.scheduled_spec_decode_tokens or {}).get(r) or ())
 
-    runner.gather_batch_req_state = recording
-    driver.run()
-    return batches
+    def v2_batch(so):  # read once gathered: a dummy run (no state) names no request the runner holds
+        def gathered(out):
+            if out[0] is None:
+                return None
+            rs = runner.req_states
+            rows = {r: (n, drafts_of(so, r), int(rs.num_computed_prefill_tokens[rs.req_id_to_index[r]]),
+                        int(rs.prefill_len.np[rs.req_id_to_index[r]])) for r, n in so.num_scheduled_tokens.items()}
+            return Batch(worker.step, rows, tuple(out[0].req_ids), runner.decode_query_len)
+        return gathered
+
+    def v1_batch(so):
+        ib = runner.input_batch
+        rows = {r: (so.num_scheduled_tokens[r], drafts_of(so, r), int(ib.num_computed_tokens_cpu[i]),
+                    int(ib.num_prompt_tokens[i])) for i, r in enumerate(ib.req_ids)}
+        if not rows or runner.reorder_batch_threshold is None:
+            return None
+        return lambda out: Batch(worker._step, rows, tuple(ib.req_ids), runner.reorder_batch_threshold)
+
+    _record(runner, method, batches, v2_batch if runner_name == "v2" else v1_batch)
+    try:
+        driver.run()
+    finally:
+        vars(runner).pop(method, None)
+    return [b for b in batches if b is not None]
+
+
+def render(shape: Shape, batch: Batch, name: str, docstring: str, geometry) -> str:
+    """The test text for one recorded batch (`name`: the test's, after the issue)."""
+    rows = ", ".join(f'{json.dumps(r)}: {v}' for r, v in batch.rows.items())
+    return shape.template.format(docstring=docstring, step=batch.step, rows=rows, name=name,
+                                 decode_query_len=batch.decode_query_len, num_spec=batch.decode_query_len - 1,
+                                 block_size=geometry.mamba_block_size, max_model_len=geometry.max_model_len,
+                                 metadata_helper=METADATA_HELPER)
 
 
 def emit_runner_test(artifact: dict, issue: KnownIssue, docstring: str) -> tuple[str, str]:
-    """(test text, its place in vLLM's tree) for a finding of `issue` (whose fix patches TARGET)."""
+    """(test text, its place in vLLM's tree) for a finding of `issue` (whose fix target is in SHAPES): the first
+    batch of the repro the issue misorders."""
     from harness.scenario import parse_scenario
 
-    wrong = [b for b in record_batches(parse_scenario(artifact["scenario"])) if b.decode_behind_prompt_chunk()]
+    shape = SHAPES[issue.fix_target]
+    scenario = parse_scenario(artifact["scenario"])
+    wrong = [b for b in record_batches(scenario, shape.runner) if shape.wrong(b)]
     if not wrong:
-        raise BadInput(f"--style vllm: no batch of this finding puts a decode behind a prompt chunk ({issue.id})")
-    batch = wrong[0]
+        raise BadInput(f"--style vllm: no batch of this finding {shape.what} ({issue.id})")
     name = issue.id.replace("-", "_")
-    rows = ", ".join(f'{json.dumps(r)}: {v}' for r, v in batch.rows.items())
-    text = TEMPLATE.format(docstring=docstring, step=batch.step, rows=rows, decode_query_len=batch.decode_query_len,
-                           name=name)
-    return text, f"{FOLDER}/test_hh_{name}.py"
+    return render(shape, wrong[0], name, docstring, scenario.geometry), f"{FOLDER}/test_hh_{name}.py"
 
 
-__all__ = ["Batch", "FOLDER", "TARGET", "emit_runner_test", "record_batches"]
+__all__ = ["Batch", "FOLDER", "SHAPES", "Shape", "emit_runner_test", "record_batches", "render"]

@@ -250,11 +250,16 @@ def test_vllm_style_test_imports_only_vllm_torch_and_pytest(tmp_path):
     assert "def test_sync_external_admission_undercount(" in text and "--kv-transfer-config" in text
 
 
-def test_vllm_style_places_allocator_and_v2_batch_order_tests_and_refuses_other_runner_issues():
+RUNNER_BATCH_ISSUES = {"v2-draftless-decode-after-prefill": "v2", "v1-resumed-recompute-as-decode": "v1",
+                       "v1-padded-prompt-tail-after-short-extend": "v1"}
+
+
+def test_vllm_style_places_allocator_and_runner_batch_order_tests_and_refuses_other_runner_issues():
     from harness.vllm_style import folder_for
 
     assert folder_for(known_issue_by_id("checkpoint-midblock-start")) == "tests/v1/core"
-    assert folder_for(known_issue_by_id("v2-draftless-decode-after-prefill")) == "tests/v1/worker"
+    for issue_id in RUNNER_BATCH_ISSUES:
+        assert folder_for(known_issue_by_id(issue_id)) == "tests/v1/worker"
     assert folder_for(known_issue_by_id("v1-readd-resets-num-accepted")) == "tests/v1/worker"  # accepted counts
     with pytest.raises(BadInput, match="v1"):
         folder_for(known_issue_by_id("v1-draftless-step-drops-accepted-offset"))
@@ -271,20 +276,56 @@ def test_a_decode_behind_a_prompt_chunk_without_drafts_is_the_batch_a_runner_tes
     assert not Batch(6, {"c": (2, 1, 8, 8), "t": (2, 1, 7, 8)}, ("t", "c"), 2).decode_behind_prompt_chunk()
 
 
-@pytest.mark.slow
-def test_vllm_style_runner_test_fails_on_stock_v2_and_imports_only_vllm_torch_and_pytest(tmp_path):
-    """The emitted tests/v1/worker test replays the repro's misordered batch on a runner stub: on this release's
-    V2 runner (0.32.0 on) it fails exactly as the issue says (the decode goes to the prefill kernels)."""
-    from harness.known_issues import known_issue_by_id as issue_by_id
+def test_the_v1_batches_a_runner_test_keeps_are_a_padded_tail_behind_a_chunk_and_a_draftless_recompute():
+    from harness.vllm_style_runner import Batch
 
-    issue = issue_by_id("v2-draftless-decode-after-prefill")
+    # v1-padded-prompt-tail-after-short-extend's step 5: c a 2-token prompt chunk, d its last prompt token + 1 draft
+    rows = {"c": (2, 0, 8, 11), "d": (2, 1, 8, 9)}
+    assert Batch(5, rows, ("c", "d"), 2).padded_tail_behind_prompt_chunk()
+    assert not Batch(5, rows, ("d", "c"), 2).padded_tail_behind_prompt_chunk()
+    # a one-token chunk with prior state is a decode row to V1's Mamba builder: no split before the tail
+    assert not Batch(5, {"c": (1, 0, 8, 11), "d": (2, 1, 8, 9)}, ("c", "d"), 2).padded_tail_behind_prompt_chunk()
+    # v1-resumed-recompute-as-decode's step 4: a resumed request recomputes 2 tokens (1 + K) without drafts
+    assert Batch(4, {"a": (2, 0, 8, 7)}, ("a",), 2).draftless_recompute()
+    assert not Batch(4, {"a": (2, 1, 8, 7)}, ("a",), 2).draftless_recompute()  # a decode verifying a draft
+    assert not Batch(4, {"a": (2, 0, 5, 7)}, ("a",), 2).draftless_recompute()  # a prompt chunk
+
+
+def test_the_runner_tests_render_as_python_importing_only_vllm_torch_and_pytest():
+    """Each shape's template, filled in for a batch, compiles; no vLLM needed."""
+    from types import SimpleNamespace
+
+    from harness.vllm_style_runner import SHAPES, Batch, render
+
+    geometry = SimpleNamespace(mamba_block_size=16, max_model_len=256)
+    for issue_id in RUNNER_BATCH_ISSUES:
+        shape = SHAPES[known_issue_by_id(issue_id).fix_target]
+        text = render(shape, Batch(5, {"c": (2, 0, 8, 11), "d": (2, 1, 8, 9)}, ("c", "d"), 2), "x", '"""doc"""',
+                      geometry)
+        compile(text, issue_id, "exec")
+        roots = {line.split()[1].split(".")[0] for line in text.splitlines() if line.startswith(("import ", "from "))}
+        assert roots <= {"vllm", "torch", "pytest", "types"}, roots
+        assert 'BATCH = {"c": (2, 0, 8, 11), "d": (2, 1, 8, 9)}' in text and "def test_x():" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("issue_id", RUNNER_BATCH_ISSUES)
+def test_vllm_style_runner_test_fails_on_stock_and_imports_only_vllm_torch_and_pytest(issue_id, tmp_path):
+    """The emitted tests/v1/worker test replays the repro's misordered batch on a runner stub: on this release's
+    runner it fails exactly as the issue says (a row goes to the wrong Mamba kernels). Skips where the installed
+    release has no such runner (V1: 0.32.0-0.33.0, so the 0.33.0 venv runs those)."""
+    import os
+
+    issue = known_issue_by_id(issue_id)
     if not issue.repro_expected():
-        pytest.skip("this release has no V2 runner with the batch order of the issue")
-    out, place = _vllm_style_test(issue.id, tmp_path, "--tier", "engine", "--runner", "v2")
-    assert place == "tests/v1/worker/test_hh_v2_draftless_decode_after_prefill.py"
+        pytest.skip(f"this release has no {RUNNER_BATCH_ISSUES[issue_id].upper()} runner with the issue's batch order")
+    out, place = _vllm_style_test(issue.id, tmp_path, "--tier", "engine", "--runner", RUNNER_BATCH_ISSUES[issue_id])
+    assert place == f"tests/v1/worker/test_hh_{issue_id.replace('-', '_')}.py"
+    # vLLM's CPU settings (the V1 test's InputBatch pins host memory only with an accelerator)
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": ""}
     test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(out)], cwd=tmp_path,
-                          capture_output=True, text=True)
-    assert test.returncode == 1 and "go to the Mamba prefill kernels" in test.stdout, test.stdout[-2000:]
+                          capture_output=True, text=True, env=env)
+    assert test.returncode == 1 and " to the Mamba " in test.stdout, test.stdout[-2000:]
 
 
 def test_vllm_style_split_grid_test_has_vllm_shape_and_compiles():
