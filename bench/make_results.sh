@@ -114,7 +114,7 @@ if part upstream; then
   "$PY" tools/upstream.py suite --vllm 0.34.0 --out $R/upstream_peer_suite_0.34.0.md || [[ $? == 1 ]]
   "$PY" tools/upstream.py tests --vllm 0.33.0 --jobs 2 --out $R/upstream_tests_0.33.0.md || [[ $? == 1 ]]
   "$PY" tools/upstream.py tests --vllm 0.34.0 --jobs 2 --out $R/upstream_tests_0.34.0.md || [[ $? == 1 ]]
-  "$PY" tools/upstream.py tests seed-external-hit-unmarked --vllm 0.27.1 --fixed-in 0.28.0 \
-    --out $R/upstream_tests_0.27.1.md || [[ $? == 1 ]]
+  SEED="seed-external-hit-unmarked --vllm 0.27.1 --fixed-in 0.28.0"
+  "$PY" tools/upstream.py tests $SEED --out $R/upstream_tests_0.27.1.md || [[ $? == 1 ]]
   "$PY" -m harness report-bug --open -o docs/upstream
 fi
