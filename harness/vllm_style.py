@@ -79,15 +79,24 @@ def connector_config(hits) -> dict:
     return config
 
 
-def folder_for(issue: KnownIssue) -> str:
+def own_shape(issue: KnownIssue):
+    """(folder, emitter) of an issue whose test is not an allocator replay, else None: the runners' batch order,
+    the split's grid under extract_hidden_states, V1's accepted counts."""
     from harness import vllm_style_accepted, vllm_style_runner
 
     if issue.fix_target in vllm_style_runner.SHAPES:
-        return vllm_style_runner.FOLDER
+        return vllm_style_runner.FOLDER, vllm_style_runner.emit_runner_test
     if issue.fix_name == vllm_style_split_grid.FIX:  # engine-only, yet its split runs on a stub (no engine needed)
-        return vllm_style_split_grid.FOLDER
+        return vllm_style_split_grid.FOLDER, vllm_style_split_grid.emit_split_grid_test
     if issue.fix_target in vllm_style_accepted.TARGETS:  # V1's accepted counts (tests/v1/worker)
-        return vllm_style_accepted.FOLDER
+        return vllm_style_accepted.FOLDER, vllm_style_accepted.emit_accepted_test
+    return None
+
+
+def folder_for(issue: KnownIssue) -> str:
+    own = own_shape(issue)
+    if own:
+        return own[0]
     cls = issue.fix_target.split(".")[0]
     if cls not in FOLDERS or issue.runners is not None or issue.engine_only:
         raise BadInput(f"--style vllm: {issue.id} is in {issue.code} code ({issue.fix_target}); only allocator and "
@@ -128,16 +137,11 @@ def emit_vllm_test(artifact: dict, issues: list[KnownIssue]) -> tuple[str, str]:
     issue = issues[0] if len(issues) == 1 else None
     folder = folder_for(issue) if issue else "tests/v1/core"
     docstring = _docstring(issue, scenario, artifact["signature"], artifact.get("vllm_version", "?"))
-    if issue and issue.fix_name == vllm_style_split_grid.FIX:  # the engine core's grid, then the split on it
-        return vllm_style_split_grid.emit_split_grid_test(artifact, issue, docstring)
-    if folder != "tests/v1/core":  # a model runner's test (tests/v1/worker)
-        from harness.vllm_style_accepted import TARGETS, emit_accepted_test
-        from harness.vllm_style_runner import emit_runner_test
-
-        emit = emit_accepted_test if issue.fix_target in TARGETS else emit_runner_test
-        return emit(artifact, issue, docstring)
+    own = issue and own_shape(issue)
+    if own:  # a runner's test (tests/v1/worker) or the split's grid: its own emitter
+        return own[1](artifact, issue, docstring)
     for k in issues:
-        if folder_for(k) != folder or k.fix_name == vllm_style_split_grid.FIX:  # each must be allocator or split code
+        if own_shape(k) or folder_for(k) != folder:  # each must be allocator or split code
             raise BadInput(f"--style vllm: {k.id}'s test is not an allocator replay; emit it from a finding of it "
                            "alone")
     name = (issue.id if issue else artifact["signature"].split(":")[0]).replace("-", "_")
