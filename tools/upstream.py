@@ -25,6 +25,7 @@ Exit 0 as expected, 1 not as expected, 2 bad input.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -258,6 +259,12 @@ def run_repro(issue: str, tree: Path, work: Path) -> subprocess.CompletedProcess
                           cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
+@functools.cache  # `tests` checks an issue's emitted and hand-sized tests against one patched tree: one replay
+def repro_exit(issue: str, tree: Path) -> int:
+    """The exit of the issue's repro replayed on `tree` (0: clean)."""
+    return run_repro(issue, tree, Path(tempfile.mkdtemp(prefix="hh-upstream-repro-"))).returncode
+
+
 def finding_for(issue: str, tree: Path, work: Path) -> Path:
     """The issue's repro run on `tree`: its finding artifact (the repro must show it there)."""
     out = run_repro(issue, tree, work)
@@ -330,9 +337,9 @@ def check_test(issue: str, version: str, fixed_in: str | None = None, hand: bool
         Path(keep).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(test_file, keep)
     if not fixed_in:  # the repro on the patched tree: clean
-        rep = run_repro(issue, fixed_tree, work / "patched")
-        record["repro_on_patched"] = "clean" if rep.returncode == 0 else f"NOT CLEAN (exit {rep.returncode})"
-        ok &= rep.returncode == 0
+        code = repro_exit(issue, fixed_tree)
+        record["repro_on_patched"] = "clean" if code == 0 else f"NOT CLEAN (exit {code})"
+        ok &= code == 0
     record["ok"] = bool(ok)
     return record
 
