@@ -235,33 +235,35 @@ def record_steps(scenario, options) -> tuple[list[Step], dict]:
     the stub needs."""
     from harness.engine.scheduler import EngineDriver
 
+    from harness.vllm_style_runner import wrapped_on_instance
+
     driver = EngineDriver(scenario, None, options)
     runner = driver.worker.runner
-    update, prepare = runner._update_states, runner._prepare_inputs
     steps: list[Step] = []
     pending: dict = {}
 
-    def _update_states(so):
-        ib = runner.input_batch
-        pending.update(output=_plain(so), prev_rows=None if not ib.prev_req_id_to_index else
-                       sorted(ib.prev_req_id_to_index, key=ib.prev_req_id_to_index.get),
-                       left={r: int(ib.num_accepted_tokens_cpu[i]) for i, r in enumerate(ib.req_ids)})
-        return update(so)
+    def recording_update(update):
+        def _update_states(so):
+            ib = runner.input_batch
+            pending.update(output=_plain(so), prev_rows=None if not ib.prev_req_id_to_index else
+                           sorted(ib.prev_req_id_to_index, key=ib.prev_req_id_to_index.get),
+                           left={r: int(ib.num_accepted_tokens_cpu[i]) for i, r in enumerate(ib.req_ids)})
+            return update(so)
+        return _update_states
 
-    def _prepare_inputs(so, num_scheduled, *args, **kwargs):
-        out = prepare(so, num_scheduled, *args, **kwargs)
-        ib = runner.input_batch
-        # the host counts after the gather: preprocess_mamba reads them and re-syncs the kernels' copy from them
-        # (gpu_model_runner.py:4057-4076 in 0.33.0)
-        steps.append(Step(read={r: int(ib.num_accepted_tokens_cpu[i]) for i, r in enumerate(ib.req_ids)},
-                          **pending))
-        return out
+    def recording_prepare(prepare):
+        def _prepare_inputs(so, num_scheduled, *args, **kwargs):
+            out = prepare(so, num_scheduled, *args, **kwargs)
+            ib = runner.input_batch
+            # the host counts after the gather: preprocess_mamba reads them and re-syncs the kernels' copy from
+            # them (gpu_model_runner.py:4057-4076 in 0.33.0)
+            steps.append(Step(read={r: int(ib.num_accepted_tokens_cpu[i]) for i, r in enumerate(ib.req_ids)},
+                              **pending))
+            return out
+        return _prepare_inputs
 
-    runner._update_states, runner._prepare_inputs = _update_states, _prepare_inputs
-    try:
+    with wrapped_on_instance(runner, _update_states=recording_update, _prepare_inputs=recording_prepare):
         driver.run()
-    finally:
-        del runner._update_states, runner._prepare_inputs  # a pooled runner is reused by the next replay
     groups = runner.kv_cache_config.kv_cache_groups
     settings = {"block_sizes": [g.kv_cache_spec.block_size for g in groups],
                 "async_scheduling": bool(runner.use_async_scheduling),

@@ -17,6 +17,7 @@ engine tier, stock), and the template (harness/vllm_style_runner_templates.py):
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Callable
@@ -87,18 +88,30 @@ SHAPES = {
 }
 
 
-def _record(runner, method: str, batches: list, batch_of):
-    """Wrap `runner.method` on the instance (the engine tier pools runners: unwrapped by the caller)."""
-    original = getattr(runner, method)
+@contextlib.contextmanager
+def wrapped_on_instance(runner, **wrappers):
+    """For the block, `runner.method` is `wrappers[method](vLLM's method)`, set on the instance; after it the
+    instance's attribute is dropped: the engine tier pools runners, the next replay gets vLLM's methods."""
+    for method, wrap in wrappers.items():
+        setattr(runner, method, wrap(getattr(runner, method)))
+    try:
+        yield
+    finally:
+        for method in wrappers:
+            vars(runner).pop(method, None)
 
-    def recording(scheduler_output, *args):
-        before = batch_of(scheduler_output)
-        out = original(scheduler_output, *args)
-        if before is not None:
-            batches.append(before(out))
-        return out
 
-    setattr(runner, method, recording)
+def _recording(batches: list, batch_of):
+    """A wrapper of a batch-ordering method that keeps the batch it ordered (`batch_of`)."""
+    def wrap(original):
+        def recording(scheduler_output, *args):
+            before = batch_of(scheduler_output)
+            out = original(scheduler_output, *args)
+            if before is not None:
+                batches.append(before(out))
+            return out
+        return recording
+    return wrap
 
 
 def record_batches(scenario, runner_name: str) -> list[Batch]:
@@ -134,11 +147,8 @@ def record_batches(scenario, runner_name: str) -> list[Batch]:
             return None
         return lambda out: Batch(worker._step, rows, tuple(ib.req_ids), runner.reorder_batch_threshold)
 
-    _record(runner, method, batches, v2_batch if runner_name == "v2" else v1_batch)
-    try:
+    with wrapped_on_instance(runner, **{method: _recording(batches, v2_batch if runner_name == "v2" else v1_batch)}):
         driver.run()
-    finally:
-        vars(runner).pop(method, None)
     return [b for b in batches if b is not None]
 
 
