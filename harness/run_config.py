@@ -37,7 +37,7 @@ from typing import Mapping
 from harness.engine_options import CHOICES, EngineOptions, engine_options
 from harness.errors import BadInput
 
-TIERS = ("symbolic", "model", "engine")
+TIERS = ("symbolic", "model", "engine", "e2e")
 MODELS = ("random", "trained")
 # the variables an entry point reads (`from_env`) and a campaign writes for its workers (`to_env`)
 ENV = {"tier": "HH_TIER", "mutant": "HH_MUTANT", "model": "HH_MODEL", "known_fixes": "HH_KNOWN_FIXES",

@@ -161,6 +161,8 @@ class Trace:
     # (step, request, its prefix-cache hit limit, the computed tokens it was admitted with) each time a request with a
     # hit limit (Request.prefix_cache_hit_limit, 0.34+) is scheduled as new (engine tier)
     hit_limited: list[tuple[int, str, int, int]] = field(default_factory=list)
+    # tier e2e: the scale onto the CPU engine's grid, its block, and each connector load (request, tokens)
+    e2e: dict | None = None
 
     def name(self, state: State | None) -> str:
         """'a[:14]' for the state of request a's first 14 tokens; drafts and unknown prefixes say so."""

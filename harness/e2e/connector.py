@@ -1,0 +1,182 @@
+"""Tier e2e's KV connector: a real `KVConnectorBase_V1` + `SupportsHMA` subclass that vLLM loads as it loads any
+(`KVTransferConfig(kv_connector="E2EConnector", kv_connector_module_path="harness.e2e.connector")`), both roles.
+
+An external hit is served with real data: before the scenario runs, the engine computes the hit's prefix as a
+"donor" request under a cache salt of its own (harness/e2e/engine.py) and keeps, in host memory, its attention
+blocks and its Mamba state (conv and SSM, the column of the prefix's last token: align mode's running state).
+When vLLM allocates blocks for the external tokens, the worker side copies the donor's attention blocks past the
+local hit and its state into the blocks vLLM handed the request, before that step's forward: what a real
+connector moving another instance's KV would leave there. A sync load is done then; an async one is reported
+finished (`get_finished`) after the scenario's `load_steps` steps, as vLLM's own async connectors report.
+
+Scheduler and worker sides share one `Store` (the engine's; named in `kv_connector_extra_config["store"]`), as
+the two roles of one in-process engine share its memory.
+
+This module imports vLLM (tier e2e's door into vLLM's connector API, see harness/e2e/__init__.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    SupportsHMA,
+)
+
+
+@dataclass
+class Donor:
+    tokens: int  # the prefix it computed
+    attention: dict[str, torch.Tensor]  # layer -> its blocks' rows, column order, for the prefix's blocks
+    mamba: dict[str, torch.Tensor]  # layer -> the state page of the prefix's last column
+
+
+@dataclass
+class Load:
+    request: str
+    donor: tuple[int, ...]
+    first_col: int  # the first attention column past the local hit
+    tables: tuple[list[int], ...]  # the request's block ids per KV cache group when allocated
+
+
+@dataclass
+class Store:
+    """What both roles of one engine share: the plan (internal request id -> the donor key, async, load
+    steps), donors by key, loads allocated but not yet sent to the worker, the worker's KV tensors, and the
+    scheduler's KV cache manager (whose tables a load writes into)."""
+
+    plan: dict[str, tuple[tuple[int, ...], bool, int]] = field(default_factory=dict)
+    donors: dict[tuple[int, ...], Donor] = field(default_factory=dict)
+    offered: dict[str, int] = field(default_factory=dict)  # request -> the local hit vLLM showed the connector
+    pending: list[Load] = field(default_factory=list)
+    used: set[str] = field(default_factory=set)
+    kv_caches: dict[str, torch.Tensor] = field(default_factory=dict)
+    manager: Any = None
+    kv_cache_config: Any = None
+    block_size: int = 0
+    loaded: list[tuple[str, int]] = field(default_factory=list)  # (request, tokens) of each load done
+
+    def groups(self) -> list[tuple[str, list[str]]]:
+        """(kind, layer names) per KV cache group, in vLLM's group order."""
+        out = []
+        for g in self.kv_cache_config.kv_cache_groups:
+            kind = "mamba" if "Mamba" in type(g.kv_cache_spec).__name__ else "attention"
+            out.append((kind, list(g.layer_names)))
+        return out
+
+    def snapshot(self, key: tuple[int, ...], tables: tuple[list[int], ...]) -> None:
+        """Keep a donor's prefix: attention rows of its blocks, the Mamba page of its last column."""
+        B, n = self.block_size, len(key)
+        last = (n - 1) // B
+        attention, mamba = {}, {}
+        for (kind, layers), table in zip(self.groups(), tables):
+            for layer in layers:
+                t = self.kv_caches[layer]
+                if kind == "mamba":
+                    mamba[layer] = t[table[last]].clone()
+                else:
+                    attention[layer] = t[torch.tensor(table[:last + 1])].clone()
+        self.donors[key] = Donor(n, attention, mamba)
+
+    def load(self, job: Load) -> None:
+        donor = self.donors[job.donor]
+        last = (donor.tokens - 1) // self.block_size
+        for (kind, layers), table in zip(self.groups(), job.tables):
+            for layer in layers:
+                t = self.kv_caches[layer]
+                if kind == "mamba":
+                    t[table[last]] = donor.mamba[layer]
+                else:
+                    for c in range(job.first_col, last + 1):
+                        t[table[c]] = donor.attention[layer][c]
+        self.loaded.append((job.request, donor.tokens))
+
+
+STORES: dict[str, Store] = {}
+
+
+class _Meta(KVConnectorMetadata):
+    def __init__(self, loads: list[Load]) -> None:
+        self.loads = loads
+
+
+class E2EConnector(KVConnectorBase_V1, SupportsHMA):
+    def __init__(self, vllm_config, role, kv_cache_config=None, **kwargs) -> None:
+        try:
+            super().__init__(vllm_config, role, kv_cache_config, **kwargs)
+        except TypeError:  # releases whose base takes (vllm_config, role) only
+            super().__init__(vllm_config, role)
+        extra = vllm_config.kv_transfer_config.kv_connector_extra_config
+        self.store = STORES[extra["store"]]
+        if kv_cache_config is not None:
+            self.store.kv_cache_config = kv_cache_config
+        self.store.block_size = vllm_config.cache_config.block_size
+        self.in_flight: dict[str, int] = {}  # worker: async request -> steps until its load reports finished
+
+    # -- scheduler side -----------------------------------------------------------------------------------
+    def get_num_new_matched_tokens(self, request, num_computed_tokens: int) -> tuple[int | None, bool]:
+        rid = request.request_id
+        plan = self.store.plan.get(rid)
+        if plan is None or rid in self.store.used:
+            return 0, False
+        key, is_async, _ = plan
+        ext = max(0, len(key) - num_computed_tokens)
+        self.store.offered[rid] = num_computed_tokens
+        return ext, is_async and ext > 0
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
+        rid = request.request_id
+        if num_external_tokens <= 0 or rid in self.store.used:
+            return
+        self.store.used.add(rid)
+        local = self.store.offered.get(rid, 0)
+        # the tables are read in build_connector_meta, once this step's allocation is complete
+        self.store.pending.append(Load(rid, self.store.plan[rid][0], local // self.store.block_size, ()))
+
+    def build_connector_meta(self, scheduler_output) -> KVConnectorMetadata:
+        loads, self.store.pending = self.store.pending, []
+        for job in loads:
+            job.tables = tuple(list(t) for t in self.store.manager.get_block_ids(job.request))
+        return _Meta(loads)
+
+    def request_finished(self, request, block_ids) -> tuple[bool, dict[str, Any] | None]:
+        return False, None
+
+    def request_finished_all_groups(self, request, block_ids) -> tuple[bool, dict[str, Any] | None]:
+        return False, None
+
+    # -- worker side ------------------------------------------------------------------------------------
+    def register_kv_caches(self, kv_caches) -> None:
+        self.store.kv_caches = dict(kv_caches)
+
+    def start_load_kv(self, forward_context, **kwargs: Any) -> None:
+        meta = self._get_connector_metadata()
+        for job in getattr(meta, "loads", ()):
+            self.store.load(job)
+            _, is_async, steps = self.store.plan[job.request]
+            if is_async:
+                self.in_flight[job.request] = steps
+
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
+        done = set()
+        for rid in list(self.in_flight):
+            self.in_flight[rid] -= 1
+            if self.in_flight[rid] <= 0:
+                del self.in_flight[rid]
+                done.add(rid)
+        return None, done or None
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        return None
+
+    def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs: Any) -> None:
+        return None
+
+    def wait_for_save(self) -> None:
+        return None
+
+
+__all__ = ["E2EConnector", "STORES", "Store"]
