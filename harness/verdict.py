@@ -249,6 +249,17 @@ def confirm_on_engine(scenario, verdict: Verdict, mutant: str | None = None, *,
     return verdict
 
 
+def confirm_on_e2e(scenario, config: RunConfig, verdict: Verdict | None) -> dict:
+    """What users see of a finding of another tier (harness/e2e_verdict.py): the scenario on vLLM's whole engine
+    with a real forward, under the configuration's mutant and the fixes of the replay that showed it (the fixed
+    system's for a new finding, none for a known one, shown on stock)."""
+    from harness.e2e_verdict import e2e_verdict
+
+    fixed = verdict is not None and verdict.is_new and config.known_fixes
+    fixes = _ids(issues_for(config.tier, config.engine.runner)) if fixed else ()
+    return e2e_verdict(scenario, config.but(known_fixes=False), tuple(fixes))
+
+
 def confirm_on_stock(scenario, fixed_findings, issues, *, config: RunConfig) -> Verdict:
     """A finding of the fixed system, replayed on the system as shipped (no fixes): shown there too ->
     unexplained (NEW); absent there while stock shows a finding the fixes remove (a known bug fires first) ->

@@ -29,6 +29,10 @@ def prepare(tree: str | os.PathLike | None = None) -> None:
     use_tree(tree)
     if _PREPARED:
         return
+    from harness.e2e import ENGINE_ENV  # tier e2e's in-process engine (read by vLLM when it builds one)
+
+    for name, value in ENGINE_ENV.items():
+        os.environ.setdefault(name, value)
     if not os.path.exists("/proc/driver/nvidia/version"):
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")

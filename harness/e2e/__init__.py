@@ -12,9 +12,10 @@ import os
 
 from harness.vllm_env import prepare
 
-# vLLM's engine in this process, on one thread (its CPU worker binds OpenMP threads unless told not to)
-ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-              "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+# vLLM's engine in this process, its CPU worker not binding OpenMP threads (set by harness.vllm_env.prepare at
+# every entry point, before vLLM is imported; the engine runs torch on one thread: harness/e2e/engine.py)
+ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+              "VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
 def cpu_engine_env() -> None:
@@ -24,6 +25,12 @@ def cpu_engine_env() -> None:
 
 def replay(scenario, mutant: str | None = None, family: str = "nemotron-h", seed: int = 0):
     """Run the scenario on vLLM's whole engine (mutants and fixes already applied by the caller)."""
+    from harness.errors import BadInput
+    from harness.release import cpu_build_reason
+
+    why = cpu_build_reason()
+    if why:
+        raise BadInput(why)
     cpu_engine_env()
     prepare()
     from harness.e2e.engine import replay as e2e_replay

@@ -77,6 +77,7 @@ class Engine:
     """One LLM for one geometry, with its connector store."""
 
     def __init__(self, key: tuple, family: str, seed: int) -> None:
+        import torch
         from vllm import LLM
         from vllm.config import KVTransferConfig
 
@@ -84,6 +85,7 @@ class Engine:
         from harness.e2e.models import model_dir
 
         block, unit, budget, max_len, num_blocks, max_seqs = key[:6]
+        torch.set_num_threads(1)  # one core per engine: a campaign runs one worker per core
         self.name = f"hh-e2e-{os.getpid()}-{next(_SERIAL)}"
         self.store = connector.STORES.setdefault(self.name, connector.Store())
         kwargs = {}
