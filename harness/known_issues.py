@@ -16,7 +16,7 @@ from harness.errors import BadInput
 
 ROOT = Path(__file__).resolve().parent.parent  # repro paths are relative to the checkout
 DATA = Path(__file__).with_name("known_issues.toml")
-RUNNERS = ("v1", "v2", "mirror")
+RUNNERS = ("v1", "v2", "mirror", "cpu")  # cpu: vLLM's CPU kernels (tier e2e)
 
 
 @dataclass(frozen=True)

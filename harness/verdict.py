@@ -154,10 +154,10 @@ def _classify(signatures, replay_signatures, issues=None) -> Verdict:
     return verdict
 
 
-def _signature_replays(scenario, config: RunConfig, done: dict | None = None):
+def _signature_replays(scenario, config: RunConfig, done: dict | None = None, base=()):
     """`replay_signatures(issues)` for `classify`: the signatures of a replay (under `config`) with those issues'
-    fixes applied, each set of fixes replayed once (`done`: replays already made, keyed by the frozenset of
-    issue ids)."""
+    fixes applied, and `base`'s always, each set of fixes replayed once (`done`: replays already made, keyed by
+    the frozenset of issue ids)."""
     from harness.oracles import judge
     from harness.replay import replay
 
@@ -166,19 +166,32 @@ def _signature_replays(scenario, config: RunConfig, done: dict | None = None):
     def replay_signatures(issues):
         key = frozenset(k.id for k in issues)
         if key not in replays:
-            replays[key] = {f.signature for f in judge(replay(scenario, config=config.but(fixes=_ids(issues))))}
+            fixes = _ids([*base, *issues])
+            replays[key] = {f.signature for f in judge(replay(scenario, config=config.but(fixes=fixes)))}
         return replays[key]
     return replay_signatures
 
 
 def judge_scenario(scenario, findings, mutant: str | None = None, tier: str | None = None, *,
-                   config: RunConfig | None = None, issues=None) -> Verdict:
-    """Classify a replayed scenario's findings (of a replay under `config`, its fixes none). `mutant` / `tier`
-    change `config` (harness.run_config.RunConfig.of); `issues`: the candidates (default: the tier's)."""
+                   config: RunConfig | None = None, issues=None, base=()) -> Verdict:
+    """Classify a replayed scenario's findings (of a replay under `config` with `base`'s fixes only). `mutant` /
+    `tier` change `config` (harness.run_config.RunConfig.of); `issues`: the candidates (default: the tier's);
+    `base`: known issues whose fixes every replay keeps (what lies behind a crash that masks the rest)."""
     cfg = RunConfig.of(config, mutant=mutant, tier=tier).but(fixes=())
-    return classify([f.signature for f in findings], _signature_replays(scenario, cfg),
-                    issues_for(cfg.tier, cfg.engine.runner) if issues is None else issues,
-                    regressed_for(cfg.tier, cfg.engine.runner))
+    base_ids = set(_ids(base))
+    candidates = issues_for(cfg.tier, cfg.engine.runner) if issues is None else issues
+    return classify([f.signature for f in findings], _signature_replays(scenario, cfg, base=tuple(base)),
+                    [k for k in candidates if k.id not in base_ids],
+                    [k for k in regressed_for(cfg.tier, cfg.engine.runner) if k.id not in base_ids])
+
+
+def masking_issues(verdict: Verdict | None, tier: str) -> list:
+    """The known issues a replay's verdict names that stop a tier-e2e run before anything else can show: vLLM's
+    CPU kernels raising (runners ["cpu"]); what lies behind them is judged with their fixes kept."""
+    if verdict is None or tier != "e2e":
+        return []
+    ids = {i for v in verdict.known.values() for i in v.split("+")}
+    return [k for k in issues_for("e2e") if k.id in ids and k.runners == ("cpu",)]
 
 
 def replay_and_judge(scenario, mutant: str | None = None, tier: str | None = None, known_fixes: bool | None = None,

@@ -30,14 +30,15 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 @dataclass
 class Donor:
     tokens: int  # the prefix it computed
-    attention: dict[str, torch.Tensor]  # layer -> its blocks' rows, column order, for the prefix's blocks
-    mamba: dict[str, torch.Tensor]  # layer -> the state page of the prefix's last column
+    # layer -> per KV tensor: the rows of the prefix's blocks in column order (attention), or the row of its last
+    # column (Mamba: conv and SSM state)
+    rows: dict[str, list[torch.Tensor]]
 
 
 @dataclass
 class Load:
     request: str
-    donor: tuple[int, ...]
+    donor: tuple  # the donor's key: (its prefix, the patches it was computed under)
     first_col: int  # the first attention column past the local hit
     tables: tuple[list[int], ...]  # the request's block ids per KV cache group when allocated
 
@@ -48,12 +49,14 @@ class Store:
     steps), donors by key, loads allocated but not yet sent to the worker, the worker's KV tensors, and the
     scheduler's KV cache manager (whose tables a load writes into)."""
 
-    plan: dict[str, tuple[tuple[int, ...], bool, int]] = field(default_factory=dict)
-    donors: dict[tuple[int, ...], Donor] = field(default_factory=dict)
+    plan: dict[str, tuple[tuple, bool, int]] = field(default_factory=dict)
+    donors: dict[tuple, Donor] = field(default_factory=dict)
     offered: dict[str, int] = field(default_factory=dict)  # request -> the local hit vLLM showed the connector
     pending: list[Load] = field(default_factory=list)
     used: set[str] = field(default_factory=set)
-    kv_caches: dict[str, torch.Tensor] = field(default_factory=dict)
+    # layer -> its KV tensors as the layer reads them (attention: K and V; Mamba: conv and SSM state), each with the
+    # dimension that indexes blocks
+    kv_caches: dict[str, list[tuple[torch.Tensor, int]]] = field(default_factory=dict)
     manager: Any = None
     kv_cache_config: Any = None
     block_size: int = 0
@@ -67,32 +70,57 @@ class Store:
             out.append((kind, list(g.layer_names)))
         return out
 
-    def snapshot(self, key: tuple[int, ...], tables: tuple[list[int], ...]) -> None:
-        """Keep a donor's prefix: attention rows of its blocks, the Mamba page of its last column."""
-        B, n = self.block_size, len(key)
-        last = (n - 1) // B
-        attention, mamba = {}, {}
-        for (kind, layers), table in zip(self.groups(), tables):
+    def bind(self, forward_context: dict) -> None:
+        """The worker's KV tensors, read from each layer as vLLM bound them (`layer.kv_cache`; a list per virtual
+        engine on older releases): every tensor whose size along some leading dimension is the pool's."""
+        num_blocks = self.kv_cache_config.num_blocks
+        for _, layers in self.groups():
             for layer in layers:
-                t = self.kv_caches[layer]
-                if kind == "mamba":
-                    mamba[layer] = t[table[last]].clone()
-                else:
-                    attention[layer] = t[torch.tensor(table[:last + 1])].clone()
-        self.donors[key] = Donor(n, attention, mamba)
+                found = []
+                for t in _tensors(getattr(forward_context[layer], "kv_cache", None)):
+                    dim = next((d for d in (0, 1) if t.dim() > d and t.shape[d] == num_blocks), None)
+                    if dim is not None:
+                        found.append((t, dim))
+                if not found:
+                    raise RuntimeError(f"tier e2e: no KV tensor with {num_blocks} blocks bound to layer {layer}")
+                self.kv_caches[layer] = found
+
+    def _columns(self, kind: str, table: list[int], first: int, last: int) -> torch.Tensor:
+        return torch.tensor([table[last]] if kind == "mamba" else table[first:last + 1], dtype=torch.long)
+
+    def snapshot(self, key: tuple, tables: tuple[list[int], ...]) -> None:
+        """Keep a donor's prefix (key: the prefix, then what it was computed under): its attention blocks, the
+        Mamba state of its last column."""
+        n = len(key[0])
+        last = (n - 1) // self.block_size
+        rows = {}
+        for (kind, layers), table in zip(self.groups(), tables):
+            idx = self._columns(kind, table, 0, last)
+            for layer in layers:
+                rows[layer] = [t.index_select(d, idx).clone() for t, d in self.kv_caches[layer]]
+        self.donors[key] = Donor(n, rows)
 
     def load(self, job: Load) -> None:
+        """The donor's data into the blocks vLLM handed the request: attention columns past the local hit, the
+        Mamba state at the hit's last column."""
         donor = self.donors[job.donor]
         last = (donor.tokens - 1) // self.block_size
         for (kind, layers), table in zip(self.groups(), job.tables):
+            first = last if kind == "mamba" else job.first_col
+            idx = self._columns(kind, table, first, last)
             for layer in layers:
-                t = self.kv_caches[layer]
-                if kind == "mamba":
-                    t[table[last]] = donor.mamba[layer]
-                else:
-                    for c in range(job.first_col, last + 1):
-                        t[table[c]] = donor.attention[layer][c]
+                for (t, d), saved in zip(self.kv_caches[layer], donor.rows[layer]):
+                    src = saved if kind == "mamba" else saved.narrow(d, first, last + 1 - first)
+                    t.index_copy_(d, idx, src)
         self.loaded.append((job.request, donor.tokens))
+
+
+def _tensors(obj) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for x in obj for t in _tensors(x)]
+    return []
 
 
 STORES: dict[str, Store] = {}
@@ -114,6 +142,7 @@ class E2EConnector(KVConnectorBase_V1, SupportsHMA):
         if kv_cache_config is not None:
             self.store.kv_cache_config = kv_cache_config
         self.store.block_size = vllm_config.cache_config.block_size
+        self.vllm_config = vllm_config
         self.in_flight: dict[str, int] = {}  # worker: async request -> steps until its load reports finished
 
     # -- scheduler side -----------------------------------------------------------------------------------
@@ -123,7 +152,7 @@ class E2EConnector(KVConnectorBase_V1, SupportsHMA):
         if plan is None or rid in self.store.used:
             return 0, False
         key, is_async, _ = plan
-        ext = max(0, len(key) - num_computed_tokens)
+        ext = max(0, len(key[0]) - num_computed_tokens)
         self.store.offered[rid] = num_computed_tokens
         return ext, is_async and ext > 0
 
@@ -150,7 +179,8 @@ class E2EConnector(KVConnectorBase_V1, SupportsHMA):
 
     # -- worker side ------------------------------------------------------------------------------------
     def register_kv_caches(self, kv_caches) -> None:
-        self.store.kv_caches = dict(kv_caches)
+        # the layers' own bindings, whatever this release registers (0.32.0 registers attention layers only)
+        self.store.bind(self.vllm_config.compilation_config.static_forward_context)
 
     def start_load_kv(self, forward_context, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()

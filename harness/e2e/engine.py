@@ -84,10 +84,16 @@ class Engine:
         from harness.e2e import connector
         from harness.e2e.models import model_dir
 
+        self.key = key
         block, unit, budget, max_len, num_blocks, max_seqs = key[:6]
         torch.set_num_threads(1)  # one core per engine: a campaign runs one worker per core
         self.name = f"hh-e2e-{os.getpid()}-{next(_SERIAL)}"
         self.store = connector.STORES.setdefault(self.name, connector.Store())
+        from vllm.distributed.kv_transfer import kv_transfer_state
+
+        # vLLM keeps the worker's connector in one process-wide slot, set once (kv_transfer_state.py:16): each
+        # engine gets its own, swapped in before its steps (`_own_connector`)
+        kv_transfer_state._KV_CONNECTOR_AGENT = None
         kwargs = {}
         if unit < block:
             kwargs["prefix_match_unit"] = unit
@@ -107,6 +113,7 @@ class Engine:
             raise BadInput(f"tier e2e: vLLM refuses this geometry (block {block}, prefix-match unit {unit}, "
                            f"budget {budget}, model length {max_len}, {num_blocks} blocks): {exc}") from None
         self.engine = self.llm.llm_engine
+        self.worker_connector = kv_transfer_state._KV_CONNECTOR_AGENT
         core = self.engine.engine_core.engine_core  # InprocClient -> EngineCore
         self.scheduler = core.scheduler
         self.store.manager = self.scheduler.kv_cache_manager
@@ -142,6 +149,7 @@ class Engine:
     def step(self, step: int) -> tuple[object | None, list]:
         """One engine step: (its SchedulerOutput, the RequestOutputs). An exception of vLLM's is its finding."""
         self.recorded.clear()
+        self._own_connector()
         try:
             outs = self.engine.step()
         except (BadInput, HarnessError):
@@ -152,6 +160,11 @@ class Engine:
                 raise HarnessError(f"tier e2e: harness error at step {step}: {exc!r} at {site}") from exc
             raise VllmRaised(VllmException(step, "", "LLMEngine.step", repr(exc), site)) from exc
         return (self.recorded[-1] if self.recorded else None), outs
+
+    def _own_connector(self) -> None:
+        from vllm.distributed.kv_transfer import kv_transfer_state
+
+        kv_transfer_state._KV_CONNECTOR_AGENT = self.worker_connector
 
     def add(self, rid: str, tokens: list[int], max_tokens: int, salt: str | None = None, prompt_logprobs=False):
         from vllm import SamplingParams
@@ -183,10 +196,12 @@ class Engine:
         return outs, vreq
 
     # -- donors and references ------------------------------------------------------------------------------
-    def donor(self, prefix: tuple[int, ...]) -> None:
-        """Compute `prefix` alone and keep its KV and Mamba state for the connector (once per engine)."""
-        if prefix in self.store.donors:
-            return
+    def donor(self, prefix: tuple[int, ...]) -> tuple:
+        """Compute `prefix` alone and keep its KV and Mamba state for the connector (once per engine and set of
+        patches in force: a mutant or fix may change what vLLM computes); returns the donor's key."""
+        key = (prefix, _patches_in_force())
+        if key in self.store.donors:
+            return key
         n = len(prefix)
         rid = f"donor-{next(_SERIAL)}"
         tables = []
@@ -200,11 +215,12 @@ class Engine:
         self.run_alone(rid, list(prefix), 2, salt=rid, until=prefilled)
         if not tables:
             raise HarnessError(f"tier e2e: the donor of a {n}-token hit finished before its prefill did")
-        self.store.snapshot(prefix, tables[0])
+        self.store.snapshot(key, tables[0])
+        return key
 
     def reference(self, tokens: list[int], max_tokens: int) -> tuple[list[int], list]:
         """The uncached reference: greedy tokens and logprob rows of `tokens` alone (cached per engine)."""
-        key = (tuple(tokens), max_tokens)
+        key = (tuple(tokens), max_tokens, _patches_in_force())
         if key not in self.references:
             rid = f"ref-{next(_SERIAL)}"
             outs, _ = self.run_alone(rid, tokens, max_tokens, salt=rid)
@@ -223,6 +239,13 @@ class Engine:
         plp = next(o.prompt_logprobs for o in outs if o.prompt_logprobs is not None)
         first_sampled = next(o.outputs[0].logprobs for o in outs if o.outputs[0].logprobs)
         return _rows(plp[start:]) + _rows(first_sampled[:1])  # the last row: what the fed tokens predict next
+
+
+def _patches_in_force() -> tuple[str, ...]:
+    """The mutant and fixes applied now (harness/patches.py): what a cached donor or reference was computed under."""
+    from harness.patches import active
+
+    return tuple(sorted({p.by for p in active()}))
 
 
 def _rows(logprobs) -> list:
@@ -292,11 +315,15 @@ class E2EDriver:
         self.step_idx = 0
         self.last_scheduled = 0
         self.chunk_idx: dict[str, int] = {}
-        for r in self.reqs.values():  # donors first, on the empty engine
+        self.donor_keys: dict[str, tuple] = {}
+
+    def _donors(self) -> None:
+        """Each external hit's prefix computed alone first, on the empty engine."""
+        for r in self.reqs.values():
             ext = r.spec.external
             if ext is not None:
                 hit = min(ext.tokens, len(r.tokens) - 1)
-                self.eng.donor(tuple(r.tokens[:hit]))
+                self.donor_keys[r.spec.id] = self.eng.donor(tuple(r.tokens[:hit]))
         self.eng.reset()
 
     # -- the Tier protocol ----------------------------------------------------------------------------------
@@ -330,7 +357,7 @@ class E2EDriver:
                 r.vreq = self.eng.scheduler.requests[r.internal]
                 if r.spec.external is not None:
                     hit = min(r.spec.external.tokens, len(r.tokens) - 1)
-                    self.eng.store.plan[r.internal] = (tuple(r.tokens[:hit]), r.spec.external.async_load,
+                    self.eng.store.plan[r.internal] = (self.donor_keys[r.spec.id], r.spec.external.async_load,
                                                        r.spec.external.load_steps)
         so, outs = self.eng.step(step)
         self.last_scheduled = len(so.num_scheduled_tokens) if so is not None else 0
@@ -392,11 +419,33 @@ class E2EDriver:
 
     # -- the run --------------------------------------------------------------------------------------------
     def run(self) -> Trace:
+        try:
+            self._donors()
+        except VllmRaised as raised:  # vLLM cannot compute the hit's prefix alone: its finding, at step 0
+            self.trace.exception = VllmException(0, "", f"donor prefill ({raised.record.call})", raised.record.error,
+                                                 raised.record.site)
+            self._clear()
+            return self._finish(self.trace)
         trace = run_steps(self)
+        if trace.exception is not None:
+            self._clear()
+        else:
+            try:
+                trace.outputs = [self._score(r) for r in self.reqs.values() if r.out_tokens]
+            except VllmRaised as raised:  # the reference alone raised: the same bug, outputs unjudged
+                trace.exception = VllmException(trace.steps_run, "", f"uncached reference ({raised.record.call})",
+                                                raised.record.error, raised.record.site)
+                trace.outputs = None
+                self._clear()
+        return self._finish(trace)
+
+    def _clear(self) -> None:
+        """After vLLM raised inside the engine its state is undefined: the next replay builds a new engine."""
+        _ENGINES.pop(self.eng.key, None)
+
+    def _finish(self, trace: Trace) -> Trace:
         trace.e2e = {"scale": self.scale, "block_size": self.sc.geometry.mamba_block_size,
                      "loaded": list(self.eng.store.loaded)}
-        if trace.exception is None:
-            trace.outputs = [self._score(r) for r in self.reqs.values() if r.out_tokens]
         for oracle, why in UNJUDGED.items():
             trace.unjudged.setdefault(oracle, why)
         return trace

@@ -9,7 +9,8 @@ import importlib
 
 from harness.fixes.targets import Fix
 
-CONCERNS = ("admission", "split", "connector", "retention", "async_scheduling", "runner_accepted", "runner_batch")
+CONCERNS = ("admission", "split", "connector", "retention", "async_scheduling", "runner_accepted", "runner_batch",
+            "cpu_kernels")
 
 
 @functools.cache
