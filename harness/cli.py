@@ -384,6 +384,8 @@ def _cmd_known(args: argparse.Namespace) -> int:
     from harness.vllm_adapter import installed_version
 
     config = _config(args, tier=args.tier, mutant="")
+    if config.tier == "e2e":
+        return _known_e2e(args, config)
     runner = config.engine.runner if config.tier == "engine" else None
     rows, runner_seen = run_known_check(config)
     for row in rows:
@@ -394,6 +396,28 @@ def _cmd_known(args: argparse.Namespace) -> int:
     if any(r["status"] == "FIX DOES NOT REMOVE IT" for r in rows):
         return EXIT_HARNESS_ERROR  # the harness's fix is wrong
     return EXIT_FINDING if any(r["status"] in ("NO LONGER REPRODUCES", BLOCKED) for r in rows) else EXIT_OK
+
+
+def _known_e2e(args: argparse.Namespace, config) -> int:
+    """`known check --tier e2e`: each known issue's repro on vLLM's whole engine, what users see (exit 2 where
+    this vLLM has no CPU build)."""
+    from harness.e2e_known import markdown, rows
+    from harness.e2e_verdict import unavailable_reason
+    from harness.errors import BadInput
+
+    why = unavailable_reason()
+    if why:
+        raise BadInput(why)
+    table = rows(config)
+    for r in table:
+        reqs = r.get("requests") or []
+        tokens = f"  {reqs[0]['request']}: {reqs[0]['cached']} vs reference {reqs[0]['reference']}" if reqs else ""
+        print(f"{r['id']:40s} {r['verdict']:16s} {r['status']}{tokens}")
+    if args.out:
+        command = "hybrid-harness known check --tier e2e -o " + args.out
+        Path(args.out).write_text(markdown(table, command))
+        print(f"written {args.out}")
+    return EXIT_OK
 
 
 def _cmd_bisect(args: argparse.Namespace) -> int:

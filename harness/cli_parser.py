@@ -161,8 +161,10 @@ def build_parser(commands: dict) -> argparse.ArgumentParser:
     known = sub.add_parser("known", help="list the known issues, or check each repro still shows its issue on the "
                            "installed release and its fix removes it (exit 1: a known bug stopped reproducing)")
     known.add_argument("action", choices=("list", "check"))
-    known.add_argument("--tier", choices=("symbolic", "engine"), default="symbolic",
-                       help="re-judge the repros on the engine tier (vLLM's own Scheduler and --runner) instead")
+    known.add_argument("--tier", choices=("symbolic", "engine", "e2e"), default="symbolic",
+                       help="re-judge the repros on the engine tier (vLLM's own Scheduler and --runner) instead, or "
+                       "on tier e2e: what users see of each (visible, logprobs, clean, not expressible)")
+    known.add_argument("-o", "--out", help="--tier e2e: also write the table as Markdown to this file")
     _engine_flags(known)
     known.set_defaults(func=commands["known"])
     bis = sub.add_parser("bisect", help="replay a finding, scenario or known issue on each vLLM release (own process "

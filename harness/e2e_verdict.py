@@ -2,7 +2,7 @@
 outputs against the uncached reference.
 
 - `visible`: some request's greedy tokens differ from the reference's (first divergence, tokens beside the
-  reference's, a repeated span named `repeat`);
+  reference's, a repeated span named `repeat`), or vLLM raises (the request fails with an error);
 - `logprobs`: the same greedy tokens, logprobs off beyond float noise (harness.e2e.engine.TOLERANCE);
 - `clean`: every generation matches the reference: the wrong state was not read by a step that generated, or
   its effect stayed within noise;
@@ -48,17 +48,17 @@ def from_trace(trace) -> dict:
         requests.append(entry)
     e2e = trace.e2e or {}
     generated = sum(len(rec.tokens) - rec.prompt_len for rec in trace.outputs or ())
-    if visible:
+    if visible or trace.exception is not None:  # a request that fails with an error is seen too
         verdict = "visible"
     elif drift:
         verdict = "logprobs"
     else:
         verdict = "clean"
-    why = {"visible": "greedy tokens differ from the uncached reference",
+    why = {"visible": ("greedy tokens differ from the uncached reference" if trace.exception is None else
+                       f"vLLM raises: {trace.exception.error} at {trace.exception.site}"),
            "logprobs": "greedy tokens are the reference's; logprobs differ beyond float noise",
            "clean": (f"all {generated} generated token(s) of {len(trace.outputs or ())} request(s) match the uncached "
-                     "reference, logprobs within noise: no generating step read a wrong state"
-                     if trace.exception is None else f"vLLM raised before any output was scored: {trace.exception.error}")}
+                     "reference, logprobs within noise: no generating step read a wrong state")}
     out = {"verdict": verdict, "why": why[verdict], "requests": requests, "vllm_version": trace.vllm_version,
            "scale": e2e.get("scale"), "block_size": e2e.get("block_size")}
     if trace.exception is not None:

@@ -62,8 +62,9 @@ def scaled(scenario: Scenario, kernel_block: int) -> tuple[Scenario, int]:
     geo = doc["geometry"]
     for name in ("hash_block_size", "attn_block_size", "mamba_block_size", "token_budget"):
         geo[name] = getattr(g, name) * s
-    longest = max(r.prompt.num_tokens * s + r.max_tokens for r in scenario.requests)
-    geo["max_model_len"] = max(g.max_model_len * s, longest)
+    # the longest request, not the scaled cap: vLLM refuses a model length one request could not fit in the pool
+    # (the scenario's own check: every request fits), and the cap changes no scheduling decision below it
+    geo["max_model_len"] = max(r.prompt.num_tokens * s + r.max_tokens for r in scenario.requests)
     for req, spec in zip(doc["requests"], scenario.requests):
         p = req["prompt"]
         if spec.prompt.tokens is not None:  # explicit tokens: each s times, so shared prefixes stay shared

