@@ -41,7 +41,7 @@ LIBFUZZER_FLAGS = ["-max_len=128", "-len_control=0"]
 # starts, for OPENING_SHARE of a timed campaign's budget; a campaign of N runs (deterministic) sweeps a quarter of
 # its runs, at most this many
 OPENING_SHARE = 0.05
-OPENING_RUNS = {"symbolic": 512, "engine": 64, "model": 64}
+OPENING_RUNS = {"symbolic": 512, "engine": 64, "model": 64, "e2e": 32}
 OPENING_LINE = re.compile(r"HH opening sweep: (\d+) scenarios")
 STAT_LINE = re.compile(r"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/\S+.*?exec/s: (\d+)")
 

@@ -83,6 +83,8 @@ class Budget:
     # limits (the engine tier on releases that have them), and late requests that evict the cache (every tier)
     scheduler_knobs: bool = False
     late_pressure: bool = True
+    # tier e2e: every input in the form vLLM's whole engine runs (no scenario drafts, align mode, no real model)
+    e2e: bool = False
     # --extract-hidden-states: every input under it, on one of these (harness.generate.with_hidden_states picks)
     hidden: tuple = ()
 
@@ -291,7 +293,17 @@ def _drafts_for(doc: dict, budget: Budget) -> dict:
 
 
 def decode(data: bytes, budget: Budget = Budget()) -> Scenario:
-    """Bytes -> a valid scenario (total: never raises on any input)."""
+    """Bytes -> a valid scenario (total: never raises on any input); on tier e2e its form the whole engine runs
+    (harness.e2e.geometry.expressible: the same bytes, what it cannot run dropped)."""
+    scenario = _decode(data, budget)
+    if budget.e2e:
+        from harness.e2e.geometry import expressible
+
+        return expressible(scenario)
+    return scenario
+
+
+def _decode(data: bytes, budget: Budget) -> Scenario:
     if is_generator_input(data):
         return _decode_generated(data, budget)
     r = _Reader(data)
@@ -453,7 +465,7 @@ def _has_scheduler_knobs() -> bool:
 
 def run_budget(config) -> Budget:
     """The budget a run configuration (harness.run_config.RunConfig) decodes inputs with."""
-    return release_budget(small=config.runs_model, tier=config.tier, runner=config.engine.runner,
+    return release_budget(small=config.runs_model or config.tier == "e2e", tier=config.tier, runner=config.engine.runner,
                           model_config=config.model_config, eagle_drafts=config.engine.eagle_drafts_only,
                           cache_mode=config.cache_mode, hidden_states=config.hidden_states)
 
@@ -473,6 +485,9 @@ def release_budget(small: bool = False, tier: str = "symbolic", runner: str = "m
         supports_retention,
     )
 
+    if tier == "e2e":  # vLLM's whole engine: align mode, its own chunking, the harness's tiny models
+        return Budget(small=small, align=True, sub_block_hash=supports_prefix_match_unit(), e2e=True,
+                      budget_below_block=supports_budget_below_block())
     if tier == "engine":
         from harness.engine.config import has_cache_mode_all
         from harness.engine.model_catalog import model_entry, shipped_geometries

@@ -39,6 +39,8 @@ def not_expressible(scenario: Scenario) -> str | None:
         return "geometry.model: a real model's geometry runs on the engine tier; e2e runs the tiny local models"
     if g.mamba_cache_mode != "align":
         return f"geometry.mamba_cache_mode {g.mamba_cache_mode!r}: tier e2e runs align mode"
+    if g.prefix_cache_retention_interval is not None:
+        return "geometry.prefix_cache_retention_interval: no CPU build of a release with sparse retention (0.33+)"
     if g.prefill_checkpoint or g.eagle_block_drop or g.hidden_state_layers:
         name = next(n for n in ("prefill_checkpoint", "eagle_block_drop", "hidden_state_layers") if getattr(g, n))
         return f"geometry.{name}: a drafter feature; tier e2e runs no drafter"
@@ -48,6 +50,24 @@ def not_expressible(scenario: Scenario) -> str | None:
         if r.prefix_cache_hit_limit is not None:
             return f"requests[{r.id}].prefix_cache_hit_limit: tier e2e reads prompt logprobs of its own"
     return None
+
+
+def expressible(scenario: Scenario) -> Scenario:
+    """The scenario with what tier e2e cannot run dropped (a fuzz input's e2e form; harness.genome.decode): no
+    scenario drafts (K 0, no acceptance), no checkpoint or EAGLE geometry, no real model, align mode, loads that
+    succeed, no hit limits or retention interval."""
+    doc = scenario.model_dump(by_alias=True, exclude_none=True)
+    g = doc["geometry"]
+    g.update(num_speculative_tokens=0, prefill_checkpoint=False, eagle_block_drop=False, mamba_cache_mode="align",
+             hidden_state_layers=0)
+    for name in ("model", "prefix_cache_retention_interval"):
+        g.pop(name, None)
+    for r in doc["requests"]:
+        r.pop("acceptance", None)
+        r.pop("prefix_cache_hit_limit", None)
+        if "external" in r:
+            r["external"]["load_fails"] = False
+    return Scenario.model_validate(doc)
 
 
 def scaled(scenario: Scenario, kernel_block: int) -> tuple[Scenario, int]:
@@ -84,4 +104,4 @@ def fold(token: int) -> int:
     return FIRST_TOKEN + token % (VOCAB - FIRST_TOKEN)
 
 
-__all__ = ["VOCAB", "fold", "not_expressible", "scale_factor", "scaled"]
+__all__ = ["VOCAB", "expressible", "fold", "not_expressible", "scale_factor", "scaled"]
