@@ -10,7 +10,7 @@ import importlib
 from harness.fixes.targets import Fix
 
 CONCERNS = ("admission", "split", "connector", "retention", "async_scheduling", "runner_accepted", "runner_batch",
-            "cpu_kernels")
+            "cpu_kernels", "runner_connector")
 
 
 @functools.cache
