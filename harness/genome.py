@@ -223,7 +223,11 @@ def budget_scenario(seed: int, budget: Budget, checkpoints: bool) -> Scenario:
                                retention=budget.retention, scheduler_knobs=budget.scheduler_knobs,
                                late_pressure=budget.late_pressure, hidden=budget.hidden)
     if budget.eagle_drafts or not budget.budget_below_block:
-        return parse_scenario(_within_release(_drafts_for(scenario_to_json(scenario), budget), budget))
+        scenario = parse_scenario(_within_release(_drafts_for(scenario_to_json(scenario), budget), budget))
+    if budget.e2e:
+        from harness.e2e.geometry import expressible
+
+        return expressible(scenario)
     return scenario
 
 

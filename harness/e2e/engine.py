@@ -38,6 +38,8 @@ from harness.trace import Trace, VllmException, VllmRaised, run_steps
 # logprobs are log-softmax of fp32 logits: a cached run that reads the right state differs from the reference by
 # summation order only (measured: 0 on decode, < 2e-5 on teacher-forced prefill rows; bench/results/e2e_*.md)
 TOLERANCE = 1e-3
+MAX_MODEL_LEN = 16384  # each engine's model length (a scenario's requests are checked against the pool)
+MAX_ENGINES = 8  # engines kept per process (one per block and prefix-match unit; measured ~40 MiB each)
 _ENGINES: dict[tuple, "Engine"] = {}
 _SERIAL = itertools.count()
 
@@ -85,7 +87,8 @@ class Engine:
         from harness.e2e.models import model_dir
 
         self.key = key
-        block, unit, budget, max_len, num_blocks, max_seqs = key[:6]
+        block, unit, budget, num_blocks, max_seqs = key[:5]
+        max_len = min(MAX_MODEL_LEN, (num_blocks // 2) * block)  # vLLM: one such request must fit every group
         torch.set_num_threads(1)  # one core per engine: a campaign runs one worker per core
         self.name = f"hh-e2e-{os.getpid()}-{next(_SERIAL)}"
         self.store = connector.STORES.setdefault(self.name, connector.Store())
@@ -102,7 +105,7 @@ class Engine:
                 model=str(model_dir(family, seed)), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
                 seed=0, enable_prefix_caching=True, mamba_cache_mode="align", block_size=block,
                 max_model_len=max_len, max_num_batched_tokens=budget, max_num_seqs=max_seqs,
-                num_gpu_blocks_override=num_blocks, kv_cache_memory_bytes=max(64 << 20, num_blocks * (64 << 10)),
+                num_gpu_blocks_override=num_blocks, kv_cache_memory_bytes=max(64 << 20, num_blocks * (128 << 10)),
                 max_logprobs=-1, enable_chunked_prefill=True, disable_log_stats=True,
                 kv_transfer_config=KVTransferConfig(kv_connector="E2EConnector",
                                                     kv_connector_module_path="harness.e2e.connector",
@@ -110,8 +113,8 @@ class Engine:
                                                     kv_connector_extra_config={"store": self.name}),
                 **kwargs)
         except (ValueError, TypeError) as exc:  # vLLM refused the configuration: what the scenario asked for
-            raise BadInput(f"tier e2e: vLLM refuses this geometry (block {block}, prefix-match unit {unit}, "
-                           f"budget {budget}, model length {max_len}, {num_blocks} blocks): {exc}") from None
+            raise BadInput(f"tier e2e: vLLM refuses this geometry (block {block}, prefix-match unit {unit}): "
+                           f"{exc}") from None
         self.engine = self.llm.llm_engine
         self.worker_connector = kv_transfer_state._KV_CONNECTOR_AGENT
         core = self.engine.engine_core.engine_core  # InprocClient -> EngineCore
@@ -122,6 +125,10 @@ class Engine:
             raise BadInput(f"geometry.mamba_block_size: vLLM sets the block to {got} for the tiny model "
                            f"(asked for {block} after scaling)")
         self.references: dict[tuple, tuple[list[int], list]] = {}
+        self.held: list = []
+        sched = self.scheduler  # the engine's own limits, back in force between scenarios (`release`)
+        self.limits = (sched.max_num_scheduled_tokens, sched.scheduler_config.max_num_batched_tokens,
+                       sched.max_num_running_reqs, getattr(sched, "max_num_active_reqs", None))
         self.recorded: list = []  # this step's SchedulerOutput (schedule() wrapped below)
         schedule = self.scheduler.schedule
 
@@ -132,8 +139,35 @@ class Engine:
 
         self.scheduler.schedule = recording_schedule
 
+    def configure(self, sc: Scenario) -> None:
+        """The scenario's pool, token budget and request slots on this engine: the blocks past the scenario's pool
+        are held for the replay (`hold`: vLLM's admission, eviction and preemption see the scenario's pool), and
+        the scheduler's limits are the ones vLLM derives from the scenario's `max_num_batched_tokens` and
+        `max_num_seqs` (each read at schedule time: scheduler.py:109-115, 614 in 0.32.0; the runner's buffers
+        are sized for the engine's larger ones)."""
+        g, sched = sc.geometry, self.scheduler
+        sched.max_num_scheduled_tokens = g.token_budget
+        sched.scheduler_config.max_num_batched_tokens = g.token_budget
+        sched.max_num_running_reqs = len(sc.requests)
+        if hasattr(sched, "max_num_active_reqs"):
+            sched.max_num_active_reqs = len(sc.requests)
+        self.held = self.scheduler.kv_cache_manager.block_pool.get_new_blocks(self.key[3] - g.num_blocks)
+
+    def release(self) -> None:
+        """Give back the blocks held past the scenario's pool; the engine's own limits again (donors and
+        references run alone on the whole engine)."""
+        held, self.held = self.held, []
+        if held:
+            self.scheduler.kv_cache_manager.block_pool.free_blocks(held)
+        sched = self.scheduler
+        (sched.max_num_scheduled_tokens, sched.scheduler_config.max_num_batched_tokens,
+         sched.max_num_running_reqs, active) = self.limits
+        if active is not None:
+            sched.max_num_active_reqs = active
+
     def reset(self) -> None:
         """Back to an empty pool and cache (vLLM's own reset), keeping donors and references."""
+        self.release()
         for i in range(8):  # finished and aborted requests reach the worker with the next step
             if not self.scheduler.has_requests():
                 break
@@ -263,13 +297,19 @@ def _rows(logprobs) -> list:
     return rows
 
 
+def _ceil_pow2(n: int, floor: int) -> int:
+    return max(floor, 1 << (max(n, 1) - 1).bit_length())
+
+
 def engine_for(sc: Scenario, family: str, seed: int) -> Engine:
+    """The engine for the scenario's block and prefix-match unit (its pool, budget and slots at least the
+    scenario's: `Engine.configure` narrows them), built on first use and kept."""
     g = sc.geometry
-    key = (g.mamba_block_size, g.hash_block_size, g.token_budget, g.max_model_len, g.num_blocks,
-           max(len(sc.requests), 1), family, seed)
+    key = (g.mamba_block_size, g.hash_block_size, _ceil_pow2(g.token_budget, 4096), _ceil_pow2(g.num_blocks, 256),
+           _ceil_pow2(len(sc.requests), 8), family, seed)
     eng = _ENGINES.get(key)
     if eng is None:
-        if len(_ENGINES) >= 4:  # ~100-800 MiB each: keep the last few geometries
+        if len(_ENGINES) >= MAX_ENGINES:  # the oldest geometry gives way
             _ENGINES.pop(next(iter(_ENGINES)))
         eng = _ENGINES[key] = Engine(key, family, seed)
     return eng
@@ -325,6 +365,7 @@ class E2EDriver:
                 hit = min(ext.tokens, len(r.tokens) - 1)
                 self.donor_keys[r.spec.id] = self.eng.donor(tuple(r.tokens[:hit]))
         self.eng.reset()
+        self.eng.configure(self.sc)
 
     # -- the Tier protocol ----------------------------------------------------------------------------------
     def _all_done(self) -> bool:
@@ -416,6 +457,7 @@ class E2EDriver:
             if not self.eng.scheduler.has_requests():
                 break
             self.eng.step(self.step_idx + 1 + i)
+        self.eng.release()  # the pool accounting reads the whole pool, every block free again
 
     # -- the run --------------------------------------------------------------------------------------------
     def run(self) -> Trace:
@@ -440,8 +482,17 @@ class E2EDriver:
         return self._finish(trace)
 
     def _clear(self) -> None:
-        """After vLLM raised inside the engine its state is undefined: the next replay builds a new engine."""
-        _ENGINES.pop(self.eng.key, None)
+        """After vLLM raised inside a step: every request aborted and flushed to the worker, the pool back to
+        empty (`Engine.reset`). An engine that does not come back clean is dropped: the next replay builds one."""
+        try:
+            live = [rid for rid in list(self.eng.scheduler.requests)]
+            if live:
+                self.eng.engine.engine_core.abort_requests(live)
+            self.eng.reset()
+            if self.eng.scheduler.kv_cache_manager.block_pool.get_num_free_blocks() < self.eng.key[3] - 1:
+                raise HarnessError("blocks still held after the abort")
+        except Exception:  # noqa: BLE001 - any failure to recover: a fresh engine next time
+            _ENGINES.pop(self.eng.key, None)
 
     def _finish(self, trace: Trace) -> Trace:
         trace.e2e = {"scale": self.scale, "block_size": self.sc.geometry.mamba_block_size,
