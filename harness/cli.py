@@ -37,7 +37,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.artifacts import finding_artifact, write_finding
     from harness.replay import replay
     from harness.verdict import judge_scenario, masking_issues
-    from harness.oracles import describe_outputs, judge, output_summary
+    from harness.oracles import judge
     from harness.release import vllm_source
     from harness.scenario import load_scenario
     from harness.vllm_adapter import check_supported, installed_version
@@ -59,19 +59,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     findings = judge(trace)
     verdict = judge_scenario(scenario, findings, config=config) if findings else None
     masking = masking_issues(verdict, tier)
-    if masking:  # vLLM's CPU kernels raised first: what lies behind, replayed with their fixes kept
-        behind = replay(scenario, config=config.but(fixes=tuple(k.id for k in masking)))
-        extra = [f for f in judge(behind) if f.signature not in {g.signature for g in findings}]
-        if extra:
-            behind_verdict = judge_scenario(scenario, extra, config=config, base=masking)
-            findings += extra
-            verdict.signatures += behind_verdict.signatures
-            for name in ("unexplained", "revealed", "latent"):
-                getattr(verdict, name).extend(getattr(behind_verdict, name))
-            verdict.revealed = [s for s in verdict.revealed if s not in verdict.unexplained]
-            verdict.known.update(behind_verdict.known)
-            verdict.regressions.update(behind_verdict.regressions)
-        trace = behind if behind.exception is None else trace
+    if masking:
+        trace = _behind(scenario, config, masking, trace, findings, verdict)
     e2e = _e2e(args, scenario, config, trace, verdict) if findings or tier == "e2e" else None
     artifact_path = None
     if findings:
@@ -89,28 +78,57 @@ def _cmd_run(args: argparse.Namespace) -> int:
             "unjudged": trace.unjudged, "e2e": e2e,
         }, indent=1, default=str))
     else:
-        label = f"vLLM {vllm_source().describe()}" + (f" + mutant {args.mutant}" if args.mutant else "") + f", {tier_label(config)}"
-        if trace.outputs is not None:
-            print(f"outputs: {describe_outputs(output_summary(trace))}")
-        if not findings:
-            print(f"OK  {args.scenario}: {trace.steps_run} steps on {label}; all oracles hold")
-        else:
-            state = "new" if verdict.is_new else "all known"
-            print(f"FINDING  {args.scenario}: {len(findings)} finding(s) on {label}, {state} "
-                  f"(artifact: {artifact_path})")
-            for f in findings:
-                print(f"  [{verdict.label(f.signature)}] {f.headline()}")
-                print(f"      {f.detail}")
-            for sig in verdict.revealed:
-                print(f"  [NEW, revealed once the known fixes are applied] {sig}")
-        for oracle, why in trace.unjudged.items():
-            print(f"  ({oracle} not judged: {why})")
-        if e2e is not None:
-            from harness.e2e_verdict import describe
-
-            print(describe(e2e))
+        _print_run(args, config, trace, findings, verdict, artifact_path, e2e)
     # a replay is strict: any finding, known or new, exits 1 (campaigns and sweeps fail on new ones only)
     return EXIT_FINDING if findings else EXIT_OK
+
+
+def _print_run(args, config, trace, findings, verdict, artifact_path, e2e) -> None:
+    """The human-readable result of `run`."""
+    from harness.oracles import describe_outputs, output_summary
+    from harness.release import vllm_source
+
+    label = f"vLLM {vllm_source().describe()}" + (f" + mutant {args.mutant}" if args.mutant else "") + f", {tier_label(config)}"
+    if trace.outputs is not None:
+        print(f"outputs: {describe_outputs(output_summary(trace))}")
+    if not findings:
+        print(f"OK  {args.scenario}: {trace.steps_run} steps on {label}; all oracles hold")
+    else:
+        state = "new" if verdict.is_new else "all known"
+        print(f"FINDING  {args.scenario}: {len(findings)} finding(s) on {label}, {state} "
+              f"(artifact: {artifact_path})")
+        for f in findings:
+            print(f"  [{verdict.label(f.signature)}] {f.headline()}")
+            print(f"      {f.detail}")
+        for sig in verdict.revealed:
+            print(f"  [NEW, revealed once the known fixes are applied] {sig}")
+    for oracle, why in trace.unjudged.items():
+        print(f"  ({oracle} not judged: {why})")
+    if e2e is not None:
+        from harness.e2e_verdict import describe
+
+        print(describe(e2e))
+
+
+def _behind(scenario, config, masking, trace, findings, verdict):
+    """vLLM's CPU kernels raised first (tier e2e): what lies behind, replayed with their fixes kept, added to
+    `findings` and `verdict` (classified with those fixes in every replay). Returns the trace to report outputs of."""
+    from harness.oracles import judge
+    from harness.replay import replay
+    from harness.verdict import judge_scenario
+
+    behind = replay(scenario, config=config.but(fixes=tuple(k.id for k in masking)))
+    extra = [f for f in judge(behind) if f.signature not in {g.signature for g in findings}]
+    if extra:
+        behind_verdict = judge_scenario(scenario, extra, config=config, base=masking)
+        findings += extra
+        verdict.signatures += behind_verdict.signatures
+        for name in ("unexplained", "revealed", "latent"):
+            getattr(verdict, name).extend(getattr(behind_verdict, name))
+        verdict.revealed = [s for s in verdict.revealed if s not in verdict.unexplained]
+        verdict.known.update(behind_verdict.known)
+        verdict.regressions.update(behind_verdict.regressions)
+    return behind if behind.exception is None else trace
 
 
 def _e2e(args, scenario, config, trace, verdict) -> dict | None:

@@ -13,6 +13,10 @@ from __future__ import annotations
 import os
 
 _PREPARED: list[bool] = []
+# tier e2e: vLLM's engine in this process, its CPU worker not binding OpenMP threads (the engine runs torch on one
+# thread: harness/e2e/engine.py); set before vLLM is imported, read when an engine is built
+ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+              "VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
 def prepare(tree: str | os.PathLike | None = None) -> None:
@@ -29,9 +33,7 @@ def prepare(tree: str | os.PathLike | None = None) -> None:
     use_tree(tree)
     if _PREPARED:
         return
-    from harness.e2e import ENGINE_ENV  # tier e2e's in-process engine (read by vLLM when it builds one)
-
-    for name, value in ENGINE_ENV.items():
+    for name, value in ENGINE_ENV.items():  # tier e2e's in-process engine (read by vLLM when it builds one)
         os.environ.setdefault(name, value)
     if not os.path.exists("/proc/driver/nvidia/version"):
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
@@ -40,4 +42,4 @@ def prepare(tree: str | os.PathLike | None = None) -> None:
     _PREPARED.append(True)
 
 
-__all__ = ["prepare"]
+__all__ = ["ENGINE_ENV", "prepare"]

@@ -32,6 +32,7 @@ SLOW = {
     "tests/test_gpu_backend.py::test_check_script_skips_cleanly",
     "tests/test_engine_v1.py::test_an_async_eagle_finding_replays_in_an_empty_environment",  # 2 fresh processes
     "tests/test_release_triage.py::test_a_known_issue_repro_is_judged_on_the_installed_release",  # a fresh process
+    "tests/test_e2e_tier.py::test_e2e_tests_pass_on_the_cpu_build",  # vLLM's whole engine in the CPU build's venv
     # each 1.5-3 s (make test-fast under 60 s on this box)
     "tests/test_model_configs.py::test_a_short_conv_model_keeps_a_conv_window_only_and_is_judged_with_drafts",
     "tests/test_engine_v2.py::test_v2_worker_mutant_killed_and_absent_on_stock",

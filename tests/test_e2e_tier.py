@@ -81,8 +81,9 @@ def test_e2e_tests_pass_on_the_cpu_build():
     if not python:
         pytest.skip("HH_E2E_PYTHON unset: `make test` builds the CPU build's venv and sets it")
     assert Path(python).exists(), f"HH_E2E_PYTHON={python} does not exist (make venv VLLM=0.27.1)"
+    env = {k: v for k, v in os.environ.items() if k != "HH_VLLM"}  # the CPU build's own vLLM, not a --vllm tree
     out = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__)), "-k", "engine"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=1500)
+                         capture_output=True, text=True, cwd=ROOT, timeout=1500, env=env)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     assert " passed" in out.stdout and " skipped" not in out.stdout.splitlines()[-1], out.stdout[-2000:]
 

@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import os
 
-from harness.vllm_env import prepare
-
-# vLLM's engine in this process, its CPU worker not binding OpenMP threads (set by harness.vllm_env.prepare at
-# every entry point, before vLLM is imported; the engine runs torch on one thread: harness/e2e/engine.py)
-ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-              "VLLM_CPU_KVCACHE_SPACE": "1"}
+from harness.vllm_env import ENGINE_ENV, prepare
 
 
 def cpu_engine_env() -> None:
+    """The in-process engine's variables (harness.vllm_env.ENGINE_ENV; prepare() sets them at entry points)."""
     for name, value in ENGINE_ENV.items():
         os.environ.setdefault(name, value)
 

@@ -79,53 +79,31 @@ class Engine:
     """One LLM for one geometry, with its connector store."""
 
     def __init__(self, key: tuple, family: str, seed: int) -> None:
-        import torch
-        from vllm import LLM
-        from vllm.config import KVTransferConfig
+        import time
 
-        from harness.e2e import connector
-        from harness.e2e.models import model_dir
-
-        self.key = key
-        block, unit, budget, num_blocks, max_seqs = key[:5]
-        max_len = min(MAX_MODEL_LEN, (num_blocks // 2) * block)  # vLLM: one such request must fit every group
-        torch.set_num_threads(1)  # one core per engine: a campaign runs one worker per core
-        self.name = f"hh-e2e-{os.getpid()}-{next(_SERIAL)}"
-        self.store = connector.STORES.setdefault(self.name, connector.Store())
         from vllm.distributed.kv_transfer import kv_transfer_state
 
+        from harness.e2e import connector
+
+        started = time.perf_counter()
+        self.key = key
+        self.name = f"hh-e2e-{os.getpid()}-{next(_SERIAL)}"
+        self.store = connector.STORES.setdefault(self.name, connector.Store())
         # vLLM keeps the worker's connector in one process-wide slot, set once (kv_transfer_state.py:16): each
         # engine gets its own, swapped in before its steps (`_own_connector`)
         kv_transfer_state._KV_CONNECTOR_AGENT = None
-        kwargs = {}
-        if unit < block:
-            kwargs["prefix_match_unit"] = unit
-        try:
-            self.llm = LLM(
-                model=str(model_dir(family, seed)), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
-                seed=0, enable_prefix_caching=True, mamba_cache_mode="align", block_size=block,
-                max_model_len=max_len, max_num_batched_tokens=budget, max_num_seqs=max_seqs,
-                num_gpu_blocks_override=num_blocks, kv_cache_memory_bytes=max(64 << 20, num_blocks * (128 << 10)),
-                max_logprobs=-1, enable_chunked_prefill=True, disable_log_stats=True,
-                kv_transfer_config=KVTransferConfig(kv_connector="E2EConnector",
-                                                    kv_connector_module_path="harness.e2e.connector",
-                                                    kv_role="kv_both",
-                                                    kv_connector_extra_config={"store": self.name}),
-                **kwargs)
-        except (ValueError, TypeError) as exc:  # vLLM refused the configuration: what the scenario asked for
-            raise BadInput(f"tier e2e: vLLM refuses this geometry (block {block}, prefix-match unit {unit}): "
-                           f"{exc}") from None
+        self.llm = _start_llm(key, family, seed, self.name)
         self.engine = self.llm.llm_engine
         self.worker_connector = kv_transfer_state._KV_CONNECTOR_AGENT
-        core = self.engine.engine_core.engine_core  # InprocClient -> EngineCore
-        self.scheduler = core.scheduler
+        self.scheduler = self.engine.engine_core.engine_core.scheduler  # InprocClient -> EngineCore
         self.store.manager = self.scheduler.kv_cache_manager
-        got = self.llm.llm_engine.vllm_config.cache_config.block_size
-        if got != block:
+        got = self.engine.vllm_config.cache_config.block_size
+        if got != key[0]:
             raise BadInput(f"geometry.mamba_block_size: vLLM sets the block to {got} for the tiny model "
-                           f"(asked for {block} after scaling)")
+                           f"(asked for {key[0]} after scaling)")
         self.references: dict[tuple, tuple[list[int], list]] = {}
         self.held: list = []
+        self.build_s = time.perf_counter() - started  # engine start (bench/measure/e2e_throughput.py)
         sched = self.scheduler  # the engine's own limits, back in force between scenarios (`release`)
         self.limits = (sched.max_num_scheduled_tokens, sched.scheduler_config.max_num_batched_tokens,
                        sched.max_num_running_reqs, getattr(sched, "max_num_active_reqs", None))
@@ -275,6 +253,34 @@ class Engine:
         return _rows(plp[start:]) + _rows(first_sampled[:1])  # the last row: what the fed tokens predict next
 
 
+def _start_llm(key: tuple, family: str, seed: int, store: str):
+    """vLLM's `LLM` for one engine key, built with vLLM's own arguments (BadInput where vLLM refuses them)."""
+    import torch
+    from vllm import LLM
+    from vllm.config import KVTransferConfig
+
+    from harness.e2e.models import model_dir
+
+    block, unit, budget, num_blocks, max_seqs = key[:5]
+    max_len = min(MAX_MODEL_LEN, (num_blocks // 2) * block)  # vLLM: one such request must fit every group
+    torch.set_num_threads(1)  # one core per engine: a campaign runs one worker per core
+    kwargs = {"prefix_match_unit": unit} if unit < block else {}
+    try:
+        return LLM(
+            model=str(model_dir(family, seed)), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
+            seed=0, enable_prefix_caching=True, mamba_cache_mode="align", block_size=block,
+            max_model_len=max_len, max_num_batched_tokens=budget, max_num_seqs=max_seqs,
+            num_gpu_blocks_override=num_blocks, kv_cache_memory_bytes=max(64 << 20, num_blocks * (128 << 10)),
+            max_logprobs=-1, enable_chunked_prefill=True, disable_log_stats=True,
+            kv_transfer_config=KVTransferConfig(kv_connector="E2EConnector",
+                                                kv_connector_module_path="harness.e2e.connector",
+                                                kv_role="kv_both", kv_connector_extra_config={"store": store}),
+            **kwargs)
+    except (ValueError, TypeError) as exc:  # vLLM refused the configuration: what the scenario asked for
+        raise BadInput(f"tier e2e: vLLM refuses this geometry (block {block}, prefix-match unit {unit}): "
+                       f"{exc}") from None
+
+
 def _patches_in_force() -> tuple[str, ...]:
     """The mutant and fixes applied now (harness/patches.py): what a cached donor or reference was computed under."""
     from harness.patches import active
@@ -397,7 +403,6 @@ class E2EDriver:
                 r.internal = self.eng.add(r.spec.id, r.tokens, r.spec.max_tokens)
                 r.vreq = self.eng.scheduler.requests[r.internal]
                 if r.spec.external is not None:
-                    hit = min(r.spec.external.tokens, len(r.tokens) - 1)
                     self.eng.store.plan[r.internal] = (self.donor_keys[r.spec.id], r.spec.external.async_load,
                                                        r.spec.external.load_steps)
         so, outs = self.eng.step(step)
