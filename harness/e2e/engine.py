@@ -39,7 +39,7 @@ from harness.trace import Trace, VllmException, VllmRaised, run_steps
 # summation order only (measured: 0 on decode, < 2e-5 on teacher-forced prefill rows; bench/results/e2e_*.md)
 TOLERANCE = 1e-3
 MAX_MODEL_LEN = 16384  # each engine's model length (a scenario's requests are checked against the pool)
-MAX_ENGINES = 8  # engines kept per process (one per block and prefix-match unit; measured ~40 MiB each)
+MAX_ENGINES = 32  # engines kept per process (one per block and prefix-match unit; measured ~15 MiB each)
 _ENGINES: dict[tuple, "Engine"] = {}
 _SERIAL = itertools.count()
 
