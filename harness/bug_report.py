@@ -37,6 +37,16 @@ SEVERITY = {"vllm-exception": "crash: an exception out of the scheduler kills th
             "output": "wrong tokens (the model tier's output differs from the uncached reference)"}
 
 
+def e2e_severity(e2e: dict | None) -> list[str]:
+    """The finding on vLLM's whole engine with a real forward (tier e2e), with its tokens, where it was run."""
+    if not e2e or e2e.get("verdict") == "unavailable":
+        return []
+    from harness.e2e_verdict import describe
+
+    return [f"- Real output (vLLM {e2e.get('vllm_version', '?')} CPU build, whole engine, tiny Nemotron-H): "
+            f"{describe(e2e).removeprefix('e2e: ')}"]
+
+
 def severity(signatures) -> list[str]:
     kinds = dict.fromkeys(s.split(":")[0] for s in signatures)
     return [SEVERITY.get(k, k) for k in kinds]
@@ -375,7 +385,8 @@ def render(artifact: dict, issue: KnownIssue | None, test_text: str | None, test
           "```bash", f"vllm serve MODEL {' '.join(flags)}", "```", "", "```python",
           f"LLM(model=MODEL, {', '.join(f'{k}={v!r}' for k, v in kw.items())})", "```", "",
           "(`MODEL`: a Mamba2 hybrid, e.g. Nemotron-H; the tiny block sizes and pool only make the repro short.)",
-          "", "### Severity", "", *(f"- {s}" for s in severity(sigs)), "", "### Steps (the minimized scenario)", "",
+          "", "### Severity", "", *(f"- {s}" for s in severity(sigs)), *e2e_severity(artifact.get("e2e")), "",
+          "### Steps (the minimized scenario)", "",
           f"Geometry: `{json.dumps(artifact['scenario']['geometry'])}`", "", *steps(scenario), "",
           "### Expected vs actual", ""]
     for f in artifact["findings"]:

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.e2e_verdict import describe
 from harness.verdict import new_signatures
 from harness.oracles import describe_outputs
 
@@ -89,7 +90,9 @@ def render(directory: str | Path) -> tuple[Path, Path]:
                          "headline": f"[{first['oracle']}] step {first['step']}: expected {first['expected']}; actual {first['actual']}",
                          "minimized": (folder / "minimized.json").exists(),
                          "regression": (folder / "test_regression.py").exists(),
-                         "after_s": (doc.get("detection") or {}).get("after_startup_s")})
+                         "after_s": (doc.get("detection") or {}).get("after_startup_s"),
+                         # what users see: the finding on vLLM's whole engine (harness/e2e_verdict.py)
+                         "e2e": describe(doc["e2e"]).removeprefix("e2e: ") if doc.get("e2e") else "-"})
     last = samples[-1] if samples else {}
     head = (f"{last.get('execs', 0)} execs over {last.get('t', 0):.0f} s; coverage {last.get('cov', 0)}; corpus "
             f"{last.get('corpus', 0)}; {len(findings)} finding(s); harness errors {last.get('harness_errors', 0)}; "
@@ -103,23 +106,24 @@ def render(directory: str | Path) -> tuple[Path, Path]:
     if summary.get("outputs"):
         head += f"; model tier: {describe_outputs(summary['outputs'])}"
     md = ["# hybrid-harness fuzz report", "", head, ""] + [f"![{p}]({p})" for p in pngs] + [
-        "", "| finding | verdict | new signatures | known (by fix replay) | minimized | regression test | found after (s) |",
-        "|---|---|---|---|---|---|---|"]
+        "", "| finding | verdict | new signatures | known (by fix replay) | minimized | regression test | found after (s) "
+        "| e2e (real output) |", "|---|---|---|---|---|---|---|---|"]
     md += [f"| `{f['name']}` | {'NEW' if f['new'] else 'known'} | `{f['signature'] if f['new'] else '-'}` | {f['known'] or '-'} | {'yes' if f['minimized'] else 'no'} | "
-           f"{'yes' if f['regression'] else 'no'} | {f['after_s'] if f['after_s'] is not None else '-'} |" for f in findings]
+           f"{'yes' if f['regression'] else 'no'} | {f['after_s'] if f['after_s'] is not None else '-'} | {f['e2e']} |"
+           for f in findings]
     md_path = directory / "report.md"
     md_path.write_text("\n".join(md) + "\n")
     rows = "".join(
         f"<tr><td><code>{html.escape(f['name'])}</code></td><td><code>{html.escape(f['signature'])}</code></td>"
         f"<td>{html.escape(f['known'] or '-')}</td><td>{html.escape(f['headline'])}</td>"
-        f"<td>{'yes' if f['minimized'] else 'no'}</td></tr>" for f in findings)
+        f"<td>{'yes' if f['minimized'] else 'no'}</td><td>{html.escape(f['e2e'])}</td></tr>" for f in findings)
     imgs = "".join(f'<img src="{p}" alt="{p}">' for p in pngs)
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>hybrid-harness fuzz report</title>"
             f"<style>body{{font-family:sans-serif;margin:2em}}td,th{{border:1px solid #ccc;padding:4px}}"
             f"table{{border-collapse:collapse}}img{{margin:4px}}</style></head><body>"
             f"<h1>hybrid-harness fuzz report</h1><p>{html.escape(head)}</p>{imgs}"
             f"<table><tr><th>finding</th><th>signature</th><th>known issue</th><th>first finding</th>"
-            f"<th>minimized</th></tr>{rows}</table></body></html>")
+            f"<th>minimized</th><th>e2e (real output)</th></tr>{rows}</table></body></html>")
     html_path = directory / "report.html"
     html_path.write_text(page)
     return md_path, html_path

@@ -160,10 +160,15 @@ class Engine:
     # -- stepping -------------------------------------------------------------------------------------------
     def step(self, step: int) -> tuple[object | None, list]:
         """One engine step: (its SchedulerOutput, the RequestOutputs). An exception of vLLM's is its finding."""
+        from harness.patches import suspended
+
         self.recorded.clear()
         self._own_connector()
         try:
-            outs = self.engine.step()
+            # the engine tier's process-wide stand-ins for its simulated V1 worker (harness/engine/v1_process.py,
+            # kernels_v1.py: copy observer, host streams, kernel replacements) are out while vLLM's own worker runs
+            with suspended("engine:", prefix=True):
+                outs = self.engine.step()
         except (BadInput, HarnessError):
             raise
         except Exception as exc:  # noqa: BLE001 - classified: vLLM's or the harness's
@@ -260,22 +265,26 @@ def _start_llm(key: tuple, family: str, seed: int, store: str):
     from vllm.config import KVTransferConfig
 
     from harness.e2e.models import model_dir
+    from harness.patches import suspended
 
-    block, unit, budget, num_blocks, max_seqs = key[:5]
+    block, unit, budget, num_blocks, max_seqs, retention = key[:6]
     max_len = min(MAX_MODEL_LEN, (num_blocks // 2) * block)  # vLLM: one such request must fit every group
     torch.set_num_threads(1)  # one core per engine: a campaign runs one worker per core
     kwargs = {"prefix_match_unit": unit} if unit < block else {}
+    if retention != "absent":  # the release's CacheConfig field, passed as the scenario gives it (None: dense)
+        kwargs["prefix_cache_retention_interval"] = retention
     try:
-        return LLM(
-            model=str(model_dir(family, seed)), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
-            seed=0, enable_prefix_caching=True, mamba_cache_mode="align", block_size=block,
-            max_model_len=max_len, max_num_batched_tokens=budget, max_num_seqs=max_seqs,
-            num_gpu_blocks_override=num_blocks, kv_cache_memory_bytes=max(64 << 20, num_blocks * (128 << 10)),
-            max_logprobs=-1, enable_chunked_prefill=True, disable_log_stats=True,
-            kv_transfer_config=KVTransferConfig(kv_connector="E2EConnector",
-                                                kv_connector_module_path="harness.e2e.connector",
-                                                kv_role="kv_both", kv_connector_extra_config={"store": store}),
-            **kwargs)
+        with suspended("engine:", prefix=True):  # the engine tier's stand-ins out (`Engine.step`)
+            return LLM(
+                model=str(model_dir(family, seed)), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
+                seed=0, enable_prefix_caching=True, mamba_cache_mode="align", block_size=block,
+                max_model_len=max_len, max_num_batched_tokens=budget, max_num_seqs=max_seqs,
+                num_gpu_blocks_override=num_blocks, kv_cache_memory_bytes=max(64 << 20, num_blocks * (128 << 10)),
+                max_logprobs=-1, enable_chunked_prefill=True, disable_log_stats=True,
+                kv_transfer_config=KVTransferConfig(kv_connector="E2EConnector",
+                                                    kv_connector_module_path="harness.e2e.connector",
+                                                    kv_role="kv_both", kv_connector_extra_config={"store": store}),
+                **kwargs)
     except (ValueError, TypeError) as exc:  # vLLM refused the configuration: what the scenario asked for
         raise BadInput(f"tier e2e: vLLM refuses this geometry (block {block}, prefix-match unit {unit}): "
                        f"{exc}") from None
@@ -311,8 +320,13 @@ def engine_for(sc: Scenario, family: str, seed: int) -> Engine:
     """The engine for the scenario's block and prefix-match unit (its pool, budget and slots at least the
     scenario's: `Engine.configure` narrows them), built on first use and kept."""
     g = sc.geometry
+    from harness.vllm_adapter import supports_retention
+
+    retention = g.prefix_cache_retention_interval if supports_retention() else "absent"
+    if retention == "absent" and g.prefix_cache_retention_interval is not None:
+        raise BadInput("geometry.prefix_cache_retention_interval: this vLLM's CacheConfig has no such field")
     key = (g.mamba_block_size, g.hash_block_size, _ceil_pow2(g.token_budget, 4096), _ceil_pow2(g.num_blocks, 256),
-           _ceil_pow2(len(sc.requests), 8), family, seed)
+           _ceil_pow2(len(sc.requests), 8), retention, family, seed)
     eng = _ENGINES.get(key)
     if eng is None:
         if len(_ENGINES) >= MAX_ENGINES:  # the oldest geometry gives way

@@ -39,8 +39,6 @@ def not_expressible(scenario: Scenario) -> str | None:
         return "geometry.model: a real model's geometry runs on the engine tier; e2e runs the tiny local models"
     if g.mamba_cache_mode != "align":
         return f"geometry.mamba_cache_mode {g.mamba_cache_mode!r}: tier e2e runs align mode"
-    if g.prefix_cache_retention_interval is not None:
-        return "geometry.prefix_cache_retention_interval: no CPU build of a release with sparse retention (0.33+)"
     if g.prefill_checkpoint or g.eagle_block_drop or g.hidden_state_layers:
         name = next(n for n in ("prefill_checkpoint", "eagle_block_drop", "hidden_state_layers") if getattr(g, n))
         return f"geometry.{name}: a drafter feature; tier e2e runs no drafter"
@@ -55,13 +53,12 @@ def not_expressible(scenario: Scenario) -> str | None:
 def expressible(scenario: Scenario) -> Scenario:
     """The scenario with what tier e2e cannot run dropped (a fuzz input's e2e form; harness.genome.decode): no
     scenario drafts (K 0, no acceptance), no checkpoint or EAGLE geometry, no real model, align mode, loads that
-    succeed, no hit limits or retention interval."""
+    succeed, no hit limits."""
     doc = scenario.model_dump(by_alias=True, exclude_none=True)
     g = doc["geometry"]
     g.update(num_speculative_tokens=0, prefill_checkpoint=False, eagle_block_drop=False, mamba_cache_mode="align",
              hidden_state_layers=0)
-    for name in ("model", "prefix_cache_retention_interval"):
-        g.pop(name, None)
+    g.pop("model", None)
     for r in doc["requests"]:
         r.pop("acceptance", None)
         r.pop("prefix_cache_hit_limit", None)
@@ -82,6 +79,8 @@ def scaled(scenario: Scenario, kernel_block: int) -> tuple[Scenario, int]:
     geo = doc["geometry"]
     for name in ("hash_block_size", "attn_block_size", "mamba_block_size", "token_budget"):
         geo[name] = getattr(g, name) * s
+    if g.prefix_cache_retention_interval:  # tokens, a multiple of the block: scaled with it (0: sparse, kept)
+        geo["prefix_cache_retention_interval"] = g.prefix_cache_retention_interval * s
     # the longest request, not the scaled cap: vLLM refuses a model length one request could not fit in the pool
     # (the scenario's own check: every request fits), and the cap changes no scheduling decision below it
     geo["max_model_len"] = max(r.prompt.num_tokens * s + r.max_tokens for r in scenario.requests)
