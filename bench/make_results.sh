@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make results [PART=all|bench|fast|mutants|banks|peer|verdicts|known|upstream]`: rewrite every file in bench/results/
+# `make results [PART=all|bench|fast|mutants|banks|peer|verdicts|known|upstream|e2e]`: rewrite every file in bench/results/
 # (and the known-issue tables of README.md and docs/known-issues.md) from its command. Each file carries a
 # provenance line (command, commit, machine, vLLM, date: harness/stamp.py). Every file in bench/results/ is written
 # by a command below (tests/test_results_layout.py checks the list); dated reports that no one command rewrites
@@ -8,7 +8,7 @@
 # `peer` downloads vLLM's sdist from PyPI and needs vLLM's test-only packages (docs/commands.md); its peer table
 # reads the `banks` part's campaign tables.
 # Times on 2 cores: bench ~5 min, fast ~15 min, mutants ~35 min, banks ~90 min, peer ~3 h, verdicts ~55 min,
-# known ~1 s, upstream ~7 min + the peer suite per patch (run parts in parallel on separate cores with CORE=N).
+# known ~1 s, e2e ~10 min, upstream ~7 min + the peer suite per patch (run parts in parallel on separate cores with CORE=N).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PART=${1:-all}
@@ -102,6 +102,15 @@ if part verdicts; then
 fi
 if part known; then
   "$PY" tools/known_table.py  # README.md's and docs/known-issues.md's tables, from the known-issue registry
+fi
+if part e2e; then
+  # tier e2e (vLLM's whole engine, real forward) on vLLM's CPU builds: what users see of each known issue, of the
+  # bank's symbolic findings, and its throughput beside the engine tier's (make venv VLLM=0.27.1 / 0.32.0)
+  make venv VLLM=0.27.1 && make venv VLLM=0.32.0
+  pin .venv-0.27.1/bin/python -m harness known check --tier e2e -o $R/e2e_known_0.27.1.md
+  pin .venv-0.32.0/bin/python -m harness known check --tier e2e -o $R/e2e_known_0.32.0.md
+  pin .venv-0.32.0/bin/python $M/e2e_mutant_bank.py --count 150 --keep 3 --out $R/e2e_mutant_bank_0.32.0.md
+  pin .venv-0.32.0/bin/python $M/e2e_throughput.py --count 60 --out $R/e2e_throughput.md
 fi
 if part upstream; then
   # issue 38: the known issue x release table (each release in its own process: its venv, else its unpacked wheel,

@@ -142,7 +142,7 @@ TARGETS = sorted(p.stem for p in FUZZ.glob("*_target.py"))
 
 
 def test_every_target_has_a_seed_corpus_and_a_dictionary():
-    assert TARGETS == ["engine_target", "model_target", "symbolic_target"]
+    assert TARGETS == ["e2e_target", "engine_target", "model_target", "symbolic_target"]
     for target in TARGETS:
         kind = target.removesuffix("_target")
         assert len(list((FUZZ / "corpus" / kind).iterdir())) >= 4, kind

@@ -24,6 +24,7 @@ symbolic states are not recorded here: the oracles that read them say so in `tra
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from dataclasses import dataclass, field
@@ -216,6 +217,10 @@ class Engine:
     def donor(self, prefix: tuple[int, ...]) -> tuple:
         """Compute `prefix` alone and keep its KV and Mamba state for the connector (once per engine and set of
         patches in force: a mutant or fix may change what vLLM computes); returns the donor's key."""
+        with shipped_vllm():
+            return self._donor(prefix)
+
+    def _donor(self, prefix: tuple[int, ...]) -> tuple:
         key = (prefix, _patches_in_force())
         if key in self.store.donors:
             return key
@@ -237,6 +242,10 @@ class Engine:
 
     def reference(self, tokens: list[int], max_tokens: int) -> tuple[list[int], list]:
         """The uncached reference: greedy tokens and logprob rows of `tokens` alone (cached per engine)."""
+        with shipped_vllm():
+            return self._reference(tokens, max_tokens)
+
+    def _reference(self, tokens: list[int], max_tokens: int) -> tuple[list[int], list]:
         key = (tuple(tokens), max_tokens, _patches_in_force())
         if key not in self.references:
             rid = f"ref-{next(_SERIAL)}"
@@ -252,7 +261,8 @@ class Engine:
     def teacher_forced(self, tokens: list[int], start: int) -> list:
         """The reference's logprob rows predicting tokens[start:], fed the given tokens (prompt logprobs)."""
         rid = f"tf-{next(_SERIAL)}"
-        outs, _ = self.run_alone(rid, tokens, 1, salt=rid, prompt_logprobs=True)
+        with shipped_vllm():
+            outs, _ = self.run_alone(rid, tokens, 1, salt=rid, prompt_logprobs=True)
         plp = next(o.prompt_logprobs for o in outs if o.prompt_logprobs is not None)
         first_sampled = next(o.outputs[0].logprobs for o in outs if o.outputs[0].logprobs)
         return _rows(plp[start:]) + _rows(first_sampled[:1])  # the last row: what the fed tokens predict next
@@ -291,10 +301,25 @@ def _start_llm(key: tuple, family: str, seed: int, store: str):
 
 
 def _patches_in_force() -> tuple[str, ...]:
-    """The mutant and fixes applied now (harness/patches.py): what a cached donor or reference was computed under."""
+    """The patches applied now (harness/patches.py): what a cached donor or reference was computed under."""
     from harness.patches import active
 
     return tuple(sorted({p.by for p in active()}))
+
+
+@contextlib.contextmanager
+def shipped_vllm():
+    """vLLM as shipped for the donors and the uncached reference: the replay's mutant and fixes taken out
+    (they are the system under test, not the other instance a connector reads or the reference), except the fixes
+    of known crashes of vLLM's CPU kernels (runners ["cpu"]), without which nothing runs on those releases."""
+    from harness.known_issues import issues_for
+    from harness.patches import active, suspended
+
+    keep = {f"patch:{k.fix_name}" for k in issues_for("e2e") if k.runners == ("cpu",)}
+    with contextlib.ExitStack() as stack:
+        for label in sorted({p.by for p in active("patch:")} - keep):
+            stack.enter_context(suspended(label))
+        yield
 
 
 def _rows(logprobs) -> list:
@@ -359,7 +384,12 @@ class E2EDriver:
         self.original = scenario
         self.sc, self.scale = scaled(scenario, kernel_block())
         self.eng = engine_for(self.sc, family, seed)
-        self.eng.reset()
+        try:
+            self.eng.reset()
+        except HarnessError:  # a block the last replay leaked (its pool accounting said so): a fresh engine
+            _ENGINES.pop(self.eng.key, None)
+            self.eng = engine_for(self.sc, family, seed)
+            self.eng.reset()
         self.trace = Trace(**vllm_source().as_json(), mutant=mutant)
         self.trace.runner = "e2e"
         kinds = group_kinds(self.eng.scheduler.kv_cache_config.kv_cache_groups)
