@@ -34,6 +34,9 @@ class KnownIssue:
     # scheduler code only vLLM's own Scheduler runs (the engine tier, any runner): the mirrored tiers' scheduler
     # loop does not follow it
     engine_only: bool = False
+    # reached only with a real forward and a real connector load (tier e2e, vLLM's CPU build): the simulated
+    # tiers' connector delivers states before the runner runs, and they run no CPU kernels
+    e2e_only: bool = False
     # the first release without the bug (None: open in the newest tested release); on a release or tree at or
     # past it, the bug showing again is a regression, never filed KNOWN (`regressed_for`)
     fixed_in: tuple | None = None
@@ -78,12 +81,12 @@ class KnownIssue:
         shadow ("mirror"); the engine tier runs `runner` ("auto" may pick either of vLLM's runners)."""
         if self.engine_only and tier not in ("engine", "e2e"):
             return False
+        if self.e2e_only and tier != "e2e":
+            return False
         if self.runners is None:
             return True
         if tier == "e2e":  # vLLM's CPU model runner: the V1 runner's code, on CPU kernels
             return bool({"v1", "cpu"} & set(self.runners))
-        if "cpu" in self.runners and set(self.runners) <= {"cpu"}:
-            return False  # CPU kernels run on tier e2e only
         if tier != "engine":
             return "mirror" in self.runners
         return runner in self.runners or (runner == "auto" and bool({"v1", "v2"} & set(self.runners)))
@@ -122,7 +125,7 @@ def load(path: Path = DATA) -> tuple[KnownIssue, ...]:
                 reached_by=entry["reached_by"], fix_name=entry["fix"],
                 repro_from=_version(entry.get("repro_from", "0.26.0"), where, "repro_from"),
                 runners=tuple(runners) if runners is not None else None,
-                engine_only=bool(entry.get("engine_only", False)),
+                engine_only=bool(entry.get("engine_only", False)), e2e_only=bool(entry.get("e2e_only", False)),
                 fixed_in=_version(entry["fixed_in"], where, "fixed_in") if "fixed_in" in entry else None,
                 patch_note=entry.get("patch_note", "")))
         except KeyError as exc:
