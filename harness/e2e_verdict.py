@@ -58,7 +58,9 @@ def from_trace(trace) -> dict:
                        f"vLLM raises: {trace.exception.error} at {trace.exception.site}"),
            "logprobs": "greedy tokens are the reference's; logprobs differ beyond float noise",
            "clean": (f"all {generated} generated token(s) of {len(trace.outputs or ())} request(s) match the uncached "
-                     "reference, logprobs within noise: no generating step read a wrong state")}
+                     "reference, logprobs within noise: no generating step read a wrong state" if generated else
+                     f"no request generated a token in the {trace.steps_run} step(s) run (the loop ended "
+                     f"{trace.end.reason if trace.end else 'early'}): nothing to compare")}
     out = {"verdict": verdict, "why": why[verdict], "requests": requests, "vllm_version": trace.vllm_version,
            "scale": e2e.get("scale"), "block_size": e2e.get("block_size")}
     if trace.exception is not None:
