@@ -18,7 +18,7 @@ def _config(args: argparse.Namespace, recorded: dict | None = None, **given):
     from harness.run_config import ENV, RunConfig
 
     fields = ("tier", "mutant", "model", "runner", "async_scheduling", "kernels", "forward", "copy_timing",
-              "model_config", "cache_mode", "hidden_states")
+              "model_config", "cache_mode", "hidden_states", "e2e_model")
     values = {k: os.environ.get(ENV[k]) or None for k in fields}
     if recorded:
         values.update({k: recorded.get(k) for k in ("tier", "mutant", "model") if recorded.get(k)})

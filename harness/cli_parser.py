@@ -51,6 +51,8 @@ def _engine_flags(parser: argparse.ArgumentParser) -> None:
                         help="engine tier: a real hybrid model's KV cache groups and block sizes, built by vLLM from "
                         "its config.json (a shipped name: harness/model_configs, or a file); generated scenarios, and "
                         "a replayed one naming no model, run on it")
+    parser.add_argument("--e2e-model", dest="e2e_model", metavar="FAMILY",
+                        help="tier e2e: the tiny local model's family (nemotron-h, default; falcon-h1, granite-4)")
     parser.add_argument("--extract-hidden-states", dest="hidden_states", type=int, metavar="N",
                         help="engine tier: every generated scenario runs vLLM's speculative method "
                         "extract_hidden_states (one draft) storing N aux hidden-state layers, on a model with aux "

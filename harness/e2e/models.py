@@ -13,23 +13,12 @@ import json
 import os
 from pathlib import Path
 
+from harness.e2e.families import DEFAULT_FAMILY, FAMILIES
 from harness.e2e.geometry import VOCAB
 from harness.errors import BadInput
 
 CACHE = Path(__file__).resolve().parents[2] / "artifacts" / "cache" / "e2e-models"
 
-# family -> (transformers config class, its arguments): the layer pattern mixes Mamba and attention
-FAMILIES: dict[str, tuple[str, dict]] = {
-    # Nemotron-H: Mamba2, attention, Mamba2, MLP (hybrid_override_pattern "M*M-"). The Mamba state (5.2 KB) fits
-    # a 16-token attention page (8 KB), so vLLM keeps a 16-token block (it raises the block until the attention
-    # page holds a Mamba state: platforms/interface.py `_align_hybrid_block_size`)
-    "nemotron-h": ("NemotronHConfig", dict(
-        hidden_size=128, num_hidden_layers=4, hybrid_override_pattern="M*M-", num_attention_heads=4,
-        num_key_value_heads=2, head_dim=32, intermediate_size=256, mamba_num_heads=4, mamba_head_dim=16,
-        ssm_state_size=16, n_groups=1, mamba_d_conv=4, chunk_size=16, max_position_embeddings=8192,
-        time_step_limit=[0.0, 1e4], initializer_range=0.1)),
-}
-DEFAULT_FAMILY = "nemotron-h"
 
 
 def model_dir(family: str = DEFAULT_FAMILY, seed: int = 0) -> Path:
