@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.fixes.targets import SCHEDULER, Fix, has_checkpoints, method_fix
+from harness.fixes.targets import SCHEDULER, Fix, has_checkpoint_blocks, method_fix
 from harness.mutants.base import Mutant, bound_arguments, method_wrapped, wrap_method
 from harness.patches import undo_all
 
@@ -139,7 +139,8 @@ def _split_grid_below_mamba_block() -> bool:
 FIXES = (
     method_fix("fix-midblock-stop", SCHEDULER, "_mamba_block_aligned_split",
                      _stop_at_next_block_boundary(_checkpoint_prompt_final_chunk),
-                     "a prompt-final chunk starting mid-block stops at the next block boundary (checkpoint geometries)", applies=has_checkpoints),  # checkpoint-midblock-start
+                     "a prompt-final chunk starting mid-block stops at the next block boundary (checkpoint geometries)",
+                     applies=has_checkpoint_blocks),  # checkpoint-midblock-start (vLLM's code: 0.32.0 on, tier e2e)
     method_fix("fix-midblock-stop-every-chunk", SCHEDULER, "_mamba_block_aligned_split",
                      _stop_at_next_block_boundary(), "a chunk starting mid-block stops at the next block boundary", applies=_split_drops_stop_past_cacheable_range),  # eagle-midblock-stop-dropped
     Fix(_padding_dropped_fix(), "Scheduler._mamba_block_aligned_split + Scheduler._make_cached_request_data",

@@ -87,6 +87,15 @@ def has_checkpoints() -> bool:
     return supports_prefill_checkpoints()
 
 
+def has_checkpoint_blocks() -> bool:
+    """vLLM's own code has Mamba prefill checkpoint blocks (MambaSpec's fields and kv_cache_interface's helpers),
+    whether or not the mirrored tiers' worker shadow follows them (0.32.0 has them: tier e2e runs them)."""
+    from vllm.v1 import kv_cache_interface as kci
+
+    return ({"num_prefill_checkpoint_blocks", "prefill_checkpoint_alignment"} <= set(kci.MambaSpec.__dataclass_fields__)
+            and hasattr(kci, "get_mamba_prefill_checkpoint_position"))
+
+
 def wrapped_by(cls, method: str, make) -> bool:
     """`make`'s wrapper is somewhere in cls.<method>'s stack of patches (two fixes wrap the same lookup)."""
     fn = getattr(cls, method)
