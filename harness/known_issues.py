@@ -37,6 +37,8 @@ class KnownIssue:
     # reached only with a real forward and a real connector load (tier e2e, vLLM's CPU build): the simulated
     # tiers' connector delivers states before the runner runs, and they run no CPU kernels
     e2e_only: bool = False
+    # tier e2e's own repro where the issue's repro is not expressible there (`known check --tier e2e`)
+    e2e_repro: str = ""
     # the first release without the bug (None: open in the newest tested release); on a release or tree at or
     # past it, the bug showing again is a regression, never filed KNOWN (`regressed_for`)
     fixed_in: tuple | None = None
@@ -126,6 +128,7 @@ def load(path: Path = DATA) -> tuple[KnownIssue, ...]:
                 repro_from=_version(entry.get("repro_from", "0.26.0"), where, "repro_from"),
                 runners=tuple(runners) if runners is not None else None,
                 engine_only=bool(entry.get("engine_only", False)), e2e_only=bool(entry.get("e2e_only", False)),
+                e2e_repro=entry.get("e2e_repro", ""),
                 fixed_in=_version(entry["fixed_in"], where, "fixed_in") if "fixed_in" in entry else None,
                 patch_note=entry.get("patch_note", "")))
         except KeyError as exc:

@@ -39,8 +39,11 @@ def not_expressible(scenario: Scenario) -> str | None:
         return "geometry.model: a real model's geometry runs on the engine tier; e2e runs the tiny local models"
     if g.mamba_cache_mode != "align":
         return f"geometry.mamba_cache_mode {g.mamba_cache_mode!r}: tier e2e runs align mode"
-    if g.prefill_checkpoint or g.eagle_block_drop or g.hidden_state_layers:
-        name = next(n for n in ("prefill_checkpoint", "eagle_block_drop", "hidden_state_layers") if getattr(g, n))
+    if g.prefill_checkpoint:
+        return ("geometry.prefill_checkpoint: the mirrored tiers' model of checkpoint blocks; on tier e2e vLLM's "
+                "own Mamba layer declares them")
+    if g.eagle_block_drop or g.hidden_state_layers:
+        name = next(n for n in ("eagle_block_drop", "hidden_state_layers") if getattr(g, n))
         return f"geometry.{name}: a drafter feature; tier e2e runs no drafter"
     for r in scenario.requests:
         if r.external is not None and r.external.load_fails:
