@@ -15,13 +15,13 @@ def rows(config, issues=KNOWN_ISSUES) -> list[dict]:
     from harness.e2e.geometry import not_expressible
     from harness.e2e_verdict import from_trace
     from harness.errors import BadInput
-    from harness.known_issues import issues_for
+    from harness.known_issues import cpu_kernel_issues
     from harness.oracles import judge
     from harness.replay import replay
     from harness.scenario import load_scenario
 
     cfg = config.but(tier="e2e", mutant=None, fixes=())
-    platform = [k for k in issues_for("e2e") if k.runners == ("cpu",)]
+    platform = cpu_kernel_issues()
     out = []
     for issue in issues:
         row = {"id": issue.id, "releases": issue.releases.split(";")[0]}

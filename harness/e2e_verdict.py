@@ -76,7 +76,7 @@ def e2e_verdict(scenario, config, fixes: tuple[str, ...] = ()) -> dict:
     if why:
         return {"verdict": "unavailable", "why": why}
     from harness.e2e.geometry import not_expressible
-    from harness.known_issues import issues_for
+    from harness.known_issues import cpu_kernel_issues, issues_for
     from harness.replay import replay
 
     field = not_expressible(scenario)
@@ -84,7 +84,7 @@ def e2e_verdict(scenario, config, fixes: tuple[str, ...] = ()) -> dict:
         return {"verdict": "not expressible", "why": field}
     runs_here = issues_for("e2e")
     # a known crash of vLLM's CPU kernels (runners ["cpu"]) would stop the replay before the finding: kept fixed
-    platform = tuple(k.id for k in runs_here if k.runners == ("cpu",))
+    platform = tuple(k.id for k in cpu_kernel_issues())
     ids = {k.id for k in runs_here}
     cfg = config.but(tier="e2e", fixes=tuple(dict.fromkeys([*platform, *(f for f in fixes if f in ids)])))
     try:

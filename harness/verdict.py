@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from harness.known_issues import KNOWN_ISSUES, issues_for, regressed_for
+from harness.known_issues import KNOWN_ISSUES, cpu_kernel_issues, issues_for, regressed_for
 from harness.run_config import RunConfig
 
 
@@ -191,7 +191,7 @@ def masking_issues(verdict: Verdict | None, tier: str) -> list:
     if verdict is None or tier != "e2e":
         return []
     ids = {i for v in verdict.known.values() for i in v.split("+")}
-    return [k for k in issues_for("e2e") if k.id in ids and k.runners == ("cpu",)]
+    return [k for k in cpu_kernel_issues() if k.id in ids]
 
 
 def replay_and_judge(scenario, mutant: str | None = None, tier: str | None = None, known_fixes: bool | None = None,

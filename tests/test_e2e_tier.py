@@ -88,6 +88,13 @@ def test_e2e_tests_pass_on_the_cpu_build():
     assert " passed" in out.stdout and " skipped" not in out.stdout.splitlines()[-1], out.stdout[-2000:]
 
 
+def _platform() -> tuple[str, ...]:
+    """The fixes of known CPU-kernel crashes, kept so that a test reaches what it is about."""
+    from harness.known_issues import cpu_kernel_issues
+
+    return tuple(k.id for k in cpu_kernel_issues())
+
+
 def _replay(scenario, **config):
     from harness.oracles import judge
     from harness.replay import replay
@@ -103,7 +110,7 @@ def test_engine_seed_bug_shows_in_the_tokens_and_its_fix_removes_it():
     from harness.known_issues import issues_for
 
     sc = load_scenario(SEED)
-    platform = tuple(k.id for k in issues_for("e2e") if k.runners == ("cpu",))  # a CPU kernel crash kept fixed
+    platform = _platform()  # a CPU kernel crash kept fixed
     mutant = None if any(k.id == "seed-external-hit-unmarked" for k in issues_for("e2e")) else "seed-unmarked-early-return"
     trace, findings = _replay(sc, mutant=mutant, fixes=platform)
     assert trace.exception is None and trace.end.reason == "done"
@@ -121,14 +128,12 @@ def test_engine_seed_bug_shows_in_the_tokens_and_its_fix_removes_it():
 
 @needs_cpu_build
 def test_engine_clean_scenario_is_clean_and_the_engine_is_reused():
-    from harness.known_issues import issues_for
-
     doc = {"version": 1, "geometry": {"hash_block_size": 4, "attn_block_size": 8, "mamba_block_size": 8,
                                       "num_blocks": 32, "max_model_len": 64, "token_budget": 8},
            "requests": [{"id": "a", "prompt": {"length": 12, "seed": 3}, "max_tokens": 4},
                         {"id": "b", "prompt": {"length": 20, "seed": 4, "share": {"request": "a", "tokens": 8}},
                          "arrival_step": 2, "max_tokens": 4}]}
-    platform = tuple(k.id for k in issues_for("e2e") if k.runners == ("cpu",))
+    platform = _platform()
     first, findings = _replay(parse_scenario(doc), fixes=platform)
     assert findings == [] and first.end.reason == "done"
     again, findings = _replay(parse_scenario(doc), fixes=platform)
@@ -138,11 +143,9 @@ def test_engine_clean_scenario_is_clean_and_the_engine_is_reused():
 
 @needs_cpu_build
 def test_engine_refuses_a_chunk_the_scheduler_would_not_schedule():
-    from harness.known_issues import issues_for
-
     doc = json.loads(SEED.read_text())
     doc["requests"][0]["chunks"] = [3, 2]
-    platform = tuple(k.id for k in issues_for("e2e") if k.runners == ("cpu",))
+    platform = _platform()
     with pytest.raises(BadInput, match=r"requests\[a\]\.chunks\[0\]"):
         _replay(parse_scenario(doc), fixes=platform)
 
@@ -153,7 +156,7 @@ def test_engine_other_families_run_and_the_seed_fix_leaves_their_outputs_the_ref
     from harness.known_issues import issues_for
 
     sc = load_scenario(SEED)
-    platform = tuple(k.id for k in issues_for("e2e") if k.runners == ("cpu",))
+    platform = _platform()
     seed_here = any(k.id == "seed-external-hit-unmarked" for k in issues_for("e2e"))
     trace, findings = _replay(sc, mutant=None if seed_here else "seed-unmarked-early-return", e2e_model=family,
                               fixes=platform + ("seed-external-hit-unmarked",))

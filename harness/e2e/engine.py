@@ -312,10 +312,10 @@ def shipped_vllm():
     """vLLM as shipped for the donors and the uncached reference: the replay's mutant and fixes taken out
     (they are the system under test, not the other instance a connector reads or the reference), except the fixes
     of known crashes of vLLM's CPU kernels (runners ["cpu"]), without which nothing runs on those releases."""
-    from harness.known_issues import issues_for
+    from harness.known_issues import cpu_kernel_issues
     from harness.patches import active, suspended
 
-    keep = {f"patch:{k.fix_name}" for k in issues_for("e2e") if k.runners == ("cpu",)}
+    keep = {f"patch:{k.fix_name}" for k in cpu_kernel_issues()}
     with contextlib.ExitStack() as stack:
         for label in sorted({p.by for p in active("patch:")} - keep):
             stack.enter_context(suspended(label))
