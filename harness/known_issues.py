@@ -178,7 +178,6 @@ def issues_for(tier: str, runner: str = "auto") -> tuple[KnownIssue, ...]:
     return tuple(k for k in KNOWN_ISSUES if k.runs_on(tier, runner) and k.applicable() and k.open_here())
 
 
-@functools.cache
 def cpu_kernel_issues() -> tuple[KnownIssue, ...]:
     """Known crashes of vLLM's CPU kernels that tier e2e carries here (runners ["cpu"]): they stop a run before
     anything else can show, so what lies behind them is judged with their fixes kept (run, known check, the e2e
@@ -186,6 +185,7 @@ def cpu_kernel_issues() -> tuple[KnownIssue, ...]:
     return tuple(k for k in issues_for("e2e") if k.runners == ("cpu",))
 
 
+@functools.cache
 def regressed_for(tier: str, runner: str = "auto") -> tuple[KnownIssue, ...]:
     """Fixed known issues whose old code is back: a vLLM at or past the release that fixed one (a developer's
     tree, say) whose code the fix's probe finds again. A finding its fix removes is a regression: new, never
