@@ -59,8 +59,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     findings = judge(trace)
     verdict = judge_scenario(scenario, findings, config=config) if findings else None
     masking = masking_issues(verdict, tier)
-    if masking:
+    while masking:  # each CPU-kernel bug may hide another behind it
         trace = _behind(scenario, config, masking, trace, findings, verdict)
+        deeper = [k for k in masking_issues(verdict, tier) if k not in masking]
+        masking = [*masking, *deeper] if deeper else []
     e2e = _e2e(args, scenario, config, trace, verdict) if findings or tier == "e2e" else None
     artifact_path = None
     if findings:

@@ -179,9 +179,9 @@ def issues_for(tier: str, runner: str = "auto") -> tuple[KnownIssue, ...]:
 
 
 def cpu_kernel_issues() -> tuple[KnownIssue, ...]:
-    """Known crashes of vLLM's CPU kernels that tier e2e carries here (runners ["cpu"]): they stop a run before
-    anything else can show, so what lies behind them is judged with their fixes kept (run, known check, the e2e
-    verdict of other tiers' findings), and the donors and references of tier e2e keep them."""
+    """Known bugs of vLLM's CPU kernels that tier e2e carries here (runners ["cpu"]): they stop a run, or spoil
+    every output, before anything else can show, so what lies behind them is judged with their fixes kept (run,
+    known check, the e2e verdict of other tiers' findings), and the donors and references of tier e2e keep them."""
     return tuple(k for k in issues_for("e2e") if k.runners == ("cpu",))
 
 

@@ -29,6 +29,7 @@ import itertools
 import os
 from dataclasses import dataclass, field
 
+from harness.e2e.drafts import DraftPlan
 from harness.e2e.geometry import fold, scaled
 from harness.errors import BadInput, HarnessError
 from harness.model_tier import OutputRecord
@@ -104,6 +105,8 @@ class Engine:
                            f"(asked for {key[0]} after scaling)")
         self.references: dict[tuple, tuple[list[int], list]] = {}
         self.held: list = []
+        self.drafts = _script_drafts(self.engine, key[6]) if key[6] else None
+        self.plain = self  # the engine references run on: without drafts (`engine_for`)
         self.build_s = time.perf_counter() - started  # engine start (bench/measure/e2e_throughput.py)
         sched = self.scheduler  # the engine's own limits, back in force between scenarios (`release`)
         self.limits = (sched.max_num_scheduled_tokens, sched.scheduler_config.max_num_batched_tokens,
@@ -157,6 +160,8 @@ class Engine:
             raise HarnessError("tier e2e: vLLM refused to reset its prefix cache")
         s = self.store
         s.plan.clear(), s.offered.clear(), s.pending.clear(), s.used.clear(), s.loaded.clear()
+        if self.drafts is not None:
+            self.drafts.plans.clear()
 
     # -- stepping -------------------------------------------------------------------------------------------
     def step(self, step: int) -> tuple[object | None, list]:
@@ -241,7 +246,10 @@ class Engine:
         return key
 
     def reference(self, tokens: list[int], max_tokens: int) -> tuple[list[int], list]:
-        """The uncached reference: greedy tokens and logprob rows of `tokens` alone (cached per engine)."""
+        """The uncached reference: greedy tokens and logprob rows of `tokens` alone, on the engine without drafts
+        (cached per engine)."""
+        if self.plain is not self:
+            return self.plain.reference(tokens, max_tokens)
         with shipped_vllm():
             return self._reference(tokens, max_tokens)
 
@@ -260,6 +268,8 @@ class Engine:
 
     def teacher_forced(self, tokens: list[int], start: int) -> list:
         """The reference's logprob rows predicting tokens[start:], fed the given tokens (prompt logprobs)."""
+        if self.plain is not self:
+            return self.plain.teacher_forced(tokens, start)
         rid = f"tf-{next(_SERIAL)}"
         with shipped_vllm():
             outs, _ = self.run_alone(rid, tokens, 1, salt=rid, prompt_logprobs=True)
@@ -277,12 +287,16 @@ def _start_llm(key: tuple, family: str, seed: int, store: str):
     from harness.e2e.models import model_dir
     from harness.patches import suspended
 
-    block, unit, budget, num_blocks, max_seqs, retention = key[:6]
+    block, unit, budget, num_blocks, max_seqs, retention, drafts = key[:7]
     max_len = min(MAX_MODEL_LEN, (num_blocks // 2) * block)  # vLLM: one such request must fit every group
     torch.set_num_threads(1)  # one core per engine: a campaign runs one worker per core
     kwargs = {"prefix_match_unit": unit} if unit < block else {}
     if retention != "absent":  # the release's CacheConfig field, passed as the scenario gives it (None: dense)
         kwargs["prefix_cache_retention_interval"] = retention
+    if drafts:  # the scenario's drafts through vLLM's custom-proposer plug-in (harness/e2e/drafts.py)
+        from harness.e2e.drafts import PROPOSER
+
+        kwargs["speculative_config"] = {"method": "custom_class", "model": PROPOSER, "num_speculative_tokens": drafts}
     try:
         with suspended("engine:", prefix=True):  # the engine tier's stand-ins out (`Engine.step`)
             return LLM(
@@ -298,6 +312,19 @@ def _start_llm(key: tuple, family: str, seed: int, store: str):
     except (ValueError, TypeError) as exc:  # vLLM refused the configuration: what the scenario asked for
         raise BadInput(f"tier e2e: vLLM refuses this geometry (block {block}, prefix-match unit {unit}): "
                        f"{exc}") from None
+
+
+def _script_drafts(engine, k: int):
+    """The engine's scripted drafter (harness/e2e/drafts.py), handed its runner."""
+    from harness.e2e.drafts import ScriptedDrafts
+
+    runner = engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+    drafter = getattr(runner, "drafter", None)
+    if not isinstance(drafter, ScriptedDrafts):
+        raise HarnessError(f"tier e2e: vLLM built {type(drafter).__name__} for {k} speculative tokens, not the "
+                           "scripted drafter")
+    drafter.runner = runner
+    return drafter
 
 
 def _patches_in_force() -> tuple[str, ...]:
@@ -351,12 +378,19 @@ def engine_for(sc: Scenario, family: str, seed: int) -> Engine:
     if retention == "absent" and g.prefix_cache_retention_interval is not None:
         raise BadInput("geometry.prefix_cache_retention_interval: this vLLM's CacheConfig has no such field")
     key = (g.mamba_block_size, g.hash_block_size, _ceil_pow2(g.token_budget, 4096), _ceil_pow2(g.num_blocks, 256),
-           _ceil_pow2(len(sc.requests), 8), retention, family, seed)
+           _ceil_pow2(len(sc.requests), 8), retention, g.num_speculative_tokens, family, seed)
+    eng = _engine(key)
+    if key[6]:  # the uncached reference runs without drafts: the same geometry's engine with K 0
+        eng.plain = _engine(key[:6] + (0,) + key[7:])
+    return eng
+
+
+def _engine(key: tuple) -> Engine:
     eng = _ENGINES.get(key)
     if eng is None:
         if len(_ENGINES) >= MAX_ENGINES:  # the oldest geometry gives way
             _ENGINES.pop(next(iter(_ENGINES)))
-        eng = _ENGINES[key] = Engine(key, family, seed)
+        eng = _ENGINES[key] = Engine(key, *key[7:])
     return eng
 
 
@@ -371,6 +405,7 @@ class _Req:
     out_tokens: list[int] = field(default_factory=list)
     out_steps: list[int] = field(default_factory=list)
     rows: list = field(default_factory=list)
+    plan: DraftPlan | None = None  # its scripted drafts (engines with drafts)
 
 
 class E2EDriver:
@@ -408,12 +443,18 @@ class E2EDriver:
         self.donor_keys: dict[str, tuple] = {}
 
     def _donors(self) -> None:
-        """Each external hit's prefix computed alone first, on the empty engine."""
+        """Each external hit's prefix computed alone first, on the empty engine; with drafts, each request's
+        uncached reference too (its drafts follow it)."""
         for r in self.reqs.values():
             ext = r.spec.external
             if ext is not None:
                 hit = min(ext.tokens, len(r.tokens) - 1)
                 self.donor_keys[r.spec.id] = self.eng.donor(tuple(r.tokens[:hit]))
+        if self.eng.drafts is not None:  # each request's drafts follow its uncached reference
+            for r in self.reqs.values():
+                ref, _ = self.eng.reference(r.tokens, r.spec.max_tokens)
+                pattern = list(r.spec.acceptance) or [self.sc.geometry.num_speculative_tokens]
+                r.plan = DraftPlan(len(r.tokens), ref, pattern)
         self.eng.reset()
         self.eng.configure(self.sc)
 
@@ -446,6 +487,8 @@ class E2EDriver:
                 r.arrived = True
                 r.internal = self.eng.add(r.spec.id, r.tokens, r.spec.max_tokens)
                 r.vreq = self.eng.scheduler.requests[r.internal]
+                if r.plan is not None:
+                    self.eng.drafts.plans[r.internal] = r.plan
                 if r.spec.external is not None:
                     self.eng.store.plan[r.internal] = (self.donor_keys[r.spec.id], r.spec.external.async_load,
                                                        r.spec.external.load_steps)
@@ -512,9 +555,9 @@ class E2EDriver:
     def run(self) -> Trace:
         try:
             self._donors()
-        except VllmRaised as raised:  # vLLM cannot compute the hit's prefix alone: its finding, at step 0
-            self.trace.exception = VllmException(0, "", f"donor prefill ({raised.record.call})", raised.record.error,
-                                                 raised.record.site)
+        except VllmRaised as raised:  # vLLM cannot run a hit's prefix or a request alone: its finding, at step 0
+            self.trace.exception = VllmException(0, "", f"donor or draft reference alone ({raised.record.call})",
+                                                 raised.record.error, raised.record.site)
             self._clear()
             return self._finish(self.trace)
         trace = run_steps(self)
@@ -533,15 +576,16 @@ class E2EDriver:
     def _clear(self) -> None:
         """After vLLM raised inside a step: every request aborted and flushed to the worker, the pool back to
         empty (`Engine.reset`). An engine that does not come back clean is dropped: the next replay builds one."""
-        try:
-            live = [rid for rid in list(self.eng.scheduler.requests)]
-            if live:
-                self.eng.engine.engine_core.abort_requests(live)
-            self.eng.reset()
-            if self.eng.scheduler.kv_cache_manager.block_pool.get_num_free_blocks() < self.eng.key[3] - 1:
-                raise HarnessError("blocks still held after the abort")
-        except Exception:  # noqa: BLE001 - any failure to recover: a fresh engine next time
-            _ENGINES.pop(self.eng.key, None)
+        for eng in dict.fromkeys([self.eng, self.eng.plain]):  # the reference's engine may have raised too
+            try:
+                live = [rid for rid in list(eng.scheduler.requests)]
+                if live:
+                    eng.engine.engine_core.abort_requests(live)
+                eng.reset()
+                if eng.scheduler.kv_cache_manager.block_pool.get_num_free_blocks() < eng.key[3] - 1:
+                    raise HarnessError("blocks still held after the abort")
+            except Exception:  # noqa: BLE001 - any failure to recover: a fresh engine next time
+                _ENGINES.pop(eng.key, None)
 
     def _finish(self, trace: Trace) -> Trace:
         trace.e2e = {"scale": self.scale, "block_size": self.sc.geometry.mamba_block_size,

@@ -7,7 +7,8 @@ tiers' scenarios use blocks of 2-16 tokens. Scaling by `s` keeps every prompt le
 explicit chunk, token budget and model length at the same place in units of the block (`s * n` for `n`), so the
 allocator takes the same branches: the seed bug's 15-token request with a 10-token hit in 8-token blocks becomes
 60 tokens with a 40-token hit in 32-token blocks. Decode tokens are not scaled (a step decodes one token); a
-scenario that needs the exact decode position against the block is what the symbolic tiers judge.
+scenario that needs the exact decode position against the block is what the symbolic tiers judge. Drafts
+(`num_speculative_tokens`, the acceptance pattern) are not scaled either: each step verifies K drafts.
 
 What the engine cannot run is not expressible, exit 2 naming the field (`not_expressible`), never silently dropped.
 Pure: no vLLM import (the kernel block comes in as an argument)."""
@@ -33,8 +34,9 @@ def not_expressible(scenario: Scenario) -> str | None:
     """Why the whole engine with a real forward cannot run this scenario (the field), else None."""
     g = scenario.geometry
     if g.num_speculative_tokens:
-        return ("geometry.num_speculative_tokens: the scenario dictates which drafts are accepted; a real drafter "
-                "on the tiny model decides that itself")
+        why = _drafts_reason()
+        if why:
+            return why
     if g.model is not None:
         return "geometry.model: a real model's geometry runs on the engine tier; e2e runs the tiny local models"
     if g.mamba_cache_mode != "align":
@@ -53,17 +55,26 @@ def not_expressible(scenario: Scenario) -> str | None:
     return None
 
 
+def _drafts_reason() -> str | None:
+    from harness.release import e2e_drafts_reason  # reads the installed release's metadata, imports no vLLM
+
+    return e2e_drafts_reason()
+
+
 def expressible(scenario: Scenario) -> Scenario:
-    """The scenario with what tier e2e cannot run dropped (a fuzz input's e2e form; harness.genome.decode): no
-    scenario drafts (K 0, no acceptance), no checkpoint or EAGLE geometry, no real model, align mode, loads that
-    succeed, no hit limits."""
+    """The scenario with what tier e2e cannot run dropped (a fuzz input's e2e form; harness.genome.decode): drafts
+    only where this release runs them (else K 0, no acceptance), no checkpoint or EAGLE geometry, no real model,
+    align mode, loads that succeed, no hit limits."""
     doc = scenario.model_dump(by_alias=True, exclude_none=True)
     g = doc["geometry"]
-    g.update(num_speculative_tokens=0, prefill_checkpoint=False, eagle_block_drop=False, mamba_cache_mode="align",
-             hidden_state_layers=0)
+    g.update(prefill_checkpoint=False, eagle_block_drop=False, mamba_cache_mode="align", hidden_state_layers=0)
+    drafts = bool(g.get("num_speculative_tokens")) and _drafts_reason() is None
+    if not drafts:
+        g["num_speculative_tokens"] = 0
     g.pop("model", None)
     for r in doc["requests"]:
-        r.pop("acceptance", None)
+        if not drafts:
+            r.pop("acceptance", None)
         r.pop("prefix_cache_hit_limit", None)
         if "external" in r:
             r["external"]["load_fails"] = False
