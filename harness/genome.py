@@ -83,7 +83,7 @@ class Budget:
     # limits (the engine tier on releases that have them), and late requests that evict the cache (every tier)
     scheduler_knobs: bool = False
     late_pressure: bool = True
-    # tier e2e: every input in the form vLLM's whole engine runs (no scenario drafts, align mode, no real model)
+    # tier e2e: every input in the form vLLM's whole engine runs (drafts where checked, align mode, no real model)
     e2e: bool = False
     # --extract-hidden-states: every input under it, on one of these (harness.generate.with_hidden_states picks)
     hidden: tuple = ()
@@ -491,7 +491,7 @@ def release_budget(small: bool = False, tier: str = "symbolic", runner: str = "m
 
     if tier == "e2e":  # vLLM's whole engine: align mode, its own chunking, the harness's tiny models
         return Budget(small=small, align=True, sub_block_hash=supports_prefix_match_unit(), e2e=True,
-                      budget_below_block=supports_budget_below_block())
+                      budget_below_block=supports_budget_below_block(), load_failures=supports_failed_recving())
     if tier == "engine":
         from harness.engine.config import has_cache_mode_all
         from harness.engine.model_catalog import model_entry, shipped_geometries

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.e2e.geometry import VOCAB, fold, not_expressible, scale_factor, scaled
+from harness.e2e.drafts import DraftPlan, ScriptedDrafts
+from harness.e2e.drafts import _other as fold_other
+from harness.e2e.geometry import VOCAB, expressible, fold, not_expressible, scale_factor, scaled
 from harness.errors import BadInput
 from harness.scenario import load_scenario, parse_scenario
 
@@ -57,11 +59,52 @@ def test_folded_tokens_stay_in_the_tiny_vocabulary():
 
 def test_what_the_engine_cannot_run_is_refused_naming_the_field():
     doc = json.loads(SEED.read_text())
+    doc["requests"][0]["external"]["load_fails"] = True
+    sc = parse_scenario(doc)
+    assert "requests[a].external.load_fails" in not_expressible(sc)
+    with pytest.raises(BadInput, match="load_fails"):
+        scaled(sc, 16)
+
+
+def test_drafts_run_only_on_the_cpu_builds_checked_for_them(monkeypatch):
+    import harness.release as release
+
+    doc = json.loads(SEED.read_text())
     doc["geometry"]["num_speculative_tokens"] = 2
     sc = parse_scenario(doc)
-    assert "geometry.num_speculative_tokens" in not_expressible(sc)
-    with pytest.raises(BadInput, match="num_speculative_tokens"):
-        scaled(sc, 16)
+    monkeypatch.setattr(release, "e2e_drafts_reason", lambda: "geometry.num_speculative_tokens: unchecked here")
+    assert not_expressible(sc) == "geometry.num_speculative_tokens: unchecked here"
+    assert expressible(sc).geometry.num_speculative_tokens == 0
+    monkeypatch.setattr(release, "e2e_drafts_reason", lambda: None)
+    assert not_expressible(sc) is None
+    assert expressible(sc).geometry.num_speculative_tokens == 2
+    big, s = scaled(sc, 16)
+    assert big.geometry.num_speculative_tokens == 2  # each step verifies K drafts whatever the block: not scaled
+
+
+def test_draft_plan_proposes_the_reference_for_the_accepted_count_then_a_token_it_rejects():
+    plan = DraftPlan(prompt_len=10, reference=[5, 6, 7, 8, 9, 10], pattern=[1, 0, 3])
+    assert plan.next(11, 2) == [6, fold_other(7)]  # one output so far: drafts for outputs 1 and 2
+    assert plan.next(13, 2) == [fold_other(8), fold_other(8)]  # none accepted
+    assert plan.next(14, 3) == [9, 10]  # the reference ends (max_tokens) inside the accepted drafts
+    assert plan.next(11, 2) == [6, fold_other(7)]  # the pattern cycles
+    assert plan.proposed == [(1, 1), (3, 0), (4, 3), (1, 1)]
+    assert all(fold_other(t) != t and 2 <= fold_other(t) < VOCAB for t in (2, 100, VOCAB - 1))
+
+
+def test_scripted_drafter_drafts_only_for_rows_with_a_plan_that_sampled():
+    class Batch:
+        req_ids = ["a-1", "donor-2", "b-3"]
+
+    class Config:
+        class speculative_config:
+            num_speculative_tokens = 2
+
+    drafter = ScriptedDrafts(Config)
+    drafter.runner = type("Runner", (), {"input_batch": Batch})()
+    drafter.plans["a-1"] = DraftPlan(4, [7, 8, 9], [2])
+    drafter.plans["b-3"] = DraftPlan(4, [7, 8, 9], [2])
+    assert drafter.propose([[7], [3], []], [5, 9, 4], None) == [[8, 9], [], []]  # b-3 is mid-prefill: no sample
 
 
 def test_tier_e2e_without_a_cpu_build_is_bad_input(tmp_path):
@@ -162,3 +205,49 @@ def test_engine_other_families_run_and_the_seed_fix_leaves_their_outputs_the_ref
                               fixes=platform + ("seed-external-hit-unmarked",))
     assert trace.exception is None and findings == []
     assert {rec.request for rec in trace.outputs} == {"a", "b"}
+
+
+@needs_cpu_build
+@pytest.mark.parametrize("issue_id", ["cpu-mamba-align-spec-decode-triton", "cpu-mamba2-spec-conv-drops-accepted",
+                                      "cpu-mamba2-spec-ssm-ignores-accepted"])
+def test_engine_drafts_each_cpu_kernel_bug_shows_and_with_every_fix_the_planned_drafts_are_accepted(issue_id):
+    from harness.e2e_verdict import from_trace
+    from harness.known_issues import known_issue_by_id
+    from harness.release import e2e_drafts_reason
+
+    if e2e_drafts_reason():
+        pytest.skip(e2e_drafts_reason())
+    issue = known_issue_by_id(issue_id)
+    sc = load_scenario(ROOT / issue.repro)
+    platform = _platform()
+    others = tuple(i for i in platform if i != issue_id)
+    _, findings = _replay(sc, fixes=others)
+    assert findings, f"{issue_id}: its repro shows nothing with the other CPU fixes kept"
+    fixed, findings = _replay(sc, fixes=platform)
+    assert findings == [] and from_trace(fixed)["verdict"] == "clean"
+    (rec,) = fixed.outputs
+    per_step = [rec.steps.count(s) for s in sorted(set(rec.steps))]
+    planned = sc.requests[0].acceptance[0] + 1  # the accepted drafts and the bonus token, every decode step
+    assert per_step[0] == 1 and set(per_step[1:-1]) == {planned}, per_step
+
+
+@needs_cpu_build
+@pytest.mark.parametrize("policy", ["fail", "recompute"])
+def test_engine_failed_load_runs_vllms_recovery_under_its_policy(policy):
+    from harness.vllm_adapter import supports_failed_recving
+
+    if not supports_failed_recving():
+        pytest.skip("this vLLM reports no failed load by request")
+    doc = {"version": 1, "geometry": {"hash_block_size": 8, "attn_block_size": 8, "mamba_block_size": 8,
+                                      "num_blocks": 32, "max_model_len": 64, "token_budget": 64,
+                                      "kv_load_failure_policy": policy},
+           "requests": [{"id": "a", "prompt": {"length": 20, "seed": 1}, "max_tokens": 4,
+                         "external": {"tokens": 16, "async": True, "load_fails": True}},
+                        {"id": "b", "prompt": {"length": 12, "seed": 2}, "max_tokens": 4}]}
+    trace, findings = _replay(parse_scenario(doc), fixes=_platform())
+    assert findings == [] and trace.end.reason == "done"
+    assert trace.e2e["loaded"] == []  # the connector wrote nothing
+    produced = {rec.request for rec in trace.outputs}
+    # "fail" ends a with an error (no output); "recompute" computes a's prompt itself: the reference's tokens
+    assert produced == ({"b"} if policy == "fail" else {"a", "b"})
+

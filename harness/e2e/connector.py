@@ -7,7 +7,8 @@ blocks and its Mamba state (conv and SSM, the column of the prefix's last token:
 When vLLM allocates blocks for the external tokens, the worker side copies the donor's attention blocks past the
 local hit and its state into the blocks vLLM handed the request, before that step's forward: what a real
 connector moving another instance's KV would leave there. A sync load is done then; an async one is reported
-finished (`get_finished`) after the scenario's `load_steps` steps, as vLLM's own async connectors report.
+finished (`get_finished`) after the scenario's `load_steps` steps, as vLLM's own async connectors report. A load
+the scenario marks `load_fails` writes nothing and is reported failed (`get_transfer_results`, 0.30+).
 
 Scheduler and worker sides share one `Store` (the engine's; named in `kv_connector_extra_config["store"]`), as
 the two roles of one in-process engine share its memory.
@@ -46,10 +47,10 @@ class Load:
 @dataclass
 class Store:
     """What both roles of one engine share: the plan (internal request id -> the donor key, async, load
-    steps), donors by key, loads allocated but not yet sent to the worker, the worker's KV tensors, and the
+    steps, whether the load fails), donors by key, loads allocated but not yet sent to the worker, the worker's KV tensors, and the
     scheduler's KV cache manager (whose tables a load writes into)."""
 
-    plan: dict[str, tuple[tuple, bool, int]] = field(default_factory=dict)
+    plan: dict[str, tuple[tuple, bool, int, bool]] = field(default_factory=dict)  # donor, async, steps, fails
     donors: dict[tuple, Donor] = field(default_factory=dict)
     offered: dict[str, int] = field(default_factory=dict)  # request -> the local hit vLLM showed the connector
     pending: list[Load] = field(default_factory=list)
@@ -144,6 +145,7 @@ class E2EConnector(KVConnectorBase_V1, SupportsHMA):
         self.store.block_size = vllm_config.cache_config.block_size
         self.vllm_config = vllm_config
         self.in_flight: dict[str, int] = {}  # worker: async request -> steps until its load reports finished
+        self.failing: set[str] = set()  # worker: async loads that fail (nothing written; reported failed)
 
     # -- scheduler side -----------------------------------------------------------------------------------
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int) -> tuple[int | None, bool]:
@@ -151,7 +153,7 @@ class E2EConnector(KVConnectorBase_V1, SupportsHMA):
         plan = self.store.plan.get(rid)
         if plan is None or rid in self.store.used:
             return 0, False
-        key, is_async, _ = plan
+        key, is_async = plan[:2]
         ext = max(0, len(key[0]) - num_computed_tokens)
         self.store.offered[rid] = num_computed_tokens
         return ext, is_async and ext > 0
@@ -185,8 +187,11 @@ class E2EConnector(KVConnectorBase_V1, SupportsHMA):
     def start_load_kv(self, forward_context, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
         for job in getattr(meta, "loads", ()):
-            self.store.load(job)
-            _, is_async, steps = self.store.plan[job.request]
+            _, is_async, steps, fails = self.store.plan[job.request]
+            if fails:  # a failed transfer leaves the blocks as vLLM handed them
+                self.failing.add(job.request)
+            else:
+                self.store.load(job)
             if is_async:
                 self.in_flight[job.request] = steps
 
@@ -198,6 +203,17 @@ class E2EConnector(KVConnectorBase_V1, SupportsHMA):
                 del self.in_flight[rid]
                 done.add(rid)
         return None, done or None
+
+    def get_transfer_results(self, finished_req_ids: set[str]):
+        """Finished loads, the failed among them in `failed_recving` (by request: vLLM refuses block-level load
+        errors with several KV cache groups), as vLLM's connectors report them (base.py:401-410 in 0.32.0); the
+        scheduler's own recovery runs under `kv_load_failure_policy`."""
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorTransferResults
+
+        _, done = self.get_finished(finished_req_ids)
+        failed = {rid for rid in done or () if rid in self.failing}
+        self.failing -= failed
+        return KVConnectorTransferResults(finished_recving=set(done or ()), failed_recving=failed)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         return None

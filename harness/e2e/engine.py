@@ -287,7 +287,7 @@ def _start_llm(key: tuple, family: str, seed: int, store: str):
     from harness.e2e.models import model_dir
     from harness.patches import suspended
 
-    block, unit, budget, num_blocks, max_seqs, retention, drafts = key[:7]
+    block, unit, budget, num_blocks, max_seqs, retention, drafts, on_failure = key[:8]
     max_len = min(MAX_MODEL_LEN, (num_blocks // 2) * block)  # vLLM: one such request must fit every group
     torch.set_num_threads(1)  # one core per engine: a campaign runs one worker per core
     kwargs = {"prefix_match_unit": unit} if unit < block else {}
@@ -307,7 +307,8 @@ def _start_llm(key: tuple, family: str, seed: int, store: str):
                 max_logprobs=-1, enable_chunked_prefill=True, disable_log_stats=True,
                 kv_transfer_config=KVTransferConfig(kv_connector="E2EConnector",
                                                     kv_connector_module_path="harness.e2e.connector",
-                                                    kv_role="kv_both", kv_connector_extra_config={"store": store}),
+                                                    kv_role="kv_both", kv_connector_extra_config={"store": store},
+                                                    kv_load_failure_policy=on_failure),
                 **kwargs)
     except (ValueError, TypeError) as exc:  # vLLM refused the configuration: what the scenario asked for
         raise BadInput(f"tier e2e: vLLM refuses this geometry (block {block}, prefix-match unit {unit}): "
@@ -378,7 +379,8 @@ def engine_for(sc: Scenario, family: str, seed: int) -> Engine:
     if retention == "absent" and g.prefix_cache_retention_interval is not None:
         raise BadInput("geometry.prefix_cache_retention_interval: this vLLM's CacheConfig has no such field")
     key = (g.mamba_block_size, g.hash_block_size, _ceil_pow2(g.token_budget, 4096), _ceil_pow2(g.num_blocks, 256),
-           _ceil_pow2(len(sc.requests), 8), retention, g.num_speculative_tokens, family, seed)
+           _ceil_pow2(len(sc.requests), 8), retention, g.num_speculative_tokens, g.kv_load_failure_policy, family,
+           seed)
     eng = _engine(key)
     if key[6]:  # the uncached reference runs without drafts: the same geometry's engine with K 0
         eng.plain = _engine(key[:6] + (0,) + key[7:])
@@ -390,7 +392,7 @@ def _engine(key: tuple) -> Engine:
     if eng is None:
         if len(_ENGINES) >= MAX_ENGINES:  # the oldest geometry gives way
             _ENGINES.pop(next(iter(_ENGINES)))
-        eng = _ENGINES[key] = Engine(key, *key[7:])
+        eng = _ENGINES[key] = Engine(key, *key[8:])
     return eng
 
 
@@ -490,8 +492,9 @@ class E2EDriver:
                 if r.plan is not None:
                     self.eng.drafts.plans[r.internal] = r.plan
                 if r.spec.external is not None:
-                    self.eng.store.plan[r.internal] = (self.donor_keys[r.spec.id], r.spec.external.async_load,
-                                                       r.spec.external.load_steps)
+                    ext = r.spec.external
+                    self.eng.store.plan[r.internal] = (self.donor_keys[r.spec.id], ext.async_load, ext.load_steps,
+                                                       ext.load_fails)
         so, outs = self.eng.step(step)
         self.last_scheduled = len(so.num_scheduled_tokens) if so is not None else 0
         if so is not None:

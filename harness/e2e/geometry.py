@@ -11,7 +11,8 @@ scenario that needs the exact decode position against the block is what the symb
 (`num_speculative_tokens`, the acceptance pattern) are not scaled either: each step verifies K drafts.
 
 What the engine cannot run is not expressible, exit 2 naming the field (`not_expressible`), never silently dropped.
-Pure: no vLLM import (the kernel block comes in as an argument)."""
+Pure but for two questions asked of the installed release when a scenario needs them (drafts, failed loads); the
+kernel block comes in as an argument."""
 
 from __future__ import annotations
 
@@ -48,11 +49,18 @@ def not_expressible(scenario: Scenario) -> str | None:
         name = next(n for n in ("eagle_block_drop", "hidden_state_layers") if getattr(g, n))
         return f"geometry.{name}: a drafter feature; tier e2e runs no drafter"
     for r in scenario.requests:
-        if r.external is not None and r.external.load_fails:
-            return f"requests[{r.id}].external.load_fails: the e2e connector's loads always succeed"
+        if r.external is not None and r.external.load_fails and not _failed_loads_reported():
+            return (f"requests[{r.id}].external.load_fails: this vLLM's connector API reports no failed load by "
+                    "request (KVConnectorOutput.failed_recving, 0.30+)")
         if r.prefix_cache_hit_limit is not None:
             return f"requests[{r.id}].prefix_cache_hit_limit: tier e2e reads prompt logprobs of its own"
     return None
+
+
+def _failed_loads_reported() -> bool:
+    from harness.vllm_adapter import supports_failed_recving  # imports vLLM's outputs module (only when asked)
+
+    return supports_failed_recving()
 
 
 def _drafts_reason() -> str | None:
@@ -64,7 +72,7 @@ def _drafts_reason() -> str | None:
 def expressible(scenario: Scenario) -> Scenario:
     """The scenario with what tier e2e cannot run dropped (a fuzz input's e2e form; harness.genome.decode): drafts
     only where this release runs them (else K 0, no acceptance), no checkpoint or EAGLE geometry, no real model,
-    align mode, loads that succeed, no hit limits."""
+    align mode, failed loads only where vLLM's connector API reports them, no hit limits."""
     doc = scenario.model_dump(by_alias=True, exclude_none=True)
     g = doc["geometry"]
     g.update(prefill_checkpoint=False, eagle_block_drop=False, mamba_cache_mode="align", hidden_state_layers=0)
@@ -76,7 +84,7 @@ def expressible(scenario: Scenario) -> Scenario:
         if not drafts:
             r.pop("acceptance", None)
         r.pop("prefix_cache_hit_limit", None)
-        if "external" in r:
+        if "external" in r and not _failed_loads_reported():
             r["external"]["load_fails"] = False
     return Scenario.model_validate(doc)
 
