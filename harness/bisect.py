@@ -40,16 +40,20 @@ class Target:
 
 
 def issue_config(issue: KnownIssue) -> dict:
-    """The tier the issue's code runs on: the mirrored (symbolic) tier where it can, else vLLM's own Scheduler and
-    the runner carrying the bug (the first listed)."""
+    """The tier the issue's code runs on: the mirrored (symbolic) tier where it can, tier e2e for a bug only a real
+    forward reaches (its e2e repro there), else vLLM's own Scheduler and the runner carrying the bug (the first
+    listed)."""
     if issue.runs_on("symbolic"):
         return {"tier": "symbolic"}
+    if issue.e2e_only:
+        return {"tier": "e2e"}
     runner = issue.runners[0] if issue.runners else "auto"
     return {"tier": "engine", "engine": {"runner": runner}}
 
 
 def issue_target(issue: KnownIssue) -> Target:
-    return Target(issue.id, str(ROOT / issue.repro), issue_config(issue), issue=issue.id)
+    repro = issue.e2e_repro if issue.e2e_only and issue.e2e_repro else issue.repro
+    return Target(issue.id, str(ROOT / repro), issue_config(issue), issue=issue.id)
 
 
 def resolve(target: str, tier: str | None = None, runner: str | None = None) -> Target:
