@@ -83,6 +83,10 @@ class Target:
         self.first_exec: float | None = None  # time.monotonic() of the first input (end of start-up)
         self.startup_s: float | None = None
         self.swept = 0  # inputs of the opening sweep (`opening_sweep`), before libFuzzer's first
+        # a campaign worker judges each set of signatures once (harness.verdict.replay_and_judge `judged`); a
+        # crash file replayed alone (not keep_going) is judged in full every time
+        self.judged: dict | None = {} if keep_going else None
+        self.deduplicated = 0  # inputs whose signatures were judged before (skipped judging)
         self._warm_up()
 
     def _warm_up(self) -> None:
@@ -111,8 +115,11 @@ class Target:
             # where the fixed system is clean, libFuzzer's first inputs (the seed corpus, a replayed crash file) and
             # every KNOWN_SAMPLE-th one are replayed on stock too, so a campaign still reports the known issues it reached
             first = not swept and self.execs - self.swept <= KNOWN_FIRST
-            trace, findings, verdict = judge_input(scenario, self.config,
+            before = len(self.judged) if self.judged is not None else 0
+            trace, findings, verdict = judge_input(scenario, self.config, judged=self.judged,
                                                    report_known=first or self.execs % KNOWN_SAMPLE == 0)
+            if verdict is not None and self.judged is not None and len(self.judged) == before:
+                self.deduplicated += 1
         except (HarnessError, BadInput) as exc:
             self._keep_error(data, scenario, exc)
             raise HarnessFailure(str(exc)) from exc

@@ -195,13 +195,18 @@ def masking_issues(verdict: Verdict | None, tier: str) -> list:
 
 
 def replay_and_judge(scenario, mutant: str | None = None, tier: str | None = None, known_fixes: bool | None = None,
-                     *, config: RunConfig | None = None, issues=None):
+                     *, config: RunConfig | None = None, issues=None, judged: dict | None = None):
     """Replay and judge one input; returns (trace, findings, verdict or None when nothing fired).
 
     known_fixes=True (campaigns' and sweeps' default: fuzz the fixed system): the replay runs with every
     applicable known issue's fix applied, so known bugs neither fire nor mask new ones; only a finding of the
     fixed system is confirmed on the system as shipped (`confirm_on_stock`). known_fixes=False: the replay runs
-    on stock and its findings are classified by the fixes (`judge_scenario`)."""
+    on stock and its findings are classified by the fixes (`judge_scenario`).
+
+    `judged` (a campaign worker's): verdicts by the set of signatures a replay showed. A set judged before is
+    not judged again (its replays with fixes, on stock, on the engine tier): the first input's verdict stands
+    for it, as ClusterFuzz deduplicates crashes by signature, so a frequent bug does not stall the search. An
+    input showing any other signature beside it (a second bug) is judged in full."""
     from harness.oracles import judge
     from harness.replay import replay
 
@@ -213,22 +218,29 @@ def replay_and_judge(scenario, mutant: str | None = None, tier: str | None = Non
     findings = judge(trace)
     if not findings:
         return trace, findings, None
+    key = (bool(fixed), frozenset(f.signature for f in findings))
+    if judged is not None and key in judged:
+        return trace, findings, judged[key]
     if not fixed:
         verdict = judge_scenario(scenario, findings, config=cfg, issues=issues)
     else:
         verdict = confirm_on_stock(scenario, findings, fixed, config=cfg)
     if cfg.tier == "symbolic" and verdict.is_new:
         confirm_on_engine(scenario, verdict, config=cfg)
+    if judged is not None:
+        judged[key] = verdict
     return trace, findings, verdict
 
 
-def judge_input(scenario, config: RunConfig, *, report_known: bool = True, issues=None):
+def judge_input(scenario, config: RunConfig, *, report_known: bool = True, issues=None, judged: dict | None = None):
     """The pipeline's one judging step, shared by sweeps, the fuzz targets and the measurement scripts: replay and
     judge under `config`; where the fixed system is clean and `report_known`, the input is replayed on stock too,
-    so the known issues it reaches are reported (never as new). Returns (trace, findings, verdict or None)."""
-    trace, findings, verdict = replay_and_judge(scenario, config=config, issues=issues)
+    so the known issues it reaches are reported (never as new). `judged`: see `replay_and_judge`. Returns (trace,
+    findings, verdict or None)."""
+    trace, findings, verdict = replay_and_judge(scenario, config=config, issues=issues, judged=judged)
     if verdict is None and config.known_fixes and report_known:
-        trace, findings, verdict = replay_and_judge(scenario, config=config.but(known_fixes=False), issues=issues)
+        trace, findings, verdict = replay_and_judge(scenario, config=config.but(known_fixes=False), issues=issues,
+                                                    judged=judged)
     return trace, findings, verdict
 
 

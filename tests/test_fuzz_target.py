@@ -130,3 +130,51 @@ def test_opening_sweep_replays_the_sweeps_scenarios_and_keeps_findings(tmp_path)
     seeded = fuzzing.Target(RunConfig(), artifacts=tmp_path / "seeded", keep_going=True)
     assert fuzzing.opening_sweep(seeded, seed=7, count=0, seconds=120, first=[SEED_INPUT]) == 0 == seeded.execs - 1
     assert bool(list((tmp_path / "seeded").glob("finding-*"))) == seed_bug_release
+
+
+def test_a_campaign_worker_judges_each_signature_set_once_and_still_judges_a_second_bug(tmp_path, monkeypatch):
+    """ClusterFuzz-style deduplication: an input whose findings show a signature set judged before is not judged
+    again (no replays with fixes or on stock); an input with one more signature is. Two mutants planted together
+    ("A+B") both show."""
+    from harness import fuzzing, genome, verdict
+    from harness.run_config import RunConfig
+
+    calls = []
+    confirm = verdict.confirm_on_stock
+    monkeypatch.setattr(verdict, "confirm_on_stock", lambda *a, **k: calls.append(1) or confirm(*a, **k))
+    target = fuzzing.Target(RunConfig(mutant="mamba-free-leaks-block+cow-copies-dropped"), artifacts=tmp_path,
+                            keep_going=True)
+    calls.clear()  # the target's warm-up judged one scenario outside any campaign
+    try:
+        import random
+
+        rng = random.Random(3)
+        for _ in range(30):
+            target(genome.generator_input(rng, mask=0))
+    finally:
+        target.close()
+    # each judged set once: on the fixed system's stock replay and, being new, on the engine tier's
+    assert target.deduplicated + len(target.judged) >= 27 and len(calls) <= 2 * len(target.judged) < 30
+    signatures = set().union(*(sigs for _, sigs in target.judged))
+    assert "pool-accounting" in signatures and "cache-integrity" in signatures  # both bugs, each kept
+    kept = {s for p in tmp_path.glob("finding-*") for s in json.loads((p / "finding.json").read_text())["verdict"]["unexplained"]}
+    assert {"pool-accounting", "cache-integrity"} <= kept
+    crash_replay = fuzzing.Target(RunConfig(), artifacts=tmp_path / "alone")
+    assert crash_replay.judged is None  # a crash file replayed alone is judged in full every time
+    crash_replay.close()
+
+
+def test_mutants_planted_together_apply_and_undo_in_order():
+    from harness.errors import BadInput
+    from harness.mutants import get_mutant
+
+    both = get_mutant("cow-copies-dropped+mamba-free-leaks-block")
+    assert both.tier == "symbolic" and not both.is_applied()
+    undo = both.apply()
+    try:
+        assert both.is_applied() and get_mutant("cow-copies-dropped").is_applied()
+    finally:
+        undo()
+    assert not get_mutant("cow-copies-dropped").is_applied() and not get_mutant("mamba-free-leaks-block").is_applied()
+    with pytest.raises(BadInput):
+        get_mutant("cow-copies-dropped+no-such-mutant")

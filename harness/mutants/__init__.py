@@ -54,7 +54,10 @@ def _from_file(path: Path) -> Mutant:
 
 
 def get_mutant(name: str) -> Mutant:
-    """A built-in mutant by name, or a user's mutant file (a path ending in .py)."""
+    """A built-in mutant by name, a user's mutant file (a path ending in .py), or several at once ("A+B": bugs
+    planted together, e.g. a frequent one and a rare one behind it)."""
+    if "+" in name:
+        return _together(name)
     if name.endswith(".py"):
         path = Path(name)
         if not path.is_file():
@@ -64,6 +67,28 @@ def get_mutant(name: str) -> Mutant:
         return REGISTRY[name]
     except KeyError:
         raise BadInput(f"unknown mutant {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
+
+
+@functools.cache
+def _together(name: str) -> Mutant:
+    """One mutant that applies its parts in order and undoes them in reverse."""
+    from harness.patches import undo_all
+
+    parts = [get_mutant(part) for part in name.split("+")]
+    if len(parts) < 2 or any(not p.name for p in parts):
+        raise BadInput(f"mutant {name!r}: give two or more mutant names joined by '+'")
+    runners = {p.runner for p in parts} - {None}
+    if len(runners) > 1:
+        raise BadInput(f"mutant {name!r}: its parts patch different model runners ({', '.join(sorted(runners))})")
+    unique = lambda values: next(iter(values)) if len(values) == 1 else None  # noqa: E731
+    return Mutant(name=name, bug_class=" + ".join(p.bug_class for p in parts),
+                  releases="; ".join(p.releases for p in parts), origin="; ".join(p.origin for p in parts),
+                  patch=lambda: undo_all([p.patch() for p in parts]),
+                  is_applied=lambda: all(p.is_applied() for p in parts), runner=unique(runners),
+                  engine_only=any(p.engine_only for p in parts),
+                  copy_timing=unique({p.copy_timing for p in parts} - {None}),
+                  model_config=unique({p.model_config for p in parts} - {None}),
+                  cache_mode=unique({p.cache_mode for p in parts} - {None}))
 
 
 def apply_mutant(name: str):
