@@ -4,7 +4,8 @@
 #                            E2E_VLLM venv, default 0.27.1's vLLM CPU build, where tier e2e's engine tests run)
 # make test-fast            the inner loop: the suite without the tests marked slow (under a minute)
 # make bench [VLLM=...]     run the pytest-benchmark suites for real; JSON, PNG plots, Markdown table
-# make fuzz  [VLLM=...]     the main job: a short coverage-guided campaign (atheris) with a report
+# make fuzz  [VLLM=...]     the main job: a short coverage-guided campaign (atheris) with a report: the symbolic
+#                            tier's JOBS workers and, side by side, one engine-tier worker (vLLM's own Scheduler)
 # make sweep [VLLM=...]     a seeded random sweep of generated scenarios
 # make gpu-check            the one-shot GPU kernel check (SKIPPED without CUDA; docs/gpu.md)
 # make peer  [VLLM=...]     vLLM's own unit tests (sdist from PyPI) on stock vLLM and per allocator-side mutant:
@@ -17,7 +18,8 @@
 # make known [VLLM=...]     each known issue's repro still shows it here and its fix removes it (TIER=engine:
 #                            re-judged on vLLM's own Scheduler and model runner, HH_ENGINE_RUNNER=auto|v1|v2|mirror)
 # TIER=model                fuzz/sweep the model tier (tiny hybrid LM on real state tensors) instead
-# TIER=engine               fuzz/sweep the engine tier (vLLM's own Scheduler, connector and model runner)
+# TIER=engine               fuzz/sweep the engine tier (vLLM's own Scheduler, connector and model runner) alone
+# TIER=symbolic             fuzz the symbolic tier alone (the default of sweep)
 # TORCH=, TORCH_INDEX=       the torch build (default the CPU wheel from PyTorch's CPU index); a GPU machine:
 #                            make venv TORCH=2.13.0 TORCH_INDEX=https://pypi.org/simple (PyPI's Linux wheel is CUDA)
 VLLM ?= 0.34.0
@@ -50,8 +52,9 @@ SWEEP ?= 300
 SEED ?= 0
 MINUTES ?= 2
 JOBS ?= 1
-TIER ?= symbolic
-FUZZ_DIR := $(if $(filter symbolic,$(TIER)),artifacts/fuzz,artifacts/fuzz-$(TIER))
+TIER ?= main
+FUZZ_DIR := $(if $(filter main symbolic,$(TIER)),artifacts/fuzz,artifacts/fuzz-$(TIER))
+SWEEP_TIER := $(if $(filter main,$(TIER)),symbolic,$(TIER))
 # extra flags for fuzz/sweep; prefill checkpoints are on (vLLM's default): known issues are judged by their fix
 FUZZ_ARGS ?=
 PART ?= all
@@ -102,7 +105,7 @@ ci-fuzz: venv
 	$(PY) fuzz/check_corpora.py
 
 sweep: venv
-	$(PY) -m harness sweep --count $(SWEEP) --seed $(SEED) --artifacts artifacts/sweep --tier $(TIER) $(FUZZ_ARGS)
+	$(PY) -m harness sweep --count $(SWEEP) --seed $(SEED) --artifacts artifacts/sweep --tier $(SWEEP_TIER) $(FUZZ_ARGS)
 
 results: venv
 	PY=$(PY) bash bench/make_results.sh $(PART)

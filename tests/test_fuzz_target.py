@@ -178,3 +178,18 @@ def test_mutants_planted_together_apply_and_undo_in_order():
     assert not get_mutant("cow-copies-dropped").is_applied() and not get_mutant("mamba-free-leaks-block").is_applied()
     with pytest.raises(BadInput):
         get_mutant("cow-copies-dropped+no-such-mutant")
+
+
+@pytest.mark.slow
+def test_main_job_runs_the_symbolic_and_the_engine_tier_side_by_side(tmp_path, capsys):
+    """`make fuzz`'s default (--tier main): the symbolic campaign under ARTIFACTS and one engine-tier worker (vLLM's
+    own Scheduler) under ARTIFACTS/engine; its exit is the more serious of the two."""
+    code = main(["fuzz", "--tier", "main", "--runs", "6", "--seed-corpus", "--artifacts", str(tmp_path),
+                 "--no-progress", "--no-minimize", "--checkpoints", "off"])
+    out = capsys.readouterr().out
+    symbolic = json.loads((tmp_path / "campaign.json").read_text())
+    engine = json.loads((tmp_path / "engine" / "campaign.json").read_text())
+    assert (symbolic["target"], engine["target"]) == ("symbolic", "engine")
+    assert symbolic["execs"] >= 6 and engine["execs"] >= 6
+    assert "main job, engine tier" in out
+    assert code == (1 if any(v["new"] for c in (symbolic, engine) for v in c["verdicts"].values()) else 0)

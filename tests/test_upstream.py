@@ -373,9 +373,11 @@ def test_vllm_style_split_grid_test_fails_on_this_release(tmp_path):
 
 
 def test_every_known_issue_has_a_bisect_target():
+    """The tier its code runs on: a bug only a real forward reaches (e2e_only) is bisected on tier e2e."""
     for k in KNOWN_ISSUES:
         t = issue_target(k)
-        assert Path(t.scenario).exists() and t.config["tier"] in ("symbolic", "engine")
+        assert Path(t.scenario).exists()
+        assert t.config["tier"] == "e2e" if k.e2e_only else t.config["tier"] in ("symbolic", "engine")
 
 
 def test_user_configuration_names_a_shipped_connector_and_the_hidden_state_setup():

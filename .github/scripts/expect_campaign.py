@@ -58,10 +58,11 @@ def kept_signatures(artifacts: Path) -> tuple[list[Path], set[str]]:
     """The kept finding folders and the signatures that make them new: a verdict's "unexplained" and
     "revealed" lists where the format has them (a known issue's signatures do not count), else every
     "signature"/"signatures" string."""
-    folders = sorted(p for p in (artifacts / "findings").glob("finding-*")
+    halves = [artifacts, artifacts / "engine"]  # the main job keeps its engine-tier half under ARTIFACTS/engine
+    folders = sorted(p for half in halves for p in (half / "findings").glob("finding-*")
                      if p.is_dir() and (p / "finding.json").is_file())
-    docs = [json.loads(d.read_text()) for d in [*(f / "finding.json" for f in folders), artifacts / "campaign.json"]
-            if d.is_file()]
+    docs = [json.loads(d.read_text()) for d in [*(f / "finding.json" for f in folders),
+                                                  *(half / "campaign.json" for half in halves)] if d.is_file()]
     has_verdicts = any(_has_key(d, "unexplained") for d in docs)
     keys = ("unexplained", "revealed") if has_verdicts else ("signature", "signatures")
     return folders, set().union(*(_signatures(d, keys) for d in docs))
