@@ -146,7 +146,8 @@ def with_retention(doc: dict, draw: random.Random) -> dict:
 def with_scheduler_knobs(doc: dict, draw: random.Random) -> dict:
     """The scenario document with 0.34's scheduler knobs and prefix-cache hit limits drawn by `draw` (engine tier):
     parked connector loads under a cap (max_num_inflight_kv_loads, 1-4) a third of the time, with an async load
-    aborted around its start half of those, cache-aware admission (a window of 2-8, engaged from an empty or a
+    aborted around its start half of those (its transfer running 2-4 steps on, another load now and then asking to
+    start while it does), cache-aware admission (a window of 2-8, engaged from an empty or a
     half-full cache) a quarter, and a hit limit on one request in six (0: skip reading the cache; else prompt
     logprobs from a token inside the prompt)."""
     g = doc["geometry"]
@@ -156,8 +157,16 @@ def with_scheduler_knobs(doc: dict, draw: random.Random) -> dict:
         loading = [r for r in doc["requests"] if (r.get("external") or {}).get("async")]
         if loading and draw.random() < 0.5:
             r = draw.choice(loading)
-            doc["events"].append({"step": r["arrival_step"] + draw.choice([0, 1, 1, 2]), "kind": "abort",
-                                  "request": r["id"]})
+            at = r["arrival_step"] + draw.choice([0, 1, 1, 2])
+            doc["events"].append({"step": at, "kind": "abort", "request": r["id"]})
+            # its transfer outlives the abort (the cap still counts it), and another async load asks to start then
+            r["external"]["load_steps"] = max(r["external"].get("load_steps", 1), draw.choice([2, 3, 4]))
+            others = [q for q in doc["requests"] if q is not r and q["prompt"].get("length", 0) > 1]
+            if others and at > r["arrival_step"]:  # aborted once its load started
+                q = draw.choice(others)
+                q["arrival_step"] = at + draw.choice([0, 1])
+                if not (q.get("external") or {}).get("async"):
+                    q["external"] = {"tokens": max(1, q["prompt"]["length"] // 2), "async": True, "load_steps": 1}
     if draw.random() < 1 / 4:
         g["cache_aware_admission_window"] = draw.choice([2, 4, 8])
         g["cache_aware_admission_threshold"] = draw.choice([0.0, 0.0, 0.0, 0.5])

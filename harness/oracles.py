@@ -159,6 +159,29 @@ def hit_limit(trace: Trace) -> list[Finding]:
             for step, rid, limit, computed in trace.hit_limited if computed > limit]
 
 
+def reservations(trace: Trace) -> list[Finding]:
+    """vLLM 0.34.0's parked async loads (scheduler.py:3566-3585, 2842-2850): the blocks reserved for parked loads
+    return to zero once no request waits (a parked load keeps its reservation until it is scheduled), and loads
+    holding blocks (loading, or aborted with the transfer in flight) never exceed --max-num-inflight-kv-loads. The
+    first step each rule breaks."""
+    out = []
+    leak = next(((step, reserved) for step, waiting, reserved, _, _ in trace.reservations
+                 if waiting == 0 and reserved != 0), None)
+    if leak:
+        out.append(Finding("reservations", leak[0], None, None, [], expected="no blocks reserved with no request waiting",
+                           actual=f"{leak[1]} block(s) reserved", detail="the scheduler's reservation for parked async "
+                           "loads outlives them: admission of later async loads sees the pool fuller than it is",
+                           signature="reservations:leak", excerpt=trace.excerpt(leak[0], None)))
+    over = next(((step, holding, cap) for step, _, _, holding, cap in trace.reservations
+                 if cap is not None and holding > cap), None)
+    if over:
+        out.append(Finding("reservations", over[0], None, None, [], expected=f"at most {over[2]} loads holding blocks",
+                           actual=f"{over[1]} loads holding blocks", detail="more async KV loads hold blocks than "
+                           "--max-num-inflight-kv-loads allows", signature="reservations:inflight-cap",
+                           excerpt=trace.excerpt(over[0], None)))
+    return out
+
+
 def vllm_exception(trace: Trace) -> list[Finding]:
     e = trace.exception
     if e is None:
@@ -427,6 +450,7 @@ ORACLES = {
     "retention": retention,
     "liveness": liveness,
     "hit-limit": hit_limit,
+    "reservations": reservations,
     "output": outputs,
 }
 

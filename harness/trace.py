@@ -161,6 +161,10 @@ class Trace:
     # (step, request, its prefix-cache hit limit, the computed tokens it was admitted with) each time a request with a
     # hit limit (Request.prefix_cache_hit_limit, 0.34+) is scheduled as new (engine tier)
     hit_limited: list[tuple[int, str, int, int]] = field(default_factory=list)
+    # (step, requests not yet running, blocks the scheduler reserves for parked loads, loads holding blocks, the
+    # in-flight load cap)
+    # after each schedule() of a scheduler that parks async loads (0.34+, engine tier: `reservations` oracle)
+    reservations: list[tuple[int, int, int, int, int | None]] = field(default_factory=list)
     # tier e2e: the scale onto the CPU engine's grid, its block, and each connector load (request, tokens)
     e2e: dict | None = None
 

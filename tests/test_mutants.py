@@ -29,8 +29,12 @@ MUTANT = Mutant(name="user", bug_class="drops the first CoW copy", releases="any
 
 
 def _methods():
+    import sys
+
+    hash_map = getattr(sys.modules[block_pool_class().__module__], "BlockHashToBlockMap", None)  # 0.34+'s int-id map
     classes = {"": mamba_manager_class(), "pool.": block_pool_class(), "manager.": kv_cache_manager_class(),
-               "scheduler.": scheduler_class(), "request.": request_class()}
+               "scheduler.": scheduler_class(), "request.": request_class(),
+               **({"hash-map.": hash_map} if hash_map is not None else {})}
     return {f"{prefix}{k}": v for prefix, cls in classes.items() for k, v in vars(cls).items()}
 
 

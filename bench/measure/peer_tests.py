@@ -162,7 +162,8 @@ def extract_tests(sdist: Path, version: str, cache: Path) -> Path:
                 rel = m.name[len(top):] if m.name.startswith(top) else None
                 # only regular files under tests/ and examples/ (and pytest's markers in pyproject.toml), no ".."
                 if rel and m.isfile() and ".." not in rel.split("/") and (rel.startswith(("tests/", "examples/")) or
-                                                                            rel == "pyproject.toml"):
+                                                                            rel == "pyproject.toml" or
+                                                                            rel.endswith(".json")):
                     files[rel] = tar.extractfile(m).read()
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise BadDownload(f"{sdist} does not read as a .tar.gz ({exc}); delete it and rerun") from None
@@ -178,6 +179,9 @@ def extract_tests(sdist: Path, version: str, cache: Path) -> Path:
     text = "\n".join(files[rel].decode("utf-8", "replace") for rel in wanted)
     wanted |= {rel for rel in files if rel.startswith("examples/") and rel.endswith(".py") and
                not rel.endswith("/__init__.py") and re.search(rf'["/]{re.escape(rel.rsplit("/", 1)[1])}"', text)}
+    # data files the tests read by name (0.34.0's prompt-hash vectors under rust/, shared with the Rust client)
+    wanted |= {rel for rel in files if rel.endswith(".json") and not rel.startswith("tests/") and
+               f'"{rel.rsplit("/", 1)[1]}"' in text}
     wanted.add("pyproject.toml")
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:  # staged beside dest: the rename is atomic

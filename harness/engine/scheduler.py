@@ -290,6 +290,7 @@ class EngineDriver:
                 self._call(r.id, "add_request", sched.add_request, r.vreq)
         so = self.so = self._call("", "schedule", sched.schedule)
         self._record_hit_limits(so, step)
+        self._record_reservations(step)
         self._check_output(so)
         self._check_chunks(so)
         core_tables = {rid: self.alloc.block_ids(rid) for rid in so.num_scheduled_tokens}
@@ -347,6 +348,20 @@ class EngineDriver:
             limit = self.reqs[new.req_id].spec.prefix_cache_hit_limit
             if limit is not None:
                 self.trace.hit_limited.append((step, new.req_id, limit, new.num_computed_tokens))
+
+    def _record_reservations(self, step: int) -> None:
+        """The scheduler's parked-load bookkeeping (0.34.0: scheduler.py:3566-3585, 2842-2850) beside what the
+        requests' own states say is parked or loading: the reservations oracle's input."""
+        sched = self.sched
+        if not hasattr(sched, "_parked_reserved_blocks"):
+            return
+        # a parked load keeps its reservation until it is scheduled (promoted, it waits in a queue): any request not
+        # yet running may hold one, none once every request runs or is done
+        statuses = [r.status.name for r in sched.requests.values()]
+        waiting = sum(s.startswith("WAITING") or s == "PREEMPTED" for s in statuses)
+        holding = statuses.count("WAITING_FOR_REMOTE_KVS") + len(getattr(sched, "_aborted_kv_loads", ()))
+        cap = getattr(sched.scheduler_config, "max_num_inflight_kv_loads", None)
+        self.trace.reservations.append((step, waiting, sched._parked_reserved_blocks, holding, cap))
 
     def _check_output(self, so) -> None:
         """A SchedulerOutput no runner can execute is vLLM's fault: a request with as many spec-decode rows as

@@ -76,4 +76,103 @@ CACHE_AWARE_PROBE_TAKES_REFS = Mutant(
     origin="", patch=lambda: wrap_method(_kv_cache_manager(), "get_num_cached_tokens", _probe_takes_refs),
     is_applied=lambda: method_wrapped(_kv_cache_manager(), "get_num_cached_tokens"), engine_only=True)
 
-SCHEDULER_PATH_MUTANTS = (HIT_LIMIT_IGNORED_LOCALLY, ABORTED_LOAD_FREED_EARLY, CACHE_AWARE_PROBE_TAKES_REFS)
+# -- states published after sampled steps (scheduler.py:2449-2470 in 0.34.0): update_from_output caches a request's
+# blocks up to `num_computed_tokens - num_in_flight_tokens`, the tokens whose states are written; this one publishes
+# the in-flight tokens too (a block keyed by tokens whose state a step still in flight has not written) ---------------
+def _publishes_in_flight(original):
+    import sys
+
+    def cache_blocks(self, request, num_computed_tokens):
+        if sys._getframe(1).f_code.co_name == "update_from_output":  # the publish after a sampled step only
+            num_computed_tokens = request.num_computed_tokens
+        return original(self, request, num_computed_tokens)
+    return cache_blocks
+
+
+PUBLISH_COUNTS_IN_FLIGHT = Mutant(
+    name="publish-counts-in-flight", bug_class="publication: after a sampled step the scheduler publishes (caches) "
+    "blocks up to every computed token, in-flight ones included, before their states are written",
+    releases="0.34.0-0.34.x", origin="", patch=lambda: wrap_method(_kv_cache_manager(), "cache_blocks",
+                                                                  _publishes_in_flight),
+    is_applied=lambda: method_wrapped(_kv_cache_manager(), "cache_blocks"), engine_only=True)
+
+
+# -- parked async loads' reservations (scheduler.py:3566-3585 in 0.34.0): a load parked in async_kv_waiting reserves
+# the blocks it still needs, refreshed at promotion and released when it is scheduled or aborted ----------------------
+def _keeps_reservation(original):
+    def _unreserve_parked(self, request):
+        return None  # the reservation is never released
+    return _unreserve_parked
+
+
+PARKED_RESERVATION_KEPT = Mutant(
+    name="parked-reservation-kept", bug_class="accounting: a parked async load's block reservation is never "
+    "released once it is scheduled or aborted; later async loads see the pool as fuller than it is",
+    releases="0.34.0-0.34.x", origin="", patch=lambda: wrap_method(_scheduler(), "_unreserve_parked",
+                                                                  _keeps_reservation),
+    is_applied=lambda: method_wrapped(_scheduler(), "_unreserve_parked"), engine_only=True)
+
+
+def _refresh_adds(original):
+    def _reserve_parked(self, request):
+        cached = self._parked_reservations.get(request, 0)
+        original(self, request)
+        self._parked_reserved_blocks += cached  # the refresh adds the new count instead of replacing the old
+    return _reserve_parked
+
+
+PARKED_RESERVATION_DOUBLED = Mutant(
+    name="parked-reservation-doubled", bug_class="accounting: refreshing a parked load's reservation at promotion "
+    "adds its blocks again instead of replacing the cached count", releases="0.34.0-0.34.x", origin="",
+    patch=lambda: wrap_method(_scheduler(), "_reserve_parked", _refresh_adds),
+    is_applied=lambda: method_wrapped(_scheduler(), "_reserve_parked"), engine_only=True)
+
+
+# -- the in-flight load cap (--max-num-inflight-kv-loads, scheduler.py:2842-2850 in 0.34.0) counts loads in progress,
+# completed but not yet scheduled, and aborted ones whose transfer still runs; this one forgets the aborted ---------
+def _cap_ignores_aborted(original):
+    def _admits_inflight_kv_load(self):
+        aborted, self._aborted_kv_loads = self._aborted_kv_loads, type(self._aborted_kv_loads)()
+        try:
+            return original(self)
+        finally:
+            self._aborted_kv_loads = aborted
+    return _admits_inflight_kv_load
+
+
+INFLIGHT_CAP_IGNORES_ABORTED = Mutant(
+    name="inflight-cap-ignores-aborted", bug_class="bound: the in-flight KV load cap does not count aborted loads "
+    "whose transfer still runs, so more loads than --max-num-inflight-kv-loads hold blocks",
+    releases="0.34.0-0.34.x", origin="", patch=lambda: wrap_method(_scheduler(), "_admits_inflight_kv_load",
+                                                                  _cap_ignores_aborted),
+    is_applied=lambda: method_wrapped(_scheduler(), "_admits_inflight_kv_load"), engine_only=True)
+
+
+# -- the integer-id block-hash map (block_pool.py:38-105 in 0.34.0): a key cached by several blocks keeps one head id
+# in `_cache` and every id in `_dup_ids`; popping the head moves it to the next. This one leaves the popped head ------
+def _block_hash_map():
+    from harness.vllm_adapter import block_pool_class
+    import sys
+
+    return sys.modules[block_pool_class().__module__].BlockHashToBlockMap
+
+
+def _pop_keeps_head(original):
+    def pop(self, key, block_id):
+        head, shared = self._cache.get(key), key in self._dup_ids
+        out = original(self, key, block_id)
+        if out is not None and shared and head == block_id and key in self._cache:
+            self._cache[key] = head  # still names the block just evicted
+        return out
+    return pop
+
+
+MAP_POP_KEEPS_STALE_HEAD = Mutant(
+    name="hash-map-pop-keeps-stale-head", bug_class="cache-key: evicting the head block of a hash cached by several "
+    "blocks leaves the key naming it; a later hit gets the evicted (reused) block", releases="0.34.0-0.34.x",
+    origin="", patch=lambda: wrap_method(_block_hash_map(), "pop", _pop_keeps_head),
+    is_applied=lambda: method_wrapped(_block_hash_map(), "pop"))
+
+SCHEDULER_PATH_MUTANTS = (HIT_LIMIT_IGNORED_LOCALLY, ABORTED_LOAD_FREED_EARLY, CACHE_AWARE_PROBE_TAKES_REFS,
+                          PUBLISH_COUNTS_IN_FLIGHT, PARKED_RESERVATION_KEPT, PARKED_RESERVATION_DOUBLED,
+                          INFLIGHT_CAP_IGNORES_ABORTED, MAP_POP_KEEPS_STALE_HEAD)
