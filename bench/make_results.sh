@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make results [PART=all|bench|fast|mutants|banks|peer|verdicts|known|upstream|e2e]`: rewrite every file in bench/results/
+# `make results [PART=all|bench|fast|mutants|banks|peer|verdicts|known|upstream|e2e|scheduler]`: rewrite every file in bench/results/
 # (and the known-issue tables of README.md and docs/known-issues.md) from its command. Each file carries a
 # provenance line (command, commit, machine, vLLM, date: harness/stamp.py). Every file in bench/results/ is written
 # by a command below (tests/test_results_layout.py checks the list); dated reports that no one command rewrites
@@ -8,7 +8,7 @@
 # `peer` downloads vLLM's sdist from PyPI and needs vLLM's test-only packages (docs/commands.md); its peer table
 # reads the `banks` part's campaign tables.
 # Times on 2 cores: bench ~5 min, fast ~15 min, mutants ~35 min, banks ~90 min, peer ~3 h, verdicts ~55 min,
-# known ~1 s, e2e ~10 min, upstream ~7 min + the peer suite per patch (run parts in parallel on separate cores with CORE=N).
+# known ~1 s, e2e ~10 min, scheduler ~45 min, upstream ~7 min + the peer suite per patch (run parts in parallel on separate cores with CORE=N).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PART=${1:-all}
@@ -111,6 +111,17 @@ if part e2e; then
   pin .venv-0.32.0/bin/python -m harness known check --tier e2e -o $R/e2e_known_0.32.0.md
   pin .venv-0.32.0/bin/python $M/e2e_mutant_bank.py --count 150 --keep 3 --out $R/e2e_mutant_bank_0.32.0.md
   pin .venv-0.32.0/bin/python $M/e2e_throughput.py --count 60 --out $R/e2e_throughput.md
+fi
+if part scheduler; then
+  # issue 44: the main job over vLLM's Scheduler. Campaign pace with a frequent bug (signatures judged once), then
+  # the bank of mutants of 0.34.0's new code: vLLM 0.34.0's own tests (peer, from its sdist) and the 2-minute main
+  # job and a sweep on each (bank_034.py reads the peer's JSON)
+  "$PY" $M/campaign_pace.py --minutes 1 --out $R/campaign_pace.md
+  BANK034="publish-counts-in-flight parked-reservation-kept parked-reservation-doubled inflight-cap-ignores-aborted
+    hash-map-pop-keeps-stale-head hit-limit-ignored-locally aborted-load-freed-early cache-aware-probe-takes-refs
+    cache-key-outlives-block"
+  "$PY" $M/peer_tests.py --vllm 0.34.0 $(printf -- '--only %s ' $BANK034) --out $R/peer_tests_034_bank.md
+  "$PY" $M/bank_034.py --minutes 2 --sweep 200 --out $R/bank_034.md
 fi
 if part upstream; then
   # issue 38: the known issue x release table (each release in its own process: its venv, else its unpacked wheel,
