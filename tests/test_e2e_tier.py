@@ -59,10 +59,10 @@ def test_folded_tokens_stay_in_the_tiny_vocabulary():
 
 def test_what_the_engine_cannot_run_is_refused_naming_the_field():
     doc = json.loads(SEED.read_text())
-    doc["requests"][0]["external"]["load_fails"] = True
+    doc["requests"][0]["prefix_cache_hit_limit"] = 4
     sc = parse_scenario(doc)
-    assert "requests[a].external.load_fails" in not_expressible(sc)
-    with pytest.raises(BadInput, match="load_fails"):
+    assert "requests[a].prefix_cache_hit_limit" in not_expressible(sc)
+    with pytest.raises(BadInput, match="prefix_cache_hit_limit"):
         scaled(sc, 16)
 
 

@@ -74,6 +74,10 @@ def main() -> int:
                      "signatures": sorted({s for s in halves["symbolic"] + halves["engine"]}),
                      "sweep_exit": sweep_code, "sweep_s": sweep_s, "bug_class": mutant.bug_class})
         print(json.dumps(rows[-1]), flush=True)
+    json_out = args.out.with_suffix(".json")
+    if args.only and json_out.exists():  # rerun of some mutants: the other rows as they were
+        kept = [r for r in json.loads(json_out.read_text()) if r["mutant"] not in args.only]
+        rows = sorted(kept + rows, key=lambda r: BANK.index(r["mutant"]) if r["mutant"] in BANK else len(BANK))
     yes = lambda b: "yes" if b else ("no" if b is not None else "n/a")  # noqa: E731
     lines = [f"# Own bank of vLLM {vllm_source().version}'s new code: vLLM's tests, the main job, a sweep", "",
              f"Main job: `hybrid-harness fuzz --tier main --minutes {args.minutes:g} --seed-corpus --mutant M` (`make "
@@ -92,9 +96,10 @@ def main() -> int:
               sum(r["sweep_exit"] == 1 for r in rows))
     lines += ["", f"Killed: vLLM's tests {totals[0]}/{len(rows)}, the main job {totals[1]}/{len(rows)}, the sweep "
                   f"{totals[2]}/{len(rows)}."]
-    command = f"python bench/measure/bank_034.py --minutes {args.minutes:g} --sweep {args.sweep} --out {args.out}"
+    command = (f"python bench/measure/bank_034.py --minutes {args.minutes:g} --sweep {args.sweep} --out {args.out}"
+               + "".join(f" --only {m}" for m in args.only) + (" (the other rows kept)" if args.only else ""))
     args.out.write_text("\n".join(lines + ["", stamp(command), ""]))
-    args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+    json_out.write_text(json.dumps(rows, indent=1) + "\n")
     print("\n".join(lines))
     return 0
 
