@@ -52,8 +52,8 @@ def issue_config(issue: KnownIssue) -> dict:
 
 
 def issue_target(issue: KnownIssue) -> Target:
-    repro = issue.e2e_repro if issue.e2e_only and issue.e2e_repro else issue.repro
-    return Target(issue.id, str(ROOT / repro), issue_config(issue), issue=issue.id)
+    config = issue_config(issue)
+    return Target(issue.id, str(ROOT / issue.repro_for(config["tier"])), config, issue=issue.id)
 
 
 def resolve(target: str, tier: str | None = None, runner: str | None = None) -> Target:

@@ -20,7 +20,7 @@ import json
 import re
 
 from harness.errors import BadInput
-from harness.known_issues import ROOT, KnownIssue, known_issue_by_id
+from harness.known_issues import ROOT, KnownIssue, cpu_kernel_issues, known_issue_by_id
 
 RESULTS = ROOT / "bench" / "results" / "known_releases.json"
 PATCHES = ROOT / "upstream" / "patches"
@@ -255,9 +255,9 @@ def finding_of(issue: KnownIssue) -> dict:
 
     c = issue_config(issue)
     config = RunConfig.from_json({"tier": c["tier"], "engine": c.get("engine") or {}}).but(known_fixes=False)
-    scenario = load_scenario(ROOT / (issue.e2e_repro or issue.repro if c["tier"] == "e2e" else issue.repro))
+    scenario = load_scenario(ROOT / issue.repro_for(c["tier"]))
     # on tier e2e a CPU-kernel bug that stops every run first is kept fixed, so the issue's own symptom shows
-    base = _masking_fixes(issue) if c["tier"] == "e2e" else ()
+    base = cpu_kernel_issues(besides=issue.id) if c["tier"] == "e2e" else ()
     trace = replay(scenario, config=config.but(fixes=tuple(k.id for k in base)))
     findings = judge(trace)
     if not findings:
@@ -270,11 +270,6 @@ def finding_of(issue: KnownIssue) -> dict:
         artifact["e2e"] = {**from_trace(trace), "fixes": [k.id for k in base]}
     return artifact
 
-
-def _masking_fixes(issue: KnownIssue) -> tuple:
-    from harness.known_issues import cpu_kernel_issues
-
-    return tuple(k for k in cpu_kernel_issues() if k.id != issue.id)
 
 
 def steps(scenario) -> list[str]:

@@ -219,7 +219,6 @@ def _fuzz_main(args: argparse.Namespace) -> int:
               "--artifacts", str(root / "engine"), "--known-fixes", args.known_fixes, "--checkpoints", args.checkpoints,
               "--no-progress", *budget, *(["--seed-corpus"] if args.seed_corpus else []),
               *(["--mutant", args.mutant] if args.mutant else []), *(["--no-minimize"] if args.no_minimize else [])]
-    root.mkdir(parents=True, exist_ok=True)
     (root / "engine").mkdir(parents=True, exist_ok=True)
     with open(root / "engine" / "campaign.log", "w") as log:
         half = subprocess.Popen(engine, stdout=log, stderr=subprocess.STDOUT)

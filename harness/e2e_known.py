@@ -32,7 +32,7 @@ def rows(config, issues=KNOWN_ISSUES) -> list[dict]:
         if not issue.runs_on("e2e"):
             out.append({**row, "verdict": "n/a", "status": f"not in code tier e2e runs ({issue.code})"})
             continue
-        scenario = load_scenario(ROOT / (issue.e2e_repro or issue.repro))
+        scenario = load_scenario(ROOT / issue.repro_for("e2e"))
         why = not_expressible(scenario)
         if why:
             out.append({**row, "verdict": "not expressible", "status": why})

@@ -101,6 +101,10 @@ class KnownIssue:
         """Should the repro show this issue on the installed release?"""
         return self.applicable() and _installed() >= self.repro_from
 
+    def repro_for(self, tier: str) -> str:
+        """The scenario that shows it on `tier`: tier e2e's own repro there where it has one."""
+        return self.e2e_repro or self.repro if tier == "e2e" else self.repro
+
 
 def _version(text: str, where: str, key: str) -> tuple[int, ...]:
     try:
@@ -178,11 +182,12 @@ def issues_for(tier: str, runner: str = "auto") -> tuple[KnownIssue, ...]:
     return tuple(k for k in KNOWN_ISSUES if k.runs_on(tier, runner) and k.applicable() and k.open_here())
 
 
-def cpu_kernel_issues() -> tuple[KnownIssue, ...]:
+def cpu_kernel_issues(besides: str | None = None) -> tuple[KnownIssue, ...]:
     """Known bugs of vLLM's CPU kernels that tier e2e carries here (runners ["cpu"]): they stop a run, or spoil
     every output, before anything else can show, so what lies behind them is judged with their fixes kept (run,
-    known check, the e2e verdict of other tiers' findings), and the donors and references of tier e2e keep them."""
-    return tuple(k for k in issues_for("e2e") if k.runners == ("cpu",))
+    known check, the e2e verdict of other tiers' findings), and the donors and references of tier e2e keep them.
+    `besides`: all but that issue (the ones kept fixed while it is shown)."""
+    return tuple(k for k in issues_for("e2e") if k.runners == ("cpu",) and k.id != besides)
 
 
 @functools.cache

@@ -28,6 +28,7 @@ import contextlib
 import itertools
 import os
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from harness.e2e.drafts import DraftPlan
 from harness.e2e.geometry import fold, scaled
@@ -42,7 +43,7 @@ from harness.trace import Trace, VllmException, VllmRaised, run_steps
 TOLERANCE = 1e-3
 MAX_MODEL_LEN = 16384  # each engine's model length (a scenario's requests are checked against the pool)
 MAX_ENGINES = 32  # engines kept per process (one per block and prefix-match unit; measured ~15 MiB each)
-_ENGINES: dict[tuple, "Engine"] = {}
+_ENGINES: dict["EngineKey", "Engine"] = {}
 _SERIAL = itertools.count()
 
 
@@ -77,10 +78,26 @@ def vllm_site(exc: BaseException) -> tuple[bool, str]:
     return owner == "vllm", site
 
 
+class EngineKey(NamedTuple):
+    """What one engine is built for: the block, prefix-match unit, budget, pool and slots (the scenario's, rounded
+    up: `Engine.configure` narrows them), retention, drafts, load-failure policy, model family and seed."""
+
+    block: int
+    unit: int
+    budget: int
+    num_blocks: int
+    max_seqs: int
+    retention: object  # the scenario's interval (None: dense), or "absent" where CacheConfig has no such field
+    drafts: int
+    on_failure: str
+    family: str
+    seed: int
+
+
 class Engine:
     """One LLM for one geometry, with its connector store."""
 
-    def __init__(self, key: tuple, family: str, seed: int) -> None:
+    def __init__(self, key: EngineKey) -> None:
         import time
 
         from vllm.distributed.kv_transfer import kv_transfer_state
@@ -94,18 +111,18 @@ class Engine:
         # vLLM keeps the worker's connector in one process-wide slot, set once (kv_transfer_state.py:16): each
         # engine gets its own, swapped in before its steps (`_own_connector`)
         kv_transfer_state._KV_CONNECTOR_AGENT = None
-        self.llm = _start_llm(key, family, seed, self.name)
+        self.llm = _start_llm(key, self.name)
         self.engine = self.llm.llm_engine
         self.worker_connector = kv_transfer_state._KV_CONNECTOR_AGENT
         self.scheduler = self.engine.engine_core.engine_core.scheduler  # InprocClient -> EngineCore
         self.store.manager = self.scheduler.kv_cache_manager
         got = self.engine.vllm_config.cache_config.block_size
-        if got != key[0]:
+        if got != key.block:
             raise BadInput(f"geometry.mamba_block_size: vLLM sets the block to {got} for the tiny model "
-                           f"(asked for {key[0]} after scaling)")
+                           f"(asked for {key.block} after scaling)")
         self.references: dict[tuple, tuple[list[int], list]] = {}
         self.held: list = []
-        self.drafts = _script_drafts(self.engine, key[6]) if key[6] else None
+        self.drafts = _script_drafts(self.engine, key.drafts) if key.drafts else None
         self.plain = self  # the engine references run on: without drafts (`engine_for`)
         self.build_s = time.perf_counter() - started  # engine start (bench/measure/e2e_throughput.py)
         sched = self.scheduler  # the engine's own limits, back in force between scenarios (`release`)
@@ -133,7 +150,7 @@ class Engine:
         sched.max_num_running_reqs = len(sc.requests)
         if hasattr(sched, "max_num_active_reqs"):
             sched.max_num_active_reqs = len(sc.requests)
-        self.held = self.scheduler.kv_cache_manager.block_pool.get_new_blocks(self.key[3] - g.num_blocks)
+        self.held = self.scheduler.kv_cache_manager.block_pool.get_new_blocks(self.key.num_blocks - g.num_blocks)
 
     def release(self) -> None:
         """Give back the blocks held past the scenario's pool; the engine's own limits again (donors and
@@ -278,7 +295,7 @@ class Engine:
         return _rows(plp[start:]) + _rows(first_sampled[:1])  # the last row: what the fed tokens predict next
 
 
-def _start_llm(key: tuple, family: str, seed: int, store: str):
+def _start_llm(key: EngineKey, store: str):
     """vLLM's `LLM` for one engine key, built with vLLM's own arguments (BadInput where vLLM refuses them)."""
     import torch
     from vllm import LLM
@@ -287,7 +304,7 @@ def _start_llm(key: tuple, family: str, seed: int, store: str):
     from harness.e2e.models import model_dir
     from harness.patches import suspended
 
-    block, unit, budget, num_blocks, max_seqs, retention, drafts, on_failure = key[:8]
+    block, unit, budget, num_blocks, max_seqs, retention, drafts, on_failure, family, seed = key
     max_len = min(MAX_MODEL_LEN, (num_blocks // 2) * block)  # vLLM: one such request must fit every group
     torch.set_num_threads(1)  # one core per engine: a campaign runs one worker per core
     kwargs = {"prefix_match_unit": unit} if unit < block else {}
@@ -378,21 +395,21 @@ def engine_for(sc: Scenario, family: str, seed: int) -> Engine:
     retention = g.prefix_cache_retention_interval if supports_retention() else "absent"
     if retention == "absent" and g.prefix_cache_retention_interval is not None:
         raise BadInput("geometry.prefix_cache_retention_interval: this vLLM's CacheConfig has no such field")
-    key = (g.mamba_block_size, g.hash_block_size, _ceil_pow2(g.token_budget, 4096), _ceil_pow2(g.num_blocks, 256),
-           _ceil_pow2(len(sc.requests), 8), retention, g.num_speculative_tokens, g.kv_load_failure_policy, family,
-           seed)
+    key = EngineKey(g.mamba_block_size, g.hash_block_size, _ceil_pow2(g.token_budget, 4096),
+                    _ceil_pow2(g.num_blocks, 256), _ceil_pow2(len(sc.requests), 8), retention, g.num_speculative_tokens,
+                    g.kv_load_failure_policy, family, seed)
     eng = _engine(key)
-    if key[6]:  # the uncached reference runs without drafts: the same geometry's engine with K 0
-        eng.plain = _engine(key[:6] + (0,) + key[7:])
+    if key.drafts:  # the uncached reference runs without drafts: the same geometry's engine with K 0
+        eng.plain = _engine(key._replace(drafts=0))
     return eng
 
 
-def _engine(key: tuple) -> Engine:
+def _engine(key: EngineKey) -> Engine:
     eng = _ENGINES.get(key)
     if eng is None:
         if len(_ENGINES) >= MAX_ENGINES:  # the oldest geometry gives way
             _ENGINES.pop(next(iter(_ENGINES)))
-        eng = _ENGINES[key] = Engine(key, *key[8:])
+        eng = _ENGINES[key] = Engine(key)
     return eng
 
 
@@ -585,7 +602,7 @@ class E2EDriver:
                 if live:
                     eng.engine.engine_core.abort_requests(live)
                 eng.reset()
-                if eng.scheduler.kv_cache_manager.block_pool.get_num_free_blocks() < eng.key[3] - 1:
+                if eng.scheduler.kv_cache_manager.block_pool.get_num_free_blocks() < eng.key.num_blocks - 1:
                     raise HarnessError("blocks still held after the abort")
             except Exception:  # noqa: BLE001 - any failure to recover: a fresh engine next time
                 _ENGINES.pop(eng.key, None)

@@ -119,6 +119,15 @@ def _applies() -> bool:
             and inspect.unwrap(scan).__name__.endswith("_cpu"))
 
 
+def _cpu_platform() -> bool:
+    """vLLM resolved its CPU platform here (the speculative-decoding fixes replace code only the CPU build runs)."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return False
+    return current_platform.is_cpu()
+
+
 # -- cpu-mamba-align-spec-decode-triton ----------------------------------------------------------------------------
 _UTILS = "vllm.v1.worker.mamba_utils"
 
@@ -203,10 +212,9 @@ def _spec_applies() -> bool:
 
     try:
         utils = importlib.import_module(_UTILS)
-        from vllm.platforms import current_platform
     except ImportError:
         return False
-    return current_platform.is_cpu() and all(
+    return _cpu_platform() and all(
         hasattr(utils, n) for n in ("postprocess_mamba_align_gpu", "_resolve_fused_precopy", "collect_mamba_copy_meta",
                                     "do_mamba_copy_block"))
 
@@ -279,10 +287,9 @@ def _conv_applies() -> bool:
 
     try:
         mixer = importlib.import_module(_MIXER)
-        from vllm.platforms import current_platform
     except ImportError:
         return False
-    if not current_platform.is_cpu():
+    if not _cpu_platform():
         return False
     update = inspect.unwrap(getattr(mixer, "causal_conv1d_update", None) or (lambda: None))
     return (update.__module__ == _CONV_CPU
@@ -372,27 +379,26 @@ def _ssm_applies() -> bool:
     return hasattr(module, "CPUSSUBackend")
 
 
-FIXES = (Fix(Mutant(name="fix-cpu-mamba2-prefill-checkpoint",
-                    bug_class="fix: the CPU chunk scan returns per-chunk states and the checkpoint store runs in torch",
-                    releases="where the issue is known", origin="hybrid-harness", patch=_patch,
-                    is_applied=_is_applied),
-             "ops/cpu/mamba_ssm._mamba_chunk_scan_combined_fwd_cpu + ops/ssd_checkpoint.store_prefill_checkpoint",
-             _applies),
-         Fix(Mutant(name="fix-cpu-mamba-align-spec-decode",
-                    bug_class="fix: on CPU the align-mode Mamba pre- and post-copy of speculative decoding take the "
-                              "scalar copy path (vLLM's collect_mamba_copy_meta / do_mamba_copy_block)",
-                    releases="where the issue is known", origin="hybrid-harness", patch=_patch_spec,
-                    is_applied=_spec_is_applied),
-             "v1/worker/mamba_utils._resolve_fused_precopy + postprocess_mamba_align_gpu", _spec_applies),
-         Fix(Mutant(name="fix-cpu-mamba2-spec-conv-accepted",
-                    bug_class="fix: the CPU conv update of Mamba2's decode honours num_accepted_tokens (the window "
-                              "of prior inputs starts where the accepted drafts end)",
-                    releases="where the issue is known", origin="hybrid-harness", patch=_patch_conv,
-                    is_applied=_conv_is_applied),
-             "ops/cpu/causal_conv1d.causal_conv1d_update_cpu (as mamba_mixer2.causal_conv1d_update)", _conv_applies),
-         Fix(Mutant(name="fix-cpu-mamba2-spec-ssm-accepted",
-                    bug_class="fix: the CPU selective state update of a speculative decode starts from the accepted "
-                              "column and stores every token's state, as the Triton kernel does",
-                    releases="where the issue is known", origin="hybrid-harness", patch=_patch_ssm,
-                    is_applied=_ssm_is_applied),
-             "ops/ssu_dispatch.CPUSSUBackend.__call__ (ops.selective_state_update_cpu)", _ssm_applies),)
+def _kernel_fix(name: str, what: str, patch, is_applied, target: str, applies) -> Fix:
+    return Fix(Mutant(name=name, bug_class=f"fix: {what}", releases="where the issue is known", origin="hybrid-harness",
+                      patch=patch, is_applied=is_applied), target, applies)
+
+
+FIXES = (_kernel_fix("fix-cpu-mamba2-prefill-checkpoint",
+                     "the CPU chunk scan returns per-chunk states and the checkpoint store runs in torch",
+                     _patch, _is_applied,
+                     "ops/cpu/mamba_ssm._mamba_chunk_scan_combined_fwd_cpu + ops/ssd_checkpoint.store_prefill_checkpoint",
+                     _applies),
+         _kernel_fix("fix-cpu-mamba-align-spec-decode",
+                     "on CPU the align-mode Mamba pre- and post-copy of speculative decoding take the scalar copy "
+                     "path (vLLM's collect_mamba_copy_meta / do_mamba_copy_block)", _patch_spec, _spec_is_applied,
+                     "v1/worker/mamba_utils._resolve_fused_precopy + postprocess_mamba_align_gpu", _spec_applies),
+         _kernel_fix("fix-cpu-mamba2-spec-conv-accepted",
+                     "the CPU conv update of Mamba2's decode honours num_accepted_tokens (the window of prior inputs "
+                     "starts where the accepted drafts end)", _patch_conv, _conv_is_applied,
+                     "ops/cpu/causal_conv1d.causal_conv1d_update_cpu (as mamba_mixer2.causal_conv1d_update)",
+                     _conv_applies),
+         _kernel_fix("fix-cpu-mamba2-spec-ssm-accepted",
+                     "the CPU selective state update of a speculative decode starts from the accepted column and "
+                     "stores every token's state, as the Triton kernel does", _patch_ssm, _ssm_is_applied,
+                     "ops/ssu_dispatch.CPUSSUBackend.__call__ (ops.selective_state_update_cpu)", _ssm_applies))

@@ -113,25 +113,34 @@ def method_wrapped(cls, method_name: str) -> bool:
     return getattr(getattr(fn, "__func__", fn), _MARK, False)
 
 
-def wrap_mamba_method(method_name: str, make) -> Callable[[], None]:
-    """Replace MambaManager.<method_name> by make(original) at run time; return the undo callable."""
+def _mamba_manager():
     from harness.vllm_adapter import mamba_manager_class
 
-    return wrap_method(mamba_manager_class(), method_name, make)
+    return mamba_manager_class()
+
+
+def wrap_mamba_method(method_name: str, make) -> Callable[[], None]:
+    """Replace MambaManager.<method_name> by make(original) at run time; return the undo callable."""
+    return wrap_method(_mamba_manager(), method_name, make)
 
 
 def mamba_method_wrapped(method_name: str) -> bool:
-    from harness.vllm_adapter import mamba_manager_class
+    return method_wrapped(_mamba_manager(), method_name)
 
-    return method_wrapped(mamba_manager_class(), method_name)
+
+def method_mutant(name: str, bug_class: str, owner, method: str, make, *, releases: str, origin: str = "",
+                  **fields) -> Mutant:
+    """A mutant that wraps owner().<method> with make(original); `owner` returns the vLLM class (imported only when
+    the mutant is applied or checked); `fields`: the Mutant's other fields (engine_only, runner, ...)."""
+    return Mutant(name=name, bug_class=bug_class, releases=releases, origin=origin,
+                  patch=lambda: wrap_method(owner(), method, make),
+                  is_applied=lambda: method_wrapped(owner(), method), **fields)
 
 
 def mamba_mutant(name: str, bug_class: str, method: str, make, *, origin: str = "",
                  releases: str = "0.28.0-0.33.x") -> Mutant:
     """A mutant that wraps one MambaManager method with make(original)."""
-    return Mutant(name=name, bug_class=bug_class, releases=releases, origin=origin,
-                  patch=lambda: wrap_mamba_method(method, make),
-                  is_applied=lambda: mamba_method_wrapped(method))
+    return method_mutant(name, bug_class, _mamba_manager, method, make, releases=releases, origin=origin)
 
 
 @functools.lru_cache(maxsize=None)

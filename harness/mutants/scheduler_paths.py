@@ -3,7 +3,13 @@ engine tier runs). Each wraps vLLM's methods at run time; no vLLM code is copied
 
 from __future__ import annotations
 
-from harness.mutants.base import Mutant, method_wrapped, wrap_method
+from harness.mutants.base import method_mutant
+
+
+def _scheduler_path_mutant(name: str, bug_class: str, owner, method: str, make, engine_only: bool = True):
+    """A mutant of 0.34's new code wrapping owner().<method>; engine_only (the default): Scheduler code that only
+    the engine tier runs (the block-hash map is allocator code every tier runs)."""
+    return method_mutant(name, bug_class, owner, method, make, releases="0.34.0-0.34.x", engine_only=engine_only)
 
 
 def _scheduler():
@@ -27,12 +33,10 @@ def _limit_ignored(original):
     return get_max_cache_hit_length
 
 
-HIT_LIMIT_IGNORED_LOCALLY = Mutant(
-    name="hit-limit-ignored-locally", bug_class="bound: the local prefix-cache lookup ignores the request's hit limit, "
-    "so a request asking for prompt logprobs from token L starts past L (its logprob rows are lost)",
-    releases="0.34.0-0.34.x", origin="",
-    patch=lambda: wrap_method(_request(), "get_max_cache_hit_length", _limit_ignored),
-    is_applied=lambda: method_wrapped(_request(), "get_max_cache_hit_length"), engine_only=True)
+HIT_LIMIT_IGNORED_LOCALLY = _scheduler_path_mutant(
+    "hit-limit-ignored-locally", "bound: the local prefix-cache lookup ignores the request's hit limit, so a request "
+    "asking for prompt logprobs from token L starts past L (its logprob rows are lost)",
+    _request, "get_max_cache_hit_length", _limit_ignored)
 
 
 # -- an async load aborted in flight (scheduler.py:3150-3166 in 0.34.0: a request aborted in WAITING_FOR_REMOTE_KVS
@@ -44,11 +48,10 @@ def _freed_at_abort(original):
     return _free_request
 
 
-ABORTED_LOAD_FREED_EARLY = Mutant(
-    name="aborted-load-freed-early", bug_class="lifetime: a request aborted while its async connector load is in "
-    "flight has its blocks freed at once; the load lands in blocks another request may own by then",
-    releases="0.34.0-0.34.x", origin="", patch=lambda: wrap_method(_scheduler(), "_free_request", _freed_at_abort),
-    is_applied=lambda: method_wrapped(_scheduler(), "_free_request"), engine_only=True)
+ABORTED_LOAD_FREED_EARLY = _scheduler_path_mutant(
+    "aborted-load-freed-early", "lifetime: a request aborted while its async connector load is in flight has its "
+    "blocks freed at once; the load lands in blocks another request may own by then",
+    _scheduler, "_free_request", _freed_at_abort)
 
 # -- cache-aware admission's probe (kv_cache_manager.py:255-275 in 0.34.0, called by the scheduler's
 # `_reorder_waiting_by_cached_prefix` for each waiting request in the window): "it takes no references"; this one
@@ -70,11 +73,10 @@ def _probe_takes_refs(original):
     return get_num_cached_tokens
 
 
-CACHE_AWARE_PROBE_TAKES_REFS = Mutant(
-    name="cache-aware-probe-takes-refs", bug_class="lifetime: cache-aware admission's prefix probe takes a reference "
-    "to every block it hits and never drops it (a pool leak on every reordering step)", releases="0.34.0-0.34.x",
-    origin="", patch=lambda: wrap_method(_kv_cache_manager(), "get_num_cached_tokens", _probe_takes_refs),
-    is_applied=lambda: method_wrapped(_kv_cache_manager(), "get_num_cached_tokens"), engine_only=True)
+CACHE_AWARE_PROBE_TAKES_REFS = _scheduler_path_mutant(
+    "cache-aware-probe-takes-refs", "lifetime: cache-aware admission's prefix probe takes a reference to every block "
+    "it hits and never drops it (a pool leak on every reordering step)",
+    _kv_cache_manager, "get_num_cached_tokens", _probe_takes_refs)
 
 # -- states published after sampled steps (scheduler.py:2449-2470 in 0.34.0): update_from_output caches a request's
 # blocks up to `num_computed_tokens - num_in_flight_tokens`, the tokens whose states are written; this one publishes
@@ -89,12 +91,10 @@ def _publishes_in_flight(original):
     return cache_blocks
 
 
-PUBLISH_COUNTS_IN_FLIGHT = Mutant(
-    name="publish-counts-in-flight", bug_class="publication: after a sampled step the scheduler publishes (caches) "
-    "blocks up to every computed token, in-flight ones included, before their states are written",
-    releases="0.34.0-0.34.x", origin="", patch=lambda: wrap_method(_kv_cache_manager(), "cache_blocks",
-                                                                  _publishes_in_flight),
-    is_applied=lambda: method_wrapped(_kv_cache_manager(), "cache_blocks"), engine_only=True)
+PUBLISH_COUNTS_IN_FLIGHT = _scheduler_path_mutant(
+    "publish-counts-in-flight", "publication: after a sampled step the scheduler publishes (caches) blocks up to "
+    "every computed token, in-flight ones included, before their states are written",
+    _kv_cache_manager, "cache_blocks", _publishes_in_flight)
 
 
 # -- parked async loads' reservations (scheduler.py:3566-3585 in 0.34.0): a load parked in async_kv_waiting reserves
@@ -105,12 +105,10 @@ def _keeps_reservation(original):
     return _unreserve_parked
 
 
-PARKED_RESERVATION_KEPT = Mutant(
-    name="parked-reservation-kept", bug_class="accounting: a parked async load's block reservation is never "
-    "released once it is scheduled or aborted; later async loads see the pool as fuller than it is",
-    releases="0.34.0-0.34.x", origin="", patch=lambda: wrap_method(_scheduler(), "_unreserve_parked",
-                                                                  _keeps_reservation),
-    is_applied=lambda: method_wrapped(_scheduler(), "_unreserve_parked"), engine_only=True)
+PARKED_RESERVATION_KEPT = _scheduler_path_mutant(
+    "parked-reservation-kept", "accounting: a parked async load's block reservation is never released once it is "
+    "scheduled or aborted; later async loads see the pool as fuller than it is",
+    _scheduler, "_unreserve_parked", _keeps_reservation)
 
 
 def _refresh_adds(original):
@@ -121,11 +119,10 @@ def _refresh_adds(original):
     return _reserve_parked
 
 
-PARKED_RESERVATION_DOUBLED = Mutant(
-    name="parked-reservation-doubled", bug_class="accounting: refreshing a parked load's reservation at promotion "
-    "adds its blocks again instead of replacing the cached count", releases="0.34.0-0.34.x", origin="",
-    patch=lambda: wrap_method(_scheduler(), "_reserve_parked", _refresh_adds),
-    is_applied=lambda: method_wrapped(_scheduler(), "_reserve_parked"), engine_only=True)
+PARKED_RESERVATION_DOUBLED = _scheduler_path_mutant(
+    "parked-reservation-doubled", "accounting: refreshing a parked load's reservation at promotion adds its blocks "
+    "again instead of replacing the cached count",
+    _scheduler, "_reserve_parked", _refresh_adds)
 
 
 # -- the in-flight load cap (--max-num-inflight-kv-loads, scheduler.py:2842-2850 in 0.34.0) counts loads in progress,
@@ -140,12 +137,10 @@ def _cap_ignores_aborted(original):
     return _admits_inflight_kv_load
 
 
-INFLIGHT_CAP_IGNORES_ABORTED = Mutant(
-    name="inflight-cap-ignores-aborted", bug_class="bound: the in-flight KV load cap does not count aborted loads "
-    "whose transfer still runs, so more loads than --max-num-inflight-kv-loads hold blocks",
-    releases="0.34.0-0.34.x", origin="", patch=lambda: wrap_method(_scheduler(), "_admits_inflight_kv_load",
-                                                                  _cap_ignores_aborted),
-    is_applied=lambda: method_wrapped(_scheduler(), "_admits_inflight_kv_load"), engine_only=True)
+INFLIGHT_CAP_IGNORES_ABORTED = _scheduler_path_mutant(
+    "inflight-cap-ignores-aborted", "bound: the in-flight KV load cap does not count aborted loads whose transfer "
+    "still runs, so more loads than --max-num-inflight-kv-loads hold blocks",
+    _scheduler, "_admits_inflight_kv_load", _cap_ignores_aborted)
 
 
 # -- the integer-id block-hash map (block_pool.py:38-105 in 0.34.0): a key cached by several blocks keeps one head id
@@ -167,11 +162,10 @@ def _pop_keeps_head(original):
     return pop
 
 
-MAP_POP_KEEPS_STALE_HEAD = Mutant(
-    name="hash-map-pop-keeps-stale-head", bug_class="cache-key: evicting the head block of a hash cached by several "
-    "blocks leaves the key naming it; a later hit gets the evicted (reused) block", releases="0.34.0-0.34.x",
-    origin="", patch=lambda: wrap_method(_block_hash_map(), "pop", _pop_keeps_head),
-    is_applied=lambda: method_wrapped(_block_hash_map(), "pop"))
+MAP_POP_KEEPS_STALE_HEAD = _scheduler_path_mutant(
+    "hash-map-pop-keeps-stale-head", "cache-key: evicting the head block of a hash cached by several blocks leaves "
+    "the key naming it; a later hit gets the evicted (reused) block",
+    _block_hash_map, "pop", _pop_keeps_head, engine_only=False)
 
 SCHEDULER_PATH_MUTANTS = (HIT_LIMIT_IGNORED_LOCALLY, ABORTED_LOAD_FREED_EARLY, CACHE_AWARE_PROBE_TAKES_REFS,
                           PUBLISH_COUNTS_IN_FLIGHT, PARKED_RESERVATION_KEPT, PARKED_RESERVATION_DOUBLED,
