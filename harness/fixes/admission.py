@@ -6,18 +6,24 @@ from harness.fixes.targets import FULL_ATTENTION_MANAGER, MAMBA_MANAGER, method_
 from harness.mutants.base import bound_arguments
 
 
-# -- fix: count the external block at admission (single_type_kv_cache_manager.py:1692-1795 in 0.33.0) ------
+# -- fix: count the external block at admission (single_type_kv_cache_manager.py:1697-1800 in 0.34.0) ------
 def _count_external_block(original):
+    from harness.worker import cdiv
+
     def get_num_blocks_to_allocate(self, *args, **kwargs):
         n = original(self, *args, **kwargs)
         b = bound_arguments(original, self, *args, **kwargs).arguments
         external = b["total_computed_tokens"] - b["num_local_computed_tokens"]
-        # the physical-block cap (:1785-1790) leaves out the block allocate_external_computed_blocks takes when
-        # the same call allocates the continuation's block: a sync hit's. An async load comes with no new tokens
-        # (scheduler.py's load_kv_async branch sets num_new_tokens = 0), and its count is right.
-        continues = b["num_tokens_main_model"] > b["total_computed_tokens"]
-        if (self.mamba_cache_mode == "align" and external > 0 and continues and n <= self.block_pool.num_gpu_blocks
-                and b["request_id"] not in self._allocated_block_reqs):
+        loaded_end = cdiv(b["total_computed_tokens"], self.block_size)
+        held = len(b["new_computed_blocks"]) + len(self.req_to_blocks[b["request_id"]])
+        # allocate_external_computed_blocks takes the block the load ends in when no local block holds it (:347-373);
+        # the physical-block cap (:1788-1793) counts the continuation's block and leaves that one out only when the
+        # continuation crosses into the next block (staying inside it, allocate_new_blocks takes nothing more: the
+        # count is right, and one more would refuse a request the pool holds exactly). An async load comes with no
+        # new tokens (scheduler.py's load_kv_async branch sets num_new_tokens = 0): its count is right.
+        crosses = cdiv(b["num_tokens_main_model"], self.block_size) > loaded_end
+        if (self.mamba_cache_mode == "align" and external > 0 and loaded_end > held and crosses
+                and n <= self.block_pool.num_gpu_blocks and b["request_id"] not in self._allocated_block_reqs):
             return n + 1
         return n
     return get_num_blocks_to_allocate
