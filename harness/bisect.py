@@ -96,11 +96,10 @@ def replay_item(item: dict) -> dict:
         cfg = item["config"]
         config = RunConfig.from_json({"tier": cfg.get("tier", "symbolic"), "engine": cfg.get("engine") or {}})
         config = config.but(known_fixes=False, mutant=None)
-        from harness.replay import replay
-        from harness.oracles import judge
+        from harness.witness import judge_replay
 
         scenario = load_scenario(item["scenario"])
-        findings = judge(replay(scenario, config=config))
+        findings = judge_replay(scenario, config)[1]
         verdict = judge_scenario(scenario, findings, config=config) if findings else None
         row.update(signatures=sorted({f.signature for f in findings}),
                    known=dict(sorted(verdict.known.items())) if verdict else {}, new=verdict.new if verdict else [])
@@ -123,14 +122,13 @@ def _issue_needed(scenario, config, issue: KnownIssue) -> bool:
     that only changes the schedule can remove another issue's finding (0.26.0's deferred-free repro: its fix skips
     three preemptions and hides the connector lookup's precopy, whose own fix alone leaves the repro clean)."""
     from harness.known_issues import issues_for
-    from harness.oracles import judge
-    from harness.replay import replay
+    from harness.witness import signatures as witness_signatures
 
     others = [k.id for k in issues_for(config.tier, config.engine.runner if config.tier == "engine" else "auto")
               if k.id != issue.id]
 
     def signatures(fixes):
-        return {f.signature for f in judge(replay(scenario, config=config.but(fixes=tuple(fixes))))}
+        return witness_signatures(scenario, config.but(fixes=tuple(fixes)))
 
     return bool(signatures(others) - signatures([*others, issue.id]))
 

@@ -18,7 +18,7 @@ def _config(args: argparse.Namespace, recorded: dict | None = None, **given):
     from harness.run_config import ENV, RunConfig
 
     fields = ("tier", "mutant", "model", "runner", "async_scheduling", "kernels", "forward", "copy_timing",
-              "model_config", "cache_mode", "hidden_states", "e2e_model")
+              "model_config", "cache_mode", "hidden_states", "e2e_model", "witness_vllm")
     values = {k: os.environ.get(ENV[k]) or None for k in fields}
     if recorded:
         values.update({k: recorded.get(k) for k in ("tier", "mutant", "model") if recorded.get(k)})
@@ -37,7 +37,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.artifacts import finding_artifact, write_finding
     from harness.replay import replay
     from harness.verdict import judge_scenario, masking_issues
-    from harness.oracles import judge
+    from harness.witness import judged
     from harness.release import vllm_source
     from harness.scenario import load_scenario
     from harness.vllm_adapter import check_supported, installed_version
@@ -56,7 +56,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         scenario = parse_scenario(with_model(scenario_to_json(scenario), model_entry(config.model_config)))
     trace = replay(scenario, config=config)
-    findings = judge(trace)
+    findings = judged(scenario, config, trace)
     verdict = judge_scenario(scenario, findings, config=config) if findings else None
     masking = masking_issues(verdict, tier)
     while masking:  # each CPU-kernel bug may hide another behind it
@@ -520,13 +520,19 @@ def _cmd_version(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_witness_serve(args: argparse.Namespace) -> int:
+    from harness.witness import serve
+
+    return serve()
+
+
 def build_parser() -> argparse.ArgumentParser:
     from harness.cli_parser import build_parser as parser
 
     return parser({"run": _cmd_run, "sweep": _cmd_sweep, "fuzz": _cmd_fuzz, "minimize": _cmd_minimize,
                    "regression": _cmd_regression, "report": _cmd_report, "mutants": _cmd_mutants, "diff": _cmd_diff,
                    "known": _cmd_known, "bisect": _cmd_bisect, "report_bug": _cmd_report_bug,
-                   "workload": _cmd_workload, "version": _cmd_version})
+                   "workload": _cmd_workload, "version": _cmd_version, "witness_serve": _cmd_witness_serve})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -535,6 +541,10 @@ def main(argv: list[str] | None = None) -> int:
         from harness.vllm_env import prepare
 
         prepare(args.vllm)  # before anything imports vLLM (the tree --vllm names, the CPU platform)
+        if args.witness_vllm:  # every worker of the run reads it back (RunConfig.from_env)
+            from harness.release import ENV_WITNESS, tree_root
+
+            os.environ[ENV_WITNESS] = tree_root(args.witness_vllm, "--witness-vllm")
         return args.func(args)
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)

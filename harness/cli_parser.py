@@ -67,6 +67,10 @@ def build_parser(commands: dict) -> argparse.ArgumentParser:
     parser.add_argument("--vllm", metavar="PATH", help="import vLLM from this tree (a source checkout or an unpacked "
                         "wheel) instead of the installed release, in this process and every worker it starts "
                         "(HH_VLLM); its version and commit are recorded in every artifact and report")
+    parser.add_argument("--witness-vllm", dest="witness_vllm", metavar="PATH",
+                        help="the stock vLLM tree whose runs witness liveness for the one --vllm names (a patched "
+                        "tree): a request it finishes in a scenario and pool must finish on the tree under test "
+                        "(HH_WITNESS_VLLM; default: the same vLLM without fixes and mutant)")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="replay one scenario (or finding artifact); exit 0 ok, 1 finding, 2 bad input")
     run.add_argument("scenario", help="scenario JSON, or a finding artifact JSON")
@@ -196,4 +200,7 @@ def build_parser(commands: dict) -> argparse.ArgumentParser:
     ver = sub.add_parser("vllm-version", help="print the vLLM release (or --vllm tree) this harness imports; exit 2 "
                          "if it is older than 0.26.0 or lacks an API the harness needs")
     ver.set_defaults(func=commands["version"])
+    wit = sub.add_parser("witness-serve", help="(internal) replay scenarios read from stdin as the liveness witness "
+                         "(harness/witness.py); one reply line each")
+    wit.set_defaults(func=commands["witness_serve"])
     return parser

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 from harness.scenario import Scenario, parse_scenario
-from harness.trace import largest_request
+from harness.trace import largest_admissible, largest_request
 
 
 def _divisors(n: int) -> list[int]:
@@ -215,15 +215,22 @@ def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
     lengths: dict[str, int] = {}
     sampling = random.Random(f"{seed}:temperature")
     # now and then one prompt near the pool's capacity (admission and eviction at the pool's edge, where an
-    # allocator that over-reserves stalls), from a stream of its own: the draws below stay what they were
+    # allocator that over-reserves stalls), from a stream of its own: the draws below stay what they were. Half of
+    # them may pass the most the request could ever hold, up to the fewest blocks it needs: where stock fills the
+    # pool exactly and only the liveness witness judges a stall (a fix or patch that counts a block too many)
     filling = random.Random(f"{seed}:pool-filling")
     fill_at = filling.randrange(4) if not small and filling.random() < 0.1 else -1
+    past_holding = filling.random() < 0.5
     for i in range(rng.choice([1, 2, 2, 3, 4])):
         rid = "abcdefgh"[i]
         length = rng.randint(2, (3 if small else 5) * mamba)
         if i == fill_at:
-            cap = min(geo["max_model_len"], largest_request(geo["num_blocks"], mamba, k)) - 8  # room for max_tokens
-            length = max(length, filling.randint(max(2, cap // 2), cap))
+            largest = (largest_admissible(geo["num_blocks"], geo["attn_block_size"]) if past_holding
+                       else largest_request(geo["num_blocks"], mamba, k))
+            cap = min(geo["max_model_len"], largest) - 8  # room for max_tokens
+            # past holding, half of them at the edge itself: stock then fills the pool exactly
+            edge = past_holding and filling.random() < 0.5
+            length = max(length, cap if edge else filling.randint(max(2, cap // 2), cap))
         prompt: dict = {"length": length, "seed": rng.randrange(1 << 16)}
         if requests and rng.random() < 0.6:
             other = rng.choice(requests)["id"]

@@ -76,7 +76,7 @@ def check_known(replay_findings, runner: str | None = None, picked=None, issues=
 def run_known_check(config, issues=KNOWN_ISSUES) -> tuple[list[dict], set]:
     """`check_known` on this configuration's tier: each repro replayed with the named fixes (RunConfig.fixes).
     Returns the rows and, for the engine tier's runner `auto`, the runners vLLM picked."""
-    from harness.oracles import judge
+    from harness.witness import judged
     from harness.replay import replay
     from harness.scenario import load_scenario
 
@@ -85,11 +85,12 @@ def run_known_check(config, issues=KNOWN_ISSUES) -> tuple[list[dict], set]:
     last_pick: list = [None]
 
     def replay_findings(repro, fixed):
-        trace = replay(load_scenario(ROOT / repro), config=config.but(fixes=tuple(k.id for k in fixed)))
+        scenario, cfg = load_scenario(ROOT / repro), config.but(fixes=tuple(k.id for k in fixed))
+        trace = replay(scenario, config=cfg)
         if runner == "auto":  # the runner vLLM picked for this repro's config
             last_pick[0] = getattr(trace, "runner", None)
             runner_seen.add(last_pick[0] or "auto")
-        return judge(trace)
+        return judged(scenario, cfg, trace)
 
     return check_known(replay_findings, runner, picked=lambda: last_pick[0], issues=issues), runner_seen
 

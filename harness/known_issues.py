@@ -151,10 +151,12 @@ def _applicable_ids() -> frozenset[str]:
     """Each fix's probe, asked once with every mutant and fix taken out (a probe reads vLLM's code as shipped)."""
     from harness.fixes import fix_by_name
     from harness.patches import suspended
+    from harness.release import patched_issues
 
+    patched = patched_issues()  # a patched tree's own issues: the patch is the fix
     with suspended("patch:", prefix=True):
-        return frozenset(k.id for k in KNOWN_ISSUES
-                         if (probe := fix_by_name(k.fix_name).applies) is None or bool(probe()))
+        return frozenset(k.id for k in KNOWN_ISSUES if k.id not in patched
+                         and ((probe := fix_by_name(k.fix_name).applies) is None or bool(probe())))
 
 
 def known_issue_by_id(issue_id: str) -> KnownIssue:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from harness.errors import BadInput
 from harness.verdict import judge_scenario
-from harness.oracles import judge
+from harness.witness import judged
 from harness.replay import replay
 from harness.run_config import RunConfig
 from harness.scenario import Scenario, parse_scenario, scenario_to_json
@@ -26,7 +26,7 @@ def _signatures(doc: dict, config: RunConfig, new_only: bool = False) -> tuple[s
         trace = replay(scenario, config=config)
     except BadInput:
         return set(), 0
-    findings = judge(trace)
+    findings = judged(scenario, config, trace)
     if new_only and findings:
         verdict = judge_scenario(scenario, findings, config=config)
         return set(verdict.unexplained) | set(verdict.revealed), trace.steps_run  # both are new

@@ -25,8 +25,8 @@ from harness.known_issues import issues_for
 from harness.verdict import judge_scenario
 from harness.minimize import minimize
 from harness.mutants import get_mutant
-from harness.oracles import judge
 from harness.replay import replay
+from harness.witness import judge_replay, signatures as witness_signatures
 from harness.run_config import RunConfig
 from harness.scenario import parse_scenario, scenario_to_json
 
@@ -63,9 +63,9 @@ def kills(doc: dict, mutant: str | None = None, tier: str | None = None, *, conf
 
     def signatures(name, fixed):
         fixes = tuple(k.id for k in issues) if fixed else ()
-        return {f.signature for f in judge(replay(scenario, config=cfg.but(mutant=name, fixes=fixes)))}
+        return witness_signatures(scenario, cfg.but(mutant=name, fixes=fixes))
 
-    findings = judge(replay(scenario, config=cfg))
+    findings = judge_replay(scenario, cfg)[1]
     new = set(judge_scenario(scenario, findings, config=cfg).unexplained) if findings else set()
     shown = new - signatures(None, False) if new else set()
     if shown or not issues:

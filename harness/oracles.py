@@ -14,7 +14,9 @@
                  prefix cache: a silent hit-rate loss otherwise;
 7. liveness      the run stops with arrived requests unfinished (nothing scheduled and nothing left to change
                  it, or the step limit reached after more idle steps than the longest load could explain)
-                 while the pool could hold each of them on its own: vLLM would hang there;
+                 while the pool could hold each of them on its own: vLLM would hang there; or, by witness
+                 (`witness_liveness`, harness/witness.py), while stock vLLM (or the unpatched tree) finishes them
+                 in the same scenario and pool;
 8. hit-limit     (engine tier, 0.34+) a request with a prefix-cache hit limit L (prompt logprobs from token L)
                  is admitted with at most L tokens read from the prefix cache or a connector;
 9. output        (model tier) every generated token's logits match the uncached reference within
@@ -318,6 +320,34 @@ def liveness(trace: Trace) -> list[Finding]:
                     actual=f"the run stops at step {end.step} with them unfinished "
                            f"({', '.join(f'{r}: {p}' for r, p in sorted(end.unfinished.items()))})",
                     detail=how, signature=f"liveness:{kind}", excerpt=trace.excerpt(end.step - 1, first))]
+
+
+def witness_liveness(trace: Trace, witness: Trace | None) -> list[Finding]:
+    """(differential) A request the witness run finishes (stock vLLM, or the unpatched tree, on the same scenario
+    and pool: harness/witness.py) that this run leaves waiting forever (stuck, idle past its loads, or a livelock:
+    `_how_it_ended`). `liveness` judges a stall only where the pool could hold every stalled request at its largest;
+    between the fewest blocks a request needs and the most it may hold it cannot tell a hang from a pool too small,
+    and the witness can: it served the request in that pool."""
+    end = trace.end
+    wend = witness.end if witness is not None and witness.exception is None else None
+    if end is None or wend is None or end.reason == "done" or not end.unfinished or liveness(trace):
+        return []
+    ended = _how_it_ended(end)
+    stalled = sorted(r for r in end.unfinished if r in wend.finished)
+    if ended is None or not stalled:
+        return []
+    kind, how = ended
+    who = f"vLLM {witness.vllm_version}" + (f" ({witness.vllm_source})" if witness.vllm_kind not in (None, "installed")
+                                            else "")
+    return [Finding("liveness", end.step, stalled[0], None, [],
+                    expected=f"request(s) {', '.join(stalled)} finished, as the witness ({who}"
+                             f"{', fixes ' + '+'.join(witness.fixes) if witness.fixes else ', no fixes'}) finishes "
+                             f"them in the same scenario and pool by step {wend.step}",
+                    actual=f"the run stops at step {end.step} with them unfinished "
+                           f"({', '.join(f'{r}: {end.unfinished[r]}' for r in stalled)})",
+                    detail=f"{how} ({kind}); the pool could not hold each at its largest, so only the witness tells "
+                           "a hang from a pool too small",
+                    signature="liveness:witness", excerpt=trace.excerpt(end.step - 1, stalled[0]))]
 
 
 # float64 CPU: chunked/recurrent cached runs differ from the one-chunk reference by at most 1.02e-14

@@ -30,6 +30,7 @@ from harness.errors import BadInput
 MIN_VERSION = (0, 26, 0)
 NEWEST_TESTED = (0, 34, 0)  # informational: newer trees run where the probes find what the harness needs
 TREE_ENV = "HH_VLLM"  # a vLLM tree every process of a run imports (set by --vllm; campaigns pass it on)
+ENV_WITNESS = "HH_WITNESS_VLLM"  # the stock tree whose runs witness liveness (--witness-vllm; harness/witness.py)
 
 # (module, attribute path): the APIs every tier needs; a tree without one is bad input naming it and its file
 REQUIRED_APIS = (
@@ -61,18 +62,24 @@ def check_version(version: str) -> None:
 
 
 # -- which tree ----------------------------------------------------------------------------------------------
+def tree_root(path: str | os.PathLike, flag: str = "--vllm") -> str:
+    """`path` resolved, BadInput unless a vLLM package is there."""
+    root = Path(path).expanduser().resolve()
+    if not (root / "vllm" / "__init__.py").is_file():
+        hint = (" (a release number: build its venv, `make venv VLLM=...`)" if re.fullmatch(r"[\d.]+\w*", str(path))
+                else "")
+        raise BadInput(f"{flag} {path}: no vLLM package there (expected {root}/vllm/__init__.py: a vLLM source "
+                       f"checkout or an unpacked wheel){hint}")
+    return str(root)
+
+
 def use_tree(path: str | os.PathLike | None = None) -> str | None:
     """Import vLLM from `path` (default: HH_VLLM) in this process and every child: first on sys.path, first on
     PYTHONPATH, and HH_VLLM set. Must run before vLLM is imported. Returns the tree's absolute path."""
     path = path or os.environ.get(TREE_ENV)
     if not path:
         return None
-    root = Path(path).expanduser().resolve()
-    if not (root / "vllm" / "__init__.py").is_file():
-        hint = (" (a release number: build its venv, `make venv VLLM=...`)" if re.fullmatch(r"[\d.]+\w*", str(path))
-                else "")
-        raise BadInput(f"--vllm {path}: no vLLM package there (expected {root}/vllm/__init__.py: a vLLM source "
-                       f"checkout or an unpacked wheel){hint}")
+    root = Path(tree_root(path))
     loaded = sys.modules.get("vllm")
     if loaded is not None and Path(loaded.__file__ or "").resolve().parent.parent != root:
         raise BadInput(f"--vllm {path}: vLLM was already imported from {Path(loaded.__file__).parent}")
@@ -129,6 +136,17 @@ def _git(root: Path, *args: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def patched_issues() -> frozenset[str]:
+    """The known issues the imported tree's source patches fix: a tree `tools/upstream.py patch` built
+    (artifacts/cache/vllm-patched/X/ISSUE+...) names them in its `.complete` marker, one a line before the patches'
+    hash. Their run-time fixes must not run on top of the patch (a count made twice)."""
+    root = Path(vllm_source().path)
+    marker = root / ".complete"
+    if root.parent.parent.name != "vllm-patched" or not marker.is_file():
+        return frozenset()
+    return frozenset(marker.read_text().split()[:-1])
 
 
 @functools.cache

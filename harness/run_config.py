@@ -44,7 +44,7 @@ ENV = {"tier": "HH_TIER", "mutant": "HH_MUTANT", "model": "HH_MODEL", "known_fix
        "checkpoints": "HH_NO_CHECKPOINTS", "runner": "HH_ENGINE_RUNNER", "async_scheduling": "HH_ENGINE_ASYNC",
        "kernels": "HH_ENGINE_KERNELS", "forward": "HH_ENGINE_FORWARD", "copy_timing": "HH_ENGINE_COPY_TIMING",
        "model_config": "HH_MODEL_CONFIG", "cache_mode": "HH_MAMBA_CACHE_MODE", "hidden_states": "HH_HIDDEN_STATES",
-       "e2e_model": "HH_E2E_MODEL"}
+       "e2e_model": "HH_E2E_MODEL", "witness_vllm": "HH_WITNESS_VLLM"}
 CACHE_MODES = ("align", "none", "all")
 
 
@@ -61,12 +61,16 @@ class RunConfig:
     fixes: tuple[str, ...] = ()
     hidden_states: int | None = None
     e2e_model: str = "nemotron-h"  # tier e2e: the tiny local model's family (harness/e2e/models.py FAMILIES)
+    # the vLLM tree whose runs witness liveness (harness/witness.py): the stock tree a patched one is fuzzed
+    # against (`--witness-vllm`); None: the same vLLM without fixes and mutant, in this process
+    witness_vllm: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fixes", tuple(dict.fromkeys(self.fixes or ())))
         object.__setattr__(self, "mutant", self.mutant or None)  # "" (an unset variable) is no mutant
         object.__setattr__(self, "model_config", self.model_config or None)
         object.__setattr__(self, "cache_mode", self.cache_mode or None)
+        object.__setattr__(self, "witness_vllm", self.witness_vllm or None)
         if self.model_config and self.tier != "engine":
             raise BadInput("--model-config: a real model's KV cache groups are built on the engine tier (--tier engine)")
         if self.tier not in TIERS:
@@ -146,7 +150,8 @@ class RunConfig:
                 "known_fixes": self.known_fixes, "checkpoints": self.checkpoints, "model_config": self.model_config,
                 "cache_mode": self.cache_mode, **({"fixes": list(self.fixes)} if self.fixes else {}),
                 **({"hidden_states": self.hidden_states} if self.hidden_states else {}),
-                **({"e2e_model": self.e2e_model} if self.tier == "e2e" else {})}
+                **({"e2e_model": self.e2e_model} if self.tier == "e2e" else {}),
+                **({"witness_vllm": self.witness_vllm} if self.witness_vllm else {})}
 
     @classmethod
     def from_json(cls, doc: Mapping) -> RunConfig:
@@ -164,7 +169,7 @@ class RunConfig:
                    known_fixes=bool(doc.get("known_fixes", True)), checkpoints=bool(doc.get("checkpoints", True)),
                    model_config=doc.get("model_config") or None, cache_mode=doc.get("cache_mode") or None,
                    fixes=_fix_ids(doc.get("fixes")), hidden_states=doc.get("hidden_states") or None,
-                   e2e_model=doc.get("e2e_model") or "nemotron-h")
+                   e2e_model=doc.get("e2e_model") or "nemotron-h", witness_vllm=doc.get("witness_vllm") or None)
 
     # -- entry points --------------------------------------------------------------------------------------
     @classmethod
@@ -178,7 +183,8 @@ class RunConfig:
         values = {"tier": given["tier"] or "symbolic", "mutant": given["mutant"], "model": given["model"] or "random",
                   "known_fixes": known_fixes != "off", "checkpoints": not given["checkpoints"],
                   "model_config": given["model_config"], "cache_mode": given["cache_mode"],
-                  "hidden_states": given["hidden_states"], "e2e_model": given["e2e_model"] or "nemotron-h"}
+                  "hidden_states": given["hidden_states"], "e2e_model": given["e2e_model"] or "nemotron-h",
+                  "witness_vllm": given["witness_vllm"]}
         engine = {k: given[k] for k in CHOICES}
         for k, v in overrides.items():
             if v is None:
@@ -191,7 +197,8 @@ class RunConfig:
         env = {ENV["tier"]: self.tier, ENV["mutant"]: self.mutant or "", ENV["model"]: self.model,
                ENV["known_fixes"]: "on" if self.known_fixes else "off", ENV["checkpoints"]: "" if self.checkpoints else "1",
                ENV["model_config"]: self.model_config or "", ENV["cache_mode"]: self.cache_mode or "",
-               ENV["hidden_states"]: str(self.hidden_states or ""), ENV["e2e_model"]: self.e2e_model}
+               ENV["hidden_states"]: str(self.hidden_states or ""), ENV["e2e_model"]: self.e2e_model,
+               ENV["witness_vllm"]: self.witness_vllm or ""}
         env.update({ENV[k]: v for k, v in asdict(self.engine).items()})
         return env
 

@@ -105,6 +105,8 @@ class RunEnd:
     stalled_steps: int = 0
     # groups holding every block of a request's tokens at their own block (extract_hidden_states's, engine tier)
     other_blocks: tuple[int, ...] = ()
+    # the requests that arrived and finished (or were aborted by the scenario): what a liveness witness finished
+    finished: tuple[str, ...] = ()
 
     def blocks_to_hold(self, request: str) -> int:
         tokens = self.tokens[request] + self.lookahead
@@ -137,6 +139,7 @@ class Trace:
     vllm_source: str | None = None
     vllm_kind: str | None = None
     vllm_commit: str | None = None
+    fixes: tuple[str, ...] = ()  # the known issues whose fixes the replay ran with (set where a reader needs them)
     calls: list[Call] = field(default_factory=list)
     rows: list[RowView] = field(default_factory=list)
     reads: list[Read] = field(default_factory=list)
@@ -265,6 +268,12 @@ def blocks_at_least(tokens: int, block_sizes: tuple[int, int], groups: tuple[int
     return groups[0] * -(-tokens // block_sizes[0]) + groups[1]
 
 
+def largest_admissible(num_blocks: int, attn_block: int) -> int:
+    """The most tokens one request may have for vLLM ever to admit it (`blocks_at_least` within the pool): past
+    `largest_request`, only the liveness witness judges it (harness/witness.py)."""
+    return (num_blocks - 2) * attn_block
+
+
 def largest_request(num_blocks: int, block_size: int, lookahead: int) -> int:
     """The most tokens (prompt + max_tokens) one request may have for the pool to hold it (`blocks_to_hold`)."""
     return (num_blocks - 1 - 3 - lookahead) * block_size - lookahead
@@ -275,9 +284,10 @@ def run_end(sc, reason: str, step: int, idle: int, unfinished: dict[str, str],
     g = sc.geometry
     tokens = {r.id: r.prompt.num_tokens + r.max_tokens for r in sc.requests}
     loads = [r.external.load_steps for r in sc.requests if r.external is not None]
+    finished = tuple(r.id for r in sc.requests if r.id not in unfinished and (reason == "done" or r.arrival_step < step))
     return RunEnd(reason, step, idle, unfinished, tokens, max(loads, default=0), g.num_blocks,
                   (g.attn_block_size, g.mamba_block_size), g.num_speculative_tokens, groups, g.mamba_cache_mode,
-                  stalled, other_blocks)
+                  stalled, other_blocks, finished)
 
 
 class VllmRaised(Exception):

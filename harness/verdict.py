@@ -158,16 +158,14 @@ def _signature_replays(scenario, config: RunConfig, done: dict | None = None, ba
     """`replay_signatures(issues)` for `classify`: the signatures of a replay (under `config`) with those issues'
     fixes applied, and `base`'s always, each set of fixes replayed once (`done`: replays already made, keyed by
     the frozenset of issue ids)."""
-    from harness.oracles import judge
-    from harness.replay import replay
+    from harness.witness import signatures
 
     replays = dict(done or {})
 
     def replay_signatures(issues):
         key = frozenset(k.id for k in issues)
         if key not in replays:
-            fixes = _ids([*base, *issues])
-            replays[key] = {f.signature for f in judge(replay(scenario, config=config.but(fixes=fixes)))}
+            replays[key] = signatures(scenario, config.but(fixes=_ids([*base, *issues])))
         return replays[key]
     return replay_signatures
 
@@ -207,15 +205,13 @@ def replay_and_judge(scenario, mutant: str | None = None, tier: str | None = Non
     not judged again (its replays with fixes, on stock, on the engine tier): the first input's verdict stands
     for it, as ClusterFuzz deduplicates crashes by signature, so a frequent bug does not stall the search. An
     input showing any other signature beside it (a second bug) is judged in full."""
-    from harness.oracles import judge
-    from harness.replay import replay
+    from harness.witness import judge_replay
 
     cfg = RunConfig.of(config, mutant=mutant, tier=tier, known_fixes=known_fixes).but(fixes=())
     if issues is None:
         issues = issues_for(cfg.tier, cfg.engine.runner)
     fixed = list(issues) if cfg.known_fixes else []
-    trace = replay(scenario, config=cfg.but(fixes=_ids(fixed)))
-    findings = judge(trace)
+    trace, findings = judge_replay(scenario, cfg.but(fixes=_ids(fixed)))
     if not findings:
         return trace, findings, None
     key = (bool(fixed), frozenset(f.signature for f in findings))
@@ -293,12 +289,11 @@ def confirm_on_stock(scenario, fixed_findings, issues, *, config: RunConfig) -> 
     reaches a state stock does not reach here; `latent` names the smallest set of fixes that still exposes it.
     Such a finding is the system's, never a harness error: the fixes' own correctness is guarded by stock
     campaigns and sweeps with the fixes on, which must stay clean (the CI gate, `make ci-fuzz`)."""
-    from harness.oracles import judge
-    from harness.replay import replay
+    from harness.witness import judge_replay
 
     config = config.but(fixes=())
     fixed = list(dict.fromkeys(f.signature for f in fixed_findings))
-    stock = list(dict.fromkeys(f.signature for f in judge(replay(scenario, config=config))))  # oracle order
+    stock = list(dict.fromkeys(f.signature for f in judge_replay(scenario, config)[1]))  # oracle order
     # the fixed and the stock replays are done already
     replay_signatures = _signature_replays(scenario, config, {frozenset(k.id for k in issues): set(fixed),
                                                               frozenset(): set(stock)})
