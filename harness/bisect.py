@@ -229,10 +229,12 @@ CELL = {SHOWS: "reproduces", CLEAN: "clean", OTHER: "other findings", NA: "n/a",
 
 def known_table(results: dict[str, dict[str, dict]], releases: list[str]) -> tuple[str, list[str]]:
     """The known issue x release table (Markdown), and the cells where bisect and `known check` disagree."""
-    head = "| known issue | " + " | ".join(releases) + " | regression range | fixed range |"
-    lines = [head, "|---|" + "---|" * (len(releases) + 2)]
+    head = "| known issue | " + " | ".join(releases) + " | regression range | fixed range | upstream fix |"
+    lines = [head, "|---|" + "---|" * (len(releases) + 3)]
     disagree = []
     for issue in KNOWN_ISSUES:
+        if not any(issue.id in results[v] for v in releases):  # not bisected (tier e2e's: the CPU builds' venvs)
+            continue
         t = issue_target(issue)
         sts = [status(t, results[v].get(issue.id, {"error": "harness error"})) for v in releases]
         cells = []
@@ -251,7 +253,9 @@ def known_table(results: dict[str, dict[str, dict]], releases: list[str]) -> tup
         fixed = "; ".join(f"{a} -> {b}" if b else f"open (shows on {a})" for a, b in r.fixed) or "-"
         lines.append(f"| `{issue.id}` ({t.config['tier']}"
                      + (f", {t.config['engine']['runner']}" if t.config.get("engine") else "") + ") | "
-                     + " | ".join(cells) + f" | {intro} | {fixed} |")
+                     + " | ".join(cells) + f" | {intro} | {fixed} | "
+                     + (", ".join(f"{a.ref.split('/')[-1]} ({a.state})" for a in issue.prior_art
+                                  if a.relation == "fixes" and a.upstream) or "-") + " |")
     return "\n".join(lines), disagree
 
 

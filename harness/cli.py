@@ -448,9 +448,14 @@ def _cmd_known(args: argparse.Namespace) -> int:
         return _known_e2e(args, config)
     runner = config.engine.runner if config.tier == "engine" else None
     rows, runner_seen = run_known_check(config)
+    from harness.known_issues import known_issue_by_id, upstream_fix_note
+
     for row in rows:
         print(f"{row['id']:38s} {row['status']}" + (f"  (shows {row['shown']}; with the fix {row['with_fix']})"
                                                      if "shown" in row else ""))
+        note = upstream_fix_note(known_issue_by_id(row["id"]), gone=row["status"] == "NO LONGER REPRODUCES")
+        if note:
+            print(f"{'':38s} {note}")
     print(f"vLLM {installed_version()}, {args.tier} tier" + (f", runner {runner}" if runner else "")
           + (f" (vLLM picked {'/'.join(sorted(runner_seen))})" if runner_seen else ""))
     if any(r["status"] == "FIX DOES NOT REMOVE IT" for r in rows):

@@ -9,14 +9,44 @@ from __future__ import annotations
 
 import functools
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.errors import BadInput
 
 ROOT = Path(__file__).resolve().parent.parent  # repro paths are relative to the checkout
 DATA = Path(__file__).with_name("known_issues.toml")
+# upstream work on each issue (vLLM's public tracker): issues and pull requests that describe, fix or brought it
+PRIOR_ART = Path(__file__).with_name("prior_art.toml")
+RELATIONS = ("fixes", "same-bug", "introduced", "related")  # the order a report lists them in
 RUNNERS = ("v1", "v2", "mirror", "cpu")  # cpu: vLLM's CPU kernels (tier e2e)
+
+
+@dataclass(frozen=True)
+class PriorArt:
+    """One upstream issue or pull request about a known issue, as found in vLLM's public tracker."""
+
+    ref: str  # owner/repo#N
+    kind: str  # pr | issue
+    state: str  # open | merged | closed | unknown
+    relation: str  # RELATIONS
+    title: str
+    note: str  # how it relates, in one line
+
+    @property
+    def url(self) -> str:
+        repo, number = self.ref.split("#")
+        return f"https://github.com/{repo}/{'pull' if self.kind == 'pr' else 'issues'}/{number}"
+
+    @property
+    def upstream(self) -> bool:
+        """vLLM's own tracker (not downstream work such as vllm-ascend's)."""
+        return self.ref.startswith("vllm-project/vllm#")
+
+    def line(self) -> str:
+        """'[vllm-project/vllm#N](url) (open PR, fixes): title: note'."""
+        return (f"[{self.ref}]({self.url}) ({self.state} {'PR' if self.kind == 'pr' else 'issue'}, {self.relation}): "
+                f"{self.title}. {self.note}")
 
 
 @dataclass(frozen=True)
@@ -45,6 +75,20 @@ class KnownIssue:
     # what the suggested patch (upstream/patches/) changes besides vLLM's code, and why: e.g. a vLLM test that
     # pinned the bug (shown in the bug report's Suggested patch section)
     patch_note: str = ""
+    prior_art: tuple = ()  # PriorArt, in RELATIONS order (harness/prior_art.toml)
+    searched: tuple = ()  # what was searched upstream for it (so a report can say none was found)
+
+    @property
+    def open_fix(self) -> PriorArt | None:
+        """An open pull request in vLLM's tracker that already fixes it: the evidence goes there as a comment, not
+        into a new report."""
+        return next((a for a in self.prior_art if a.relation == "fixes" and a.kind == "pr" and a.state == "open"
+                     and a.upstream), None)
+
+    @property
+    def landed_fixes(self) -> tuple[PriorArt, ...]:
+        """Merged pull requests in vLLM's tracker that fix it."""
+        return tuple(a for a in self.prior_art if a.relation == "fixes" and a.state == "merged" and a.upstream)
 
     @property
     def fix(self):
@@ -113,12 +157,43 @@ def _version(text: str, where: str, key: str) -> tuple[int, ...]:
         raise BadInput(f"{where}: {key} {text!r} is not a release like 0.33.0") from None
 
 
-def load(path: Path = DATA) -> tuple[KnownIssue, ...]:
-    """The known issues of a data file (BadInput for a malformed one)."""
+def _toml(path: Path, what: str) -> dict:
     try:
-        doc = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise BadInput(f"known-issue data {path}: {exc}") from None
+        raise BadInput(f"{what} {path}: {exc}") from None
+
+
+def load_prior_art(path: Path, ids: set[str]) -> tuple[dict[str, tuple], dict[str, tuple]]:
+    """(issue id -> its PriorArt in RELATIONS order, issue id -> the queries searched) of a prior-art file; BadInput
+    for a malformed entry or an issue id not in `ids`."""
+    if not path.exists():
+        return {}, {}
+    doc, art, searched = _toml(path, "prior-art data"), {}, {}
+    for i, entry in enumerate(doc.get("art", [])):
+        where = f"{path.name} art {i} ({entry.get('ref', '?')})"
+        try:
+            a = PriorArt(entry["ref"], entry["kind"], entry["state"], entry["relation"], entry["title"], entry["note"])
+            issue = entry["issue"]
+        except KeyError as exc:
+            raise BadInput(f"{where}: missing {exc.args[0]!r}") from None
+        if issue not in ids:
+            raise BadInput(f"{where}: no known issue {issue!r}")
+        if a.relation not in RELATIONS or a.kind not in ("pr", "issue") or "#" not in a.ref:
+            raise BadInput(f"{where}: relation one of {', '.join(RELATIONS)}, kind pr or issue, ref owner/repo#N")
+        art.setdefault(issue, []).append(a)
+    for entry in doc.get("searched", []):
+        if entry.get("issue") not in ids:
+            raise BadInput(f"{path.name} searched: no known issue {entry.get('issue')!r}")
+        searched[entry["issue"]] = tuple(entry.get("queries", ()))
+    order = {r: i for i, r in enumerate(RELATIONS)}
+    return ({k: tuple(sorted(v, key=lambda a: (order[a.relation], not a.upstream))) for k, v in art.items()},
+            searched)
+
+
+def load(path: Path = DATA, prior_art: Path = PRIOR_ART) -> tuple[KnownIssue, ...]:
+    """The known issues of a data file, with their prior art (BadInput for a malformed one)."""
+    doc = _toml(path, "known-issue data")
     issues = []
     for i, entry in enumerate(doc.get("issue", [])):
         where = f"{path.name} issue {entry.get('id', i)}"
@@ -140,7 +215,8 @@ def load(path: Path = DATA) -> tuple[KnownIssue, ...]:
     ids = [k.id for k in issues]
     if len(set(ids)) != len(ids):
         raise BadInput(f"{path.name}: an id appears twice")
-    return tuple(issues)
+    art, searched = load_prior_art(prior_art, set(ids))
+    return tuple(replace(k, prior_art=art.get(k.id, ()), searched=searched.get(k.id, ())) for k in issues)
 
 
 KNOWN_ISSUES = load()
@@ -157,6 +233,18 @@ def _applicable_ids() -> frozenset[str]:
     with suspended("patch:", prefix=True):
         return frozenset(k.id for k in KNOWN_ISSUES if k.id not in patched
                          and ((probe := fix_by_name(k.fix_name).applies) is None or bool(probe())))
+
+
+def upstream_fix_note(issue: KnownIssue, gone: bool) -> str:
+    """What `known check` and `bisect` say of the issue's upstream fixes: where its repro no longer reproduces, the
+    pull requests that fix it (landed, or still open: check which one the release carries); where it still does,
+    an open pull request that fixes it (comment there, do not file anew)."""
+    fixes = [a for a in issue.prior_art if a.relation == "fixes" and a.upstream]
+    if gone and fixes:
+        return "upstream fix landed? " + "; ".join(f"{a.ref} ({a.state})" for a in fixes)
+    if not gone and issue.open_fix:
+        return f"open upstream fix: {issue.open_fix.ref} ({issue.open_fix.url}): comment there, do not file anew"
+    return ""
 
 
 def known_issue_by_id(issue_id: str) -> KnownIssue:
