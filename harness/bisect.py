@@ -154,13 +154,18 @@ def status(target: Target, row: dict) -> str:
     return SHOWS if row.get("signatures") else CLEAN
 
 
+NA_BEFORE = "n/a:"  # a range's "before" that is a release unable to express the repro: never "last clean"
+
+
 @dataclass
 class Ranges:
     introduced: list[tuple[str | None, str]] = field(default_factory=list)  # (last not showing or None, first showing)
     fixed: list[tuple[str, str | None]] = field(default_factory=list)  # (last showing, first not showing or None)
 
     def describe(self) -> list[str]:
-        out = [f"regression range: {a} (last clean) -> {b} (first showing it)" if a else
+        out = [f"regression range: n/a -> {b} (first showing it; {a.removeprefix(NA_BEFORE)} and older cannot "
+               "express the repro, so none of them is known clean)" if a and a.startswith(NA_BEFORE) else
+               f"regression range: {a} (last clean) -> {b} (first showing it)" if a else
                f"regression range: shows from {b}, the first release tried" for a, b in self.introduced]
         out += [f"fixed range: {a} (last showing it) -> {b} (first clean)" if b else
                 f"fixed range: still shows on {a}, the newest release tried" for a, b in self.fixed]
@@ -178,8 +183,7 @@ def ranges(releases: list[str], statuses: list[str]) -> Ranges:
             # absent), else nothing tried
             before = releases.index(v)
             na = [r for r, st in zip(releases[:before], statuses[:before]) if st == NA] if prev is None else []
-            out.introduced.append((prev[0] if prev else f"{na[-1]} (n/a: cannot express the repro)" if na else None,
-                                   v))
+            out.introduced.append((prev[0] if prev else f"{NA_BEFORE}{na[-1]}" if na else None, v))
         if s != SHOWS and prev is not None and prev[1] == SHOWS:
             out.fixed.append((prev[0], v))
         prev = (v, s)
@@ -249,7 +253,8 @@ def known_table(results: dict[str, dict[str, dict]], releases: list[str]) -> tup
                 cell += " (!)"
             cells.append(cell)
         r = ranges(releases, sts)
-        intro = "; ".join(f"{a} -> {b}" if a else f"at or before {b}" for a, b in r.introduced) or "-"
+        intro = "; ".join(f"n/a ({a.removeprefix(NA_BEFORE)}) -> {b}" if a and a.startswith(NA_BEFORE) else
+                          f"{a} -> {b}" if a else f"at or before {b}" for a, b in r.introduced) or "-"
         fixed = "; ".join(f"{a} -> {b}" if b else f"open (shows on {a})" for a, b in r.fixed) or "-"
         lines.append(f"| `{issue.id}` ({t.config['tier']}"
                      + (f", {t.config['engine']['runner']}" if t.config.get("engine") else "") + ") | "

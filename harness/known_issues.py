@@ -75,6 +75,9 @@ class KnownIssue:
     # what the suggested patch (upstream/patches/) changes besides vLLM's code, and why: e.g. a vLLM test that
     # pinned the bug (shown in the bug report's Suggested patch section)
     patch_note: str = ""
+    # a bug report's one-paragraph forms (docs/upstream: one page each): what breaks, and who meets it
+    brief: str = ""
+    who: str = ""
     prior_art: tuple = ()  # PriorArt, in RELATIONS order (harness/prior_art.toml)
     searched: tuple = ()  # what was searched upstream for it (so a report can say none was found)
 
@@ -209,7 +212,7 @@ def load(path: Path = DATA, prior_art: Path = PRIOR_ART) -> tuple[KnownIssue, ..
                 engine_only=bool(entry.get("engine_only", False)), e2e_only=bool(entry.get("e2e_only", False)),
                 e2e_repro=entry.get("e2e_repro", ""),
                 fixed_in=_version(entry["fixed_in"], where, "fixed_in") if "fixed_in" in entry else None,
-                patch_note=entry.get("patch_note", "")))
+                patch_note=entry.get("patch_note", ""), brief=entry.get("brief", ""), who=entry.get("who", "")))
         except KeyError as exc:
             raise BadInput(f"{where}: missing {exc.args[0]!r}") from None
     ids = [k.id for k in issues]

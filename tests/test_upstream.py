@@ -39,7 +39,9 @@ def test_ranges_name_the_last_clean_and_first_showing_release():
     r = ranges(rel, [CLEAN, SHOWS, SHOWS, CLEAN, CLEAN])
     assert r.introduced == [("0.26.0", "0.27.0")] and r.fixed == [("0.28.0", "0.29.0")]
     r = ranges(rel, [NA, NA, SHOWS, "error", SHOWS])  # n/a and errors are skipped, not read as clean
-    assert r.introduced == [("0.27.0 (n/a: cannot express the repro)", "0.28.0")] and r.fixed == [("0.30.0", None)]
+    assert r.introduced == [("n/a:0.27.0", "0.28.0")] and r.fixed == [("0.30.0", None)]
+    # a release that cannot express the repro is never called the last clean one
+    assert "last clean" not in r.describe()[0] and r.describe()[0].startswith("regression range: n/a -> 0.28.0")
     r = ranges(rel, [SHOWS, OTHER, SHOWS, SHOWS, CLEAN])  # shows again after another finding hid it
     assert r.introduced == [(None, "0.26.0"), ("0.27.0", "0.28.0")]
     assert ranges(rel, [CLEAN] * 5).describe() == ["does not show on any release tried"]
@@ -83,7 +85,7 @@ def test_known_table_marks_fixed_and_disagreements_with_known_check():
     table, disagree = known_table(results, rel)
     line = next(x for x in table.splitlines() if f"`{seed}`" in x)
     assert "| reproduces | fixed | 0.27.1 -> 0.28.0 |" not in line  # the regression column comes first
-    assert line.endswith("| reproduces | fixed | at or before 0.27.1 | 0.27.1 -> 0.28.0 |")
+    assert line.endswith("| reproduces | fixed | at or before 0.27.1 | 0.27.1 -> 0.28.0 | vllm#51766 (merged) |")
     assert not any(seed in d for d in disagree)
     results["0.28.0"][seed]["known_check"] = "reproduces, fix removes it"
     _, disagree = known_table(results, rel)
