@@ -219,8 +219,9 @@ def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
     # them may pass the most the request could ever hold, up to the fewest blocks it needs: where stock fills the
     # pool exactly and only the liveness witness judges a stall (a fix or patch that counts a block too many)
     filling = random.Random(f"{seed}:pool-filling")
-    fill_at = filling.randrange(4) if not small and filling.random() < 0.1 else -1
+    fill_at = filling.randrange(4) if not small and filling.random() < 0.2 else -1
     past_holding = filling.random() < 0.5
+    at_edge = False
     for i in range(rng.choice([1, 2, 2, 3, 4])):
         rid = "abcdefgh"[i]
         length = rng.randint(2, (3 if small else 5) * mamba)
@@ -228,9 +229,14 @@ def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
             largest = (largest_admissible(geo["num_blocks"], geo["attn_block_size"]) if past_holding
                        else largest_request(geo["num_blocks"], mamba, k))
             cap = min(geo["max_model_len"], largest) - 8  # room for max_tokens
-            # past holding, half of them at the edge itself: stock then fills the pool exactly
-            edge = past_holding and filling.random() < 0.5
-            length = max(length, cap if edge else filling.randint(max(2, cap // 2), cap))
+            # past holding, half of them at the edge itself: the pool shrunk to the request (where max_model_len, not
+            # the pool, bounded it) plus 0-2 blocks (what stock counts beyond the fewest it needs), so that stock
+            # fills it exactly
+            at_edge = past_holding and filling.random() < 0.5
+            length = max(length, cap if at_edge else filling.randint(max(2, cap // 2), cap))
+            if at_edge:
+                fewest = -(-(length + 8) // geo["attn_block_size"]) + 2
+                geo["num_blocks"] = min(geo["num_blocks"], fewest + filling.choice([0, 1, 2]))
         prompt: dict = {"length": length, "seed": rng.randrange(1 << 16)}
         if requests and rng.random() < 0.6:
             other = rng.choice(requests)["id"]
@@ -245,6 +251,11 @@ def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
             hit = rng.choice([rng.randint(1, length - 1), min(length - 1, max(1, (length // mamba) * mamba)),
                               min(length - 1, max(1, (length // mamba) * mamba - 1))])
             req["external"] = {"tokens": hit, "async": rng.random() < 0.7, "load_steps": rng.choice([1, 1, 2])}
+        if i == fill_at and at_edge and length > 2 and filling.random() < 0.5:
+            # a connector hit at the pool's edge (admission counts its blocks: sync-external-admission-undercount's
+            # class), ending inside the prompt's last Mamba block or on its boundary
+            hit = filling.randint(max(1, length - mamba), length - 1)
+            req["external"] = {"tokens": hit, "async": filling.random() < 0.5, "load_steps": 1}
         if k:
             req["acceptance"] = [rng.randint(0, k) for _ in range(rng.randint(1, 4))]
         # half the requests greedy (vLLM's greedy sampling and rejection paths), from a stream of its own: the

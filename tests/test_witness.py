@@ -80,3 +80,20 @@ def test_a_witness_tree_replays_in_its_own_process():
     assert witness.end.reason == "done" and "a" in witness.end.finished and witness.vllm_source == tree
     trace = replay(scenario, config=config)
     assert [f.signature for f in judged(scenario, config, trace)] == ["liveness:witness"]
+
+
+def test_generators_reach_the_band_only_the_witness_judges():
+    """Now and then a generated request lies past the most it could hold, at the pool's edge (where stock fills the
+    pool exactly): the band only the witness judges; every such scenario is one vLLM could admit."""
+    from harness.generate import random_scenario
+    from harness.trace import blocks_at_least, largest_request
+
+    past = 0
+    for seed in range(600):
+        sc = random_scenario(seed)  # a request vLLM could never admit would be refused (BadInput)
+        g = sc.geometry
+        for r in sc.requests:
+            tokens = r.prompt.num_tokens + r.max_tokens
+            assert blocks_at_least(tokens, (g.attn_block_size, g.mamba_block_size)) <= g.num_blocks - 1
+            past += tokens > largest_request(g.num_blocks, g.mamba_block_size, g.num_speculative_tokens)
+    assert past >= 3
