@@ -28,7 +28,7 @@ PATCHES = ROOT / "upstream" / "patches"
 HAND_TESTS = ROOT / "upstream" / "tests"  # hand-sized tests for vLLM's tree (tools/upstream.py test --hand)
 LONG_TEST = 120  # an emitted test longer than this many lines is folded away in the report
 # what a user sees, by oracle (harness/oracles.py; docs/oracles.md)
-SEVERITY = {"vllm-exception": "crash: an exception out of the scheduler kills the engine core (every request fails)",
+SEVERITY = {"vllm-exception": "crash: vLLM raises and the engine core dies (every request fails)",
             "liveness": "stall: the request is never scheduled (or thrashes); the engine hangs with it",
             "provenance": "wrong tokens: the model continues from a Mamba state of another prefix, silently",
             "cache-integrity": "wrong tokens for later requests: a cached block holds the state of another prefix",
