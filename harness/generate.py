@@ -195,6 +195,43 @@ def with_late_pressure(doc: dict, draw: random.Random) -> dict:
     return doc
 
 
+class _PoolFilling:
+    """Now and then one prompt near the pool's capacity (admission and eviction at the pool's edge, where an
+    allocator that over-reserves stalls), from a stream of its own: a scenario's other draws stay what they were.
+    Half of them may pass the most the request could ever hold, up to the fewest blocks it needs, where only the
+    liveness witness judges a stall (a fix or patch that counts a block too many); half of those at the edge itself:
+    the pool shrunk to the request (where max_model_len, not the pool, bounded it) plus 0-2 blocks (what stock
+    counts beyond the fewest it needs), so that stock fills it exactly, and half of those with a connector hit in
+    the prompt's last Mamba block (admission counts its blocks: sync-external-admission-undercount's class)."""
+
+    def __init__(self, seed: int, small: bool) -> None:
+        self.draw = random.Random(f"{seed}:pool-filling")
+        self.at = self.draw.randrange(4) if not small and self.draw.random() < 0.2 else -1
+        self.past_holding = self.draw.random() < 0.5
+        self.at_edge = False
+
+    def length(self, i: int, length: int, geo: dict) -> int:
+        """Request i's prompt length (shrinking the pool at the edge)."""
+        if i != self.at:
+            return length
+        largest = (largest_admissible(geo["num_blocks"], geo["attn_block_size"]) if self.past_holding
+                   else largest_request(geo["num_blocks"], geo["mamba_block_size"], geo["num_speculative_tokens"]))
+        cap = min(geo["max_model_len"], largest) - 8  # room for max_tokens
+        self.at_edge = self.past_holding and self.draw.random() < 0.5
+        length = max(length, cap if self.at_edge else self.draw.randint(max(2, cap // 2), cap))
+        if self.at_edge:
+            fewest = -(-(length + 8) // geo["attn_block_size"]) + 2
+            geo["num_blocks"] = min(geo["num_blocks"], fewest + self.draw.choice([0, 1, 2]))
+        return length
+
+    def external(self, i: int, length: int, mamba: int) -> dict | None:
+        """Request i's connector hit at the edge, or None."""
+        if i != self.at or not self.at_edge or length <= 2 or self.draw.random() >= 0.5:
+            return None
+        hit = self.draw.randint(max(1, length - mamba), length - 1)
+        return {"tokens": hit, "async": self.draw.random() < 0.5, "load_steps": 1}
+
+
 def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
                     modes: tuple[str, ...] = ("align",), models: tuple = (), model_share: float = 0.2,
                     retention: bool = False, scheduler_knobs: bool = False, late_pressure: bool = False,
@@ -214,29 +251,10 @@ def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
     requests = []
     lengths: dict[str, int] = {}
     sampling = random.Random(f"{seed}:temperature")
-    # now and then one prompt near the pool's capacity (admission and eviction at the pool's edge, where an
-    # allocator that over-reserves stalls), from a stream of its own: the draws below stay what they were. Half of
-    # them may pass the most the request could ever hold, up to the fewest blocks it needs: where stock fills the
-    # pool exactly and only the liveness witness judges a stall (a fix or patch that counts a block too many)
-    filling = random.Random(f"{seed}:pool-filling")
-    fill_at = filling.randrange(4) if not small and filling.random() < 0.2 else -1
-    past_holding = filling.random() < 0.5
-    at_edge = False
+    filling = _PoolFilling(seed, small)
     for i in range(rng.choice([1, 2, 2, 3, 4])):
         rid = "abcdefgh"[i]
-        length = rng.randint(2, (3 if small else 5) * mamba)
-        if i == fill_at:
-            largest = (largest_admissible(geo["num_blocks"], geo["attn_block_size"]) if past_holding
-                       else largest_request(geo["num_blocks"], mamba, k))
-            cap = min(geo["max_model_len"], largest) - 8  # room for max_tokens
-            # past holding, half of them at the edge itself: the pool shrunk to the request (where max_model_len, not
-            # the pool, bounded it) plus 0-2 blocks (what stock counts beyond the fewest it needs), so that stock
-            # fills it exactly
-            at_edge = past_holding and filling.random() < 0.5
-            length = max(length, cap if at_edge else filling.randint(max(2, cap // 2), cap))
-            if at_edge:
-                fewest = -(-(length + 8) // geo["attn_block_size"]) + 2
-                geo["num_blocks"] = min(geo["num_blocks"], fewest + filling.choice([0, 1, 2]))
+        length = filling.length(i, rng.randint(2, (3 if small else 5) * mamba), geo)
         prompt: dict = {"length": length, "seed": rng.randrange(1 << 16)}
         if requests and rng.random() < 0.6:
             other = rng.choice(requests)["id"]
@@ -251,11 +269,9 @@ def random_scenario(seed: int, *, checkpoints: bool = True, small: bool = False,
             hit = rng.choice([rng.randint(1, length - 1), min(length - 1, max(1, (length // mamba) * mamba)),
                               min(length - 1, max(1, (length // mamba) * mamba - 1))])
             req["external"] = {"tokens": hit, "async": rng.random() < 0.7, "load_steps": rng.choice([1, 1, 2])}
-        if i == fill_at and at_edge and length > 2 and filling.random() < 0.5:
-            # a connector hit at the pool's edge (admission counts its blocks: sync-external-admission-undercount's
-            # class), ending inside the prompt's last Mamba block or on its boundary
-            hit = filling.randint(max(1, length - mamba), length - 1)
-            req["external"] = {"tokens": hit, "async": filling.random() < 0.5, "load_steps": 1}
+        req["external"] = filling.external(i, length, mamba) or req.get("external")
+        if req["external"] is None:
+            del req["external"]
         if k:
             req["acceptance"] = [rng.randint(0, k) for _ in range(rng.randint(1, 4))]
         # half the requests greedy (vLLM's greedy sampling and rejection paths), from a stream of its own: the
