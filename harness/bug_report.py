@@ -280,32 +280,13 @@ def serve_flags(scenario) -> tuple[dict, list[str]]:
     return kw, flags
 
 
-def build_config(flags: list[str], model_config: str = ""):
-    """vLLM's own `VllmConfig` for `vllm serve MODEL FLAGS`: the flags parsed by its `EngineArgs` parser and built
-    by `create_engine_config`, MODEL a local directory holding the real model's config.json (no weights, no hub)."""
-    import shlex
-    import tempfile
-    from pathlib import Path
-
-    from vllm.engine.arg_utils import EngineArgs
-    try:
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
-    except ImportError:  # older releases
-        from vllm.utils import FlexibleArgumentParser
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = model_config or str(ROOT / "harness" / "model_configs" / f"{REAL_MODEL}.json")
-        (Path(tmp) / "config.json").write_text(Path(path).read_text())
-        parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
-        args = parser.parse_args(["--model", tmp, "--skip-tokenizer-init", *shlex.split(" ".join(flags))])
-        return EngineArgs.from_cli_args(args).create_engine_config()
-
-
 def checked_config(flags: list[str], model_config: str = "") -> str:
-    """What vLLM's own config builder says of the flags (`build_config`): what it sets (block, connector), or why
-    it refuses them."""
+    """What vLLM's own config builder says of the flags (harness.engine.config.serve_config): what it sets (block,
+    connector), or why it refuses them."""
+    from harness.engine.config import serve_config
+
     try:
-        vc = build_config(flags, model_config)
+        vc = serve_config(flags, model_config or str(ROOT / "harness" / "model_configs" / f"{REAL_MODEL}.json"))
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - vLLM's refusal is the check's result
         return f"vLLM refuses it: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     kv = vc.kv_transfer_config
@@ -316,8 +297,10 @@ def checked_config(flags: list[str], model_config: str = "") -> str:
 
 @functools.cache
 def vllm_defaults() -> dict:
-    """What vLLM resolves each of FEATURES to for the real model when the user sets nothing (`build_config`)."""
-    vc = build_config([])
+    """What vLLM resolves each of FEATURES to for the real model when the user sets nothing (`serve_config`)."""
+    from harness.engine.config import serve_config
+
+    vc = serve_config([], str(ROOT / "harness" / "model_configs" / f"{REAL_MODEL}.json"))
     return {"enable_prefix_caching": vc.cache_config.enable_prefix_caching,
             "mamba_cache_mode": vc.cache_config.mamba_cache_mode,
             "prefix_match_unit": getattr(vc.cache_config, "prefix_match_unit", None) or vc.cache_config.block_size,

@@ -115,3 +115,33 @@ def test_either_door_into_vllm_sets_its_environment_first():
                                  check=True, env=env).stdout.strip().splitlines()[-1]
             for door in ("harness.vllm_adapter", "harness.engine")}
     assert seen["harness.vllm_adapter"] == seen["harness.engine"], seen
+
+
+# the doors into vLLM (docs/architecture.md "The doors into vLLM"): only these modules import it
+VLLM_DOORS = {"harness/vllm_adapter.py", "harness/release.py", "harness/vllm_style_split_grid.py",
+              "harness/e2e/engine.py", "harness/e2e/connector.py", "harness/mutants/worker_v1.py",
+              "harness/mutants/worker_v2.py", "harness/mutants/gdn.py"}
+VLLM_DOOR_FOLDERS = ("harness/engine/", "harness/fixes/")
+
+
+def vllm_importers() -> set[str]:
+    """The modules with an import statement of vLLM (a test template's text does not count)."""
+    out = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if any(n.split(".")[0] == "vllm" for n in names):
+                out.add(path.relative_to(PACKAGE.parent).as_posix())
+    return out
+
+
+def test_only_the_doors_import_vllm():
+    """A module that imports vLLM outside the doors docs/architecture.md lists fails here (the wall a second
+    engine's wing needs, issue 46): the rest reaches vLLM through them."""
+    importers = vllm_importers()
+    assert "harness/vllm_adapter.py" in importers and "harness/engine/config.py" in importers
+    outside = sorted(m for m in importers if m not in VLLM_DOORS and not m.startswith(VLLM_DOOR_FOLDERS))
+    assert not outside, f"modules importing vLLM outside the doors: {outside}"
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    assert all(f"`{Path(m).name}`" in text or Path(m).stem in text for m in VLLM_DOORS)

@@ -496,3 +496,24 @@ def resumed_ids(cr) -> set[str]:
         return set(ids)
     flags = getattr(cr, "resumed_from_preemption", None) or ()
     return {rid for rid, f in zip(cr.req_ids, flags) if f}
+
+
+def serve_config(flags: list[str], model_config: str):
+    """vLLM's own `VllmConfig` for `vllm serve MODEL FLAGS`: the flags parsed by its `EngineArgs` parser and built
+    by `create_engine_config`, MODEL a local directory holding a real model's config.json (`model_config`: no
+    weights, no hub). What a bug report's user configuration is checked with (harness/bug_report.py)."""
+    import shlex
+    import tempfile
+    from pathlib import Path
+
+    from vllm.engine.arg_utils import EngineArgs
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # older releases
+        from vllm.utils import FlexibleArgumentParser
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "config.json").write_text(Path(model_config).read_text())
+        parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+        args = parser.parse_args(["--model", tmp, "--skip-tokenizer-init", *shlex.split(" ".join(flags))])
+        return EngineArgs.from_cli_args(args).create_engine_config()
