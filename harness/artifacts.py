@@ -59,3 +59,46 @@ def write_finding(directory: Path, stem: str, artifact: dict) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = Path(directory) / f"{stem}-{stamp}-{os.getpid()}.json"
     return write_json_atomic(path, artifact)
+
+
+# -- reading: one reader for every layout a finding was written in -----------------------------------------------
+OLDER_CONFIG_FIELDS = ("tier", "model", "mutant", "engine")  # what artifacts carried before `config`
+
+
+def read_artifact(path: str | os.PathLike, strict: bool = True) -> dict:
+    """A finding in any layout hybrid-harness wrote, as one dict: a kept finding (its folder or its finding.json),
+    a `run` artifact (no "signature": its first finding's), or an older one (no "config": `artifact_config`; no
+    "verdict": `artifact_verdict`). BadInput for a file that is none of them, and (`strict`: to replay it) for one
+    without its scenario or signature."""
+    from harness.errors import BadInput
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / "finding.json"
+    try:
+        artifact = json.loads(path.read_text())
+        if not isinstance(artifact, dict) or ("geometry" in artifact and "scenario" not in artifact):
+            raise TypeError("a scenario, not a finding")
+        if "signature" not in artifact and artifact.get("findings"):  # a `run` artifact: its first finding's
+            artifact["signature"] = artifact["findings"][0]["signature"]
+        if strict and not (isinstance(artifact.get("scenario"), dict) and artifact.get("signature")):
+            raise KeyError("scenario and signature")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, IndexError, TypeError) as exc:
+        raise BadInput(f"cannot read finding {path}: {exc!r}") from None
+    return artifact
+
+
+def artifact_config(artifact: dict) -> dict:
+    """The run configuration a finding recorded (RunConfig.as_json), or what an older one carried instead."""
+    if isinstance(artifact.get("config"), dict):
+        return dict(artifact["config"])
+    return {k: artifact.get(k) for k in OLDER_CONFIG_FIELDS if artifact.get(k) is not None}
+
+
+def artifact_verdict(artifact: dict) -> dict:
+    """A finding's verdict (harness.verdict.Verdict.to_json); an older finding kept without one showed nothing to
+    be known, so every signature counts as new."""
+    if "verdict" in artifact:
+        return artifact["verdict"]
+    sigs = [f["signature"] for f in artifact.get("findings", []) if "signature" in f] or [artifact.get("signature", "?")]
+    return {"signatures": sigs, "known": {}, "unexplained": sigs, "revealed": [], "new": True}

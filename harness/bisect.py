@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.artifacts import artifact_config
 from harness.errors import BadInput
 from harness.known_issues import KNOWN_ISSUES, ROOT, KnownIssue, known_issue_by_id
 
@@ -68,7 +69,9 @@ def resolve(target: str, tier: str | None = None, runner: str | None = None) -> 
         raise BadInput(f"bisect {target}: not a known issue id, finding or scenario file ({exc})") from None
     if not isinstance(doc, dict):
         raise BadInput(f"bisect {target}: not a JSON object")
-    config = dict(doc.get("config") or {k: doc[k] for k in ("tier", "engine") if doc.get(k)})
+    config = artifact_config(doc) if "scenario" in doc else {}
+    if "config" not in doc:  # an older artifact: its tier and engine options only
+        config = {k: v for k, v in config.items() if k in ("tier", "engine")}
     if tier:
         config["tier"] = tier
     if runner:

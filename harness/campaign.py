@@ -23,7 +23,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.artifacts import write_json_atomic
+from harness.artifacts import artifact_verdict, read_artifact, write_json_atomic
+from harness.errors import BadInput
 from harness.verdict import new_signatures
 from harness.release import TREE_ENV, child_pythonpath, vllm_source
 from harness.run_config import TIERS, RunConfig
@@ -124,8 +125,8 @@ class Campaign:
     def _judged_here(self, folder: Path) -> bool:
         source = vllm_source()
         try:
-            doc = json.loads((folder / "finding.json").read_text())
-        except (OSError, json.JSONDecodeError):
+            doc = read_artifact(folder, strict=False)
+        except BadInput:
             return True  # unreadable: judged (and reported) as this campaign's, never silently dropped
         return (doc.get("vllm_version", source.version) == source.version
                 and doc.get("vllm_commit") == source.commit
@@ -293,11 +294,7 @@ class Campaign:
 
 def finding_verdict(folder: Path) -> dict:
     """A kept finding's verdict (harness.verdict.Verdict.to_json): which signatures are known, which new."""
-    doc = json.loads((folder / "finding.json").read_text())
-    if "verdict" not in doc:  # kept by an older hybrid-harness: nothing was shown to be known, so it counts as new
-        sigs = [f["signature"] for f in doc.get("findings", [])] or [doc.get("signature", "?")]
-        return {"signatures": sigs, "known": {}, "unexplained": sigs, "revealed": [], "new": True}
-    return doc["verdict"]
+    return artifact_verdict(read_artifact(folder, strict=False))
 
 
 class _Progress:

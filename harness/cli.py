@@ -146,14 +146,12 @@ def _e2e(args, scenario, config, trace, verdict) -> dict | None:
 def _artifact(path: str) -> dict:
     """What a finding artifact recorded about how it was found (its `config`, else the `tier`, `model`,
     `mutant` and `engine` fields older artifacts carry); a plain scenario records nothing."""
+    from harness.artifacts import artifact_config, read_artifact
+
     try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}  # load_scenario reports the problem
-    if not isinstance(doc, dict) or "scenario" not in doc:
-        return {}
-    return dict(doc["config"]) if isinstance(doc.get("config"), dict) else \
-        {k: doc.get(k) for k in ("tier", "model", "mutant", "engine")}
+        return artifact_config(read_artifact(path))
+    except BadInput:
+        return {}  # a plain scenario (or a broken file: load_scenario reports the problem)
 
 
 def _outputs_json(trace) -> list | None:
@@ -331,7 +329,7 @@ def _cmd_minimize(args: argparse.Namespace) -> int:
     from harness.scenario import parse_scenario, scenario_to_json
 
     artifact = read_finding(args.finding)
-    config = _config(args, _artifact(args.finding) or {k: artifact.get(k) for k in ("tier", "model", "mutant", "engine")})
+    config = _config(args, _artifact(args.finding))
     small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], seconds=args.seconds,
                      new_only=bool((artifact.get("verdict") or {}).get("new")), config=config)
     out = dict(artifact, scenario=scenario_to_json(small))

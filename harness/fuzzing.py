@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import random
 import time
@@ -204,13 +203,7 @@ def opening_sweep(target: Target, seed: int, count: int, seconds: float, first: 
 
 
 def read_finding(path: str | os.PathLike) -> dict:
-    """A kept finding (its folder or finding.json) or a `run` artifact; "signature" is always set."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "finding.json"
-    try:
-        artifact = json.loads(path.read_text())
-        artifact.setdefault("signature", artifact["findings"][0]["signature"])  # a `run` artifact
-    except (OSError, json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
-        raise BadInput(f"cannot read finding {path}: {exc!r}") from None
-    return artifact
+    """A kept finding (its folder or finding.json) or a `run` artifact (harness.artifacts.read_artifact)."""
+    from harness.artifacts import read_artifact
+
+    return read_artifact(path)

@@ -11,13 +11,12 @@ change behaviour" (with the number of inputs compared as evidence) and kept out 
 
 from __future__ import annotations
 
-import json
 import statistics
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.artifacts import write_json_atomic
+from harness.artifacts import read_artifact, write_json_atomic
 from harness.campaign import Campaign
 from harness.errors import BadInput, HarnessError
 from harness.genome import decode, run_budget
@@ -80,7 +79,7 @@ def _kill(findings_dir: Path, config: RunConfig) -> tuple[float | None, str, dic
     """The earliest kept finding that kills the mutant."""
     best = (None, "", None)
     for path in sorted(findings_dir.glob("finding-*/finding.json")):
-        doc = json.loads(path.read_text())
+        doc = read_artifact(path)
         try:
             sig = kills(doc["scenario"], config=config)
         except (HarnessError, BadInput):

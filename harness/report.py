@@ -11,6 +11,7 @@ import html
 import json
 from pathlib import Path
 
+from harness.artifacts import artifact_verdict, read_artifact
 from harness.errors import BadInput
 from harness.e2e_verdict import describe
 from harness.verdict import new_signatures
@@ -80,8 +81,8 @@ def render(directory: str | Path) -> tuple[Path, Path]:
     for folder in sorted((directory / "findings").glob("finding-*")):
         if not (folder / "finding.json").exists() or folder.name in other:
             continue
-        doc = json.loads((folder / "finding.json").read_text())
-        verdict = doc.get("verdict") or {"new": True, "known": {}}  # no verdict: nothing shown to be known
+        doc = read_artifact(folder, strict=False)
+        verdict = artifact_verdict(doc)
         sig = ", ".join(new_signatures(verdict)) if verdict["new"] else ""
         known = ", ".join(f"{s} = {k}" for s, k in verdict["known"].items())
         first = doc["findings"][0]

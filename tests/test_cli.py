@@ -60,3 +60,31 @@ def test_infeasible_explicit_chunk_is_bad_input(tmp_path, capsys, chunk):
     path.write_text(json.dumps(doc))
     assert main(["run", str(path), "--artifacts", str(tmp_path)]) == 2
     assert "cannot end a chunk there" in capsys.readouterr().err
+
+
+def test_one_reader_takes_every_finding_layout_and_refuses_the_rest(tmp_path):
+    """harness.artifacts.read_artifact (issue 46: one artifact type): a kept finding's folder, a `run` artifact
+    without "signature", an older one without "config" or "verdict"; a scenario or a broken file is bad input."""
+    import json
+
+    from harness.artifacts import artifact_config, artifact_verdict, read_artifact
+    from harness.errors import BadInput
+
+    scenario = json.loads((SCENARIOS / "seed-external-hit-same-block.json").read_text())
+    old = {"scenario": scenario, "tier": "engine", "mutant": None, "engine": {"runner": "v1"},
+           "findings": [{"signature": "live-column:RUNNING"}]}
+    (tmp_path / "finding-x").mkdir()
+    (tmp_path / "finding-x" / "finding.json").write_text(json.dumps(old))
+    doc = read_artifact(tmp_path / "finding-x")
+    assert doc["signature"] == "live-column:RUNNING"
+    assert artifact_config(doc) == {"tier": "engine", "engine": {"runner": "v1"}}
+    assert artifact_verdict(doc)["new"] and artifact_verdict(doc)["unexplained"] == ["live-column:RUNNING"]
+    for bad in (scenario, [1, 2], "{"):
+        path = tmp_path / "bad.json"
+        path.write_text(bad if isinstance(bad, str) else json.dumps(bad))
+        with pytest.raises(BadInput):
+            read_artifact(path)
+    (tmp_path / "bare.json").write_text(json.dumps({"findings": []}))
+    with pytest.raises(BadInput):
+        read_artifact(tmp_path / "bare.json")  # nothing to replay
+    assert read_artifact(tmp_path / "bare.json", strict=False) == {"findings": []}

@@ -99,7 +99,8 @@ def main() -> int:
         for issue in ["stock", *issues, *(f"{i}@{ref}" for ref, i in args.as_was)]:
             text = "" if issue == "stock" else (as_was(issue, release) if "@" in issue else
                                                 upstream.patch_file(issue, release).read_text())
-            digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+            # the diff decides the tree (a header's wording does not)
+            digest = hashlib.sha256(text.split("\n\n", 1)[-1].encode()).hexdigest()[:12]
             tree = stock if issue == "stock" else patched(issue, release)
             for tier in TIERS:
                 key, old = (release, issue, tier), rows.get((release, issue, tier))
