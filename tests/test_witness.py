@@ -41,10 +41,12 @@ def test_the_verdict_calls_it_new_on_stock_and_on_the_fixed_system():
         assert verdict.is_new and verdict.unexplained == ["liveness:witness"]
 
 
-def test_the_fixed_system_serves_what_stock_serves():
-    """The run-time fix of sync-external-admission-undercount counts the loaded block only where the continuation
-    crosses into the next block: here (inside it) it admits the request as stock does."""
-    scenario = load_scenario(SCENARIO)
+@pytest.mark.parametrize("name", ["sync-external-inside-block.json", "sync-external-local-hit-skipped.json"])
+def test_the_fixed_system_serves_what_stock_serves(name):
+    """The run-time fix of sync-external-admission-undercount counts what the allocation takes: a continuation
+    inside the loaded block takes nothing more, and a local hit the load skips is never touched; in both, stock
+    counts right and the fixed system admits the request as stock does."""
+    scenario = load_scenario(SCENARIOS / name)
     for tier in ("symbolic", "engine"):
         trace, findings, verdict = replay_and_judge(scenario, config=RunConfig(tier=tier, known_fixes=True))
         assert trace.end.reason == "done" and findings == [] and verdict is None

@@ -13,19 +13,31 @@ def _count_external_block(original):
     def get_num_blocks_to_allocate(self, *args, **kwargs):
         n = original(self, *args, **kwargs)
         b = bound_arguments(original, self, *args, **kwargs).arguments
-        external = b["total_computed_tokens"] - b["num_local_computed_tokens"]
-        loaded_end = cdiv(b["total_computed_tokens"], self.block_size)
-        held = len(b["new_computed_blocks"]) + len(self.req_to_blocks[b["request_id"]])
-        # allocate_external_computed_blocks takes the block the load ends in when no local block holds it (:347-373);
-        # the physical-block cap (:1788-1793) counts the continuation's block and leaves that one out only when the
-        # continuation crosses into the next block (staying inside it, allocate_new_blocks takes nothing more: the
-        # count is right, and one more would refuse a request the pool holds exactly). An async load comes with no
-        # new tokens (scheduler.py's load_kv_async branch sets num_new_tokens = 0): its count is right.
-        crosses = cdiv(b["num_tokens_main_model"], self.block_size) > loaded_end
-        if (self.mamba_cache_mode == "align" and external > 0 and loaded_end > held and crosses
-                and n <= self.block_pool.num_gpu_blocks and b["request_id"] not in self._allocated_block_reqs):
-            return n + 1
-        return n
+        rid, bs = b["request_id"], self.block_size
+        if (self.mamba_cache_mode != "align" or b["total_computed_tokens"] <= b["num_local_computed_tokens"]
+                or n > self.block_pool.num_gpu_blocks or rid in self._allocated_block_reqs):
+            return n
+        # a sync external hit continued in the same call (an async load comes with no new tokens: scheduler.py's
+        # load_kv_async branch sets num_new_tokens = 0). allocate_external_computed_blocks takes the block the load
+        # ends in unless a local hit holds it (:347-373), then allocate_new_blocks the continuation's (:1802-1925,
+        # after null-padding to the running block, a checkpoint column left open); the physical-block cap
+        # (:1788-1793) counts only the latter's. Count what the three steps take (the touched hit blocks, the
+        # load's block, the continuation's), or stock's count where larger: never less than stock, never more
+        # than the allocation takes where stock counts less (a request stock serves stays served)
+        spec = self.num_speculative_blocks
+        required = cdiv(b["num_tokens_main_model"], bs) + spec
+        held = len(b["new_computed_blocks"]) + len(self.req_to_blocks[rid])
+        loaded = cdiv(b["total_computed_tokens"], bs)
+        after = max(held, loaded)
+        skipped = required - spec - 1
+        if after < skipped:
+            after = skipped - int(rid in getattr(self, "_checkpoints", {}))
+        partial = (self._has_partial_local_hit(b["new_computed_blocks"], b["num_local_computed_tokens"])
+                   or rid in getattr(self, "_partial_hit_reqs", {}))
+        # the hit blocks the load skips are never touched (add_local_computed_blocks pads them with nulls, :300-312)
+        touched = self._get_num_evictable_blocks(b["new_computed_blocks"][(b["total_computed_tokens"] - 1) // bs:])
+        taken = int(loaded > held) + max(required - after, 0) + int(partial)
+        return max(n, touched + taken)
     return get_num_blocks_to_allocate
 
 
