@@ -9,7 +9,9 @@
         on X with the patch (or on release Y) it must pass. Also replays the repro on the patched tree (clean) and,
         for a test outside the extracted tree (a model runner's, tests/v1/worker), runs vLLM's own tests there that
         import a module the patch changes, stock and patched: the patch adds no failure. --hand: the hand-sized
-        test upstream/tests/ISSUE.py instead of the emitted one (what the bug report shows first).
+        test upstream/tests/ISSUE.py instead of the emitted one (what the bug report shows first): its first line,
+        `# vLLM file: tests/...py`, names the existing vLLM test file it is appended to (in the copied test tree,
+        stock and patched, after the patch's own test hunks), and only its tests there are run (`file::test_x`).
     python tools/upstream.py tests [ISSUE ...] [--vllm X] [--fixed-in Y] [--jobs N] [--out F.md]
         `test` for every known issue open on X (bisect --known's results), each test it has (emitted, hand-sized):
         a table and its JSON records (bench/results/upstream_tests_X.md, read by the bug reports)
@@ -170,6 +172,54 @@ def folder_from_sdist(version: str, folder: str, tests: Path, importing: list[st
     return sorted(peers)
 
 
+HAND_HEADER = "# vLLM file: "
+
+
+def hand_test(issue: str) -> tuple[Path, str, list[str]]:
+    """upstream/tests/ISSUE.py: its path, the vLLM test file its first line names (`# vLLM file: tests/...py`, where
+    it is appended) and the names of the tests it adds there."""
+    import ast
+
+    path = HAND_TESTS / f"{issue}.py"
+    if not path.exists():
+        raise BadInput(f"no hand-sized test {path.relative_to(ROOT)}")
+    text = path.read_text()
+    first = text.split("\n", 1)[0]
+    target = first[len(HAND_HEADER):].strip() if first.startswith(HAND_HEADER) else ""
+    if not (target.startswith("tests/") and target.endswith(".py")):
+        raise BadInput(f"{path.relative_to(ROOT)}: its first line must name the vLLM test file it is appended to "
+                       f"({HAND_HEADER}tests/...py)")
+    names = [node.name for node in ast.parse(text).body
+             if isinstance(node, ast.FunctionDef) and node.name.startswith("test")]
+    if not names:
+        raise BadInput(f"{path.relative_to(ROOT)} defines no test")
+    return path, target, names
+
+
+def appended(vllm_file: str, hand: str) -> str:
+    """A vLLM test file with a hand-sized test appended as it would be merged: its header line dropped, two blank
+    lines between."""
+    return vllm_file.rstrip("\n") + "\n\n\n" + hand.split("\n", 1)[1].lstrip("\n")
+
+
+def file_from_sdist(version: str, rel: str, tests: Path) -> None:
+    """vLLM's test file `rel` from its sdist into `tests` where the extracted tree lacks it; BadInput if the sdist
+    has none (a hand-sized test is appended to an existing file)."""
+    import tarfile
+
+    import peer_tests
+
+    if (tests / rel).exists():
+        return
+    with tarfile.open(peer_tests.fetch_sdist(version, SDIST_CACHE), "r:gz") as tar:
+        try:
+            member = tar.getmember(f"vllm-{version}/{rel}")
+        except KeyError:
+            raise BadInput(f"vLLM {version}'s sdist has no {rel}") from None
+        (tests / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tests / rel).write_bytes(tar.extractfile(member).read())
+
+
 def pytest_run(tests: Path, tree: Path, paths: list[str], log: Path, stop_first: bool = False) -> dict:
     """pytest in vLLM's test folder with `tree` first on PYTHONPATH and peer_tests' plugin (its deselection rules
     and CPU settings): the plugin's counts, and the failing tests."""
@@ -292,14 +342,9 @@ def check_test(issue: str, version: str, fixed_in: str | None = None, hand: bool
     stock = fetch_tree(version)
     fixed_tree = fetch_tree(fixed_in) if fixed_in else patched_tree(version, [issue])
     work = Path(tempfile.mkdtemp(prefix="hh-upstream-"))
-    if hand:  # the hand-sized test (upstream/tests/ISSUE.py) instead of the emitted one
-        from harness.known_issues import known_issue_by_id
-        from harness.vllm_style import folder_for
-
-        test_file = HAND_TESTS / f"{issue}.py"
-        if not test_file.exists():
-            raise BadInput(f"no hand-sized test {test_file.relative_to(ROOT)}")
-        place = f"{folder_for(known_issue_by_id(issue))}/test_hh_{issue.replace('-', '_')}_hand.py"
+    names: list[str] = []
+    if hand:  # the hand-sized test (upstream/tests/ISSUE.py), appended to the vLLM test file it names
+        test_file, place, names = hand_test(issue)
     else:
         artifact = finding_for(issue, stock, work / "finding")
         test_file = work / "test.py"
@@ -317,12 +362,19 @@ def check_test(issue: str, version: str, fixed_in: str | None = None, hand: bool
         tests = work / f"tests-{label}"
         shutil.copytree(test_tree(release), tests)
         own = folder_from_sdist(release, str(Path(place).parent), tests, importing)
+        if hand:
+            file_from_sdist(release, place, tests)
         if label == "fixed" and not fixed_in:  # the patch's own changes to vLLM's tests, if any
             patched_tests(tests, release, [issue], tests)
-        (tests / place).write_text(test_file.read_text())
-        results[label] = pytest_run(tests, tree, [place], work / f"{label}.log")
-        if own:
+        if own:  # before the test is placed: a hand-sized one joins a file that may be among them
             peers[label] = pytest_run(tests, tree, own, work / f"{label}-peers.log")
+        if hand:
+            (tests / place).write_text(appended((tests / place).read_text(), test_file.read_text()))
+        else:
+            (tests / place).write_text(test_file.read_text())
+        results[label] = pytest_run(tests, tree, [f"{place}::{n}" for n in names] or [place], work / f"{label}.log")
+    if names:
+        place = ", ".join(f"{place}::{n}" for n in names)
     record = {"issue": issue, "kind": "hand-sized" if hand else "emitted", "place": place, "version": version,
               "stock": _outcome(results["stock"]), "fixed": _outcome(results["fixed"]),
               "fixed_label": f"vLLM {fixed_in}" if fixed_in else f"vLLM {version} + {issue}.patch",

@@ -18,10 +18,12 @@ from harness.patches import patch_attr, undo_all
 def _decode_rows_lead(original):
     """`gather_batch_req_state` with a batch order in which no prefilling row without drafts precedes a decode
     row: `sort_batch_req_ids` ranks a (1+K)-token prefill chunk as decode-like, but the Mamba builder
-    (mamba_attn.py:451-455, treat_short_extends_as_decodes=False) splits at the first prefilling row, so a
-    decode row after it went to the prefill kernels (mamba_mixer2.py:838-855), which ignore its accepted count.
-    The fix ranks by `is_prefilling` first (the runner's own counts, model_runner.py:1334-1338), keeping
-    vLLM's order otherwise (a stable sort)."""
+    (mamba_attn.py:451-455 in 0.33.0, :449-453 in 0.34.0; treat_short_extends_as_decodes=False) splits at the
+    first prefilling row, so a decode row after it went to the prefill kernels (mamba_mixer2.py:838-855 in 0.33.0),
+    which ignore its accepted count. The fix ranks by `is_prefilling` first (the runner's own counts,
+    model_runner.py:1334-1338 in 0.33.0, :1404-1408 in 0.34.0), keeping vLLM's order otherwise (a stable sort):
+    the order upstream/patches' v2-draftless-decode-after-prefill.patch gives with a stable partition over the
+    gathered arrays."""
     def gather_batch_req_state(self, scheduler_output, dummy_run):
         module = v2_runner_module()
         vllm_sort = module.sort_batch_req_ids

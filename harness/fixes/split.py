@@ -104,7 +104,9 @@ def _scheduler_keeps_clipped_padding() -> bool:
 def _split_on_mamba_grid(original):
     """`_mamba_block_aligned_split` reading `cache_config.block_size` (its grid, scheduler.py:589 in 0.34.0) as the
     Mamba block (`cache_config.mamba_block_size`) where the engine core lowered it below that block to a smaller
-    prefix-cacheable group's (core.py:366-377 in 0.34.0: extract_hidden_states's cache-only group)."""
+    prefix-cacheable group's (core.py:366-377 in 0.34.0: extract_hidden_states's cache-only group). The same grid
+    as upstream/patches' hidden-state-group-splits-off-mamba-grid.patch; getattr: the mirrored tiers' split shim
+    (harness/vllm_adapter.py) has a cache config without mamba_block_size."""
     def _mamba_block_aligned_split(self, *args, **kwargs):
         cc = self.cache_config
         grid, mamba = cc.block_size, getattr(cc, "mamba_block_size", None) or 0
