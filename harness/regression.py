@@ -2,7 +2,8 @@
 
 The emitted file imports only vLLM and torch: it builds the same KVCacheManager, makes the same requests,
 and makes the allocator calls the harness's driver made, in order, setting request fields as vLLM's
-scheduler does. It keeps the worker's block-table row the way the V1 model runner does (new and resumed
+scheduler does (status, computed tokens, preemptions, and the shared-prefix junction its lookup returns, which
+cache_blocks reads under sparse retention). It keeps the worker's block-table row the way the V1 model runner does (new and resumed
 requests replace it with the full table, running requests append what `allocate_slots` returned) and
 asserts what every oracle asserts, through vLLM's own objects:
 - live columns: every column the worker reads or writes names the scheduler's block;
@@ -33,14 +34,30 @@ class _Recorder:
     lines: list[str] = field(default_factory=list)
     blocks_var: dict[str, str] = field(default_factory=dict)
     seen: dict[str, tuple] = field(default_factory=dict)
+    retention_step: int | None = None  # the step whose retention checks are still to be written
+
+    def flush_retention(self, trace) -> list[str]:
+        """The retention checks of the last step run, once the step loop has recorded that step's shared-prefix
+        junctions (trace._record_junctions runs after the step, and the positions kept depend on them): written
+        before the next step starts, or before the replay's end aborts what is left. The test's keys seen are
+        every key cached after any step so far, so a check written after its step asserts the same."""
+        if self.retention_step is None:
+            return []
+        step, self.retention_step = self.retention_step, None
+        return [f"check_retained({rid!r}, {n})" for rid, n in _retained_this_step(trace, step)]
 
 
-def _record(scenario: Scenario, mutant: str | None, split: bool = False) -> tuple[list[str], driver_mod.Driver]:
+def _record(scenario: Scenario, mutant: str | None,
+            split_points: dict[int, int] | None = None) -> tuple[list[str], driver_mod.Driver]:
     """Replay once with the adapter wrapped, turning each vLLM call into a line of test code. Long: one small
-    renderer per adapter call, each closing over the recorder and the driver of this replay. `split`: also assert
-    every chunk vLLM's `Scheduler._mamba_block_aligned_split` clipped (a `mamba_split` helper the caller adds)."""
+    renderer per adapter call, each closing over the recorder and the driver of this replay.
+    `split_points`: {index of a call of the chunk rule: the chunk the release with the bug clipped there}; at those
+    calls the test asserts vLLM's `Scheduler._mamba_block_aligned_split` (a `mamba_split` helper the caller adds),
+    where the bug changes the chunk, and nowhere else (elsewhere the chunk is this release's schedule, no part of
+    the bug)."""
     rec = _Recorder()
     d = driver_mod.Driver(scenario, mutant)
+    block = scenario.geometry.mamba_block_size
     alloc = d.alloc
     status_name = {v: k for k, v in alloc.status.__members__.items()}
 
@@ -68,8 +85,13 @@ def _record(scenario: Scenario, mutant: str | None, split: bool = False) -> tupl
     def lookup(out, request):
         var = f"hit_{request.request_id}"
         rec.blocks_var[request.request_id] = var
-        return [f"{var}, _n, *_ = manager.get_computed_blocks(reqs[{request.request_id!r}])",
-                f"assert _n == {out[1]}, f'{request.request_id}: prefix-cache hit of {{_n}} tokens, expected {out[1]}'"]
+        rid = request.request_id
+        return [f"{var}, _n, *_rest = manager.get_computed_blocks(reqs[{rid!r}])",
+                f"assert _n == {out[1]}, f'{rid}: prefix-cache hit of {{_n}} tokens, expected {out[1]}'",
+                # where the lookup returns a shared-prefix junction (sparse retention, 0.30+), the Scheduler keeps it
+                # on the request for cache_blocks (scheduler.py:1122-1127 in 0.33.0), as the driver's lookup does
+                f"if _rest and hasattr(reqs[{rid!r}], 'shared_prefix_boundary'):  # the Scheduler keeps the junction",
+                f"    reqs[{rid!r}].shared_prefix_boundary = _rest[0]"]
 
     def truncate(out, blocks, n):
         rid = next(k for k, v in rec.blocks_var.items())
@@ -88,19 +110,30 @@ def _record(scenario: Scenario, mutant: str | None, split: bool = False) -> tupl
                 f"assert new is None, '{rid}: allocate_slots admitted what the pool cannot hold'",
                 f"returned[{rid!r}] = new.get_block_ids() if new is not None else None"]
 
-    def mamba_split(out, request, n, num_local=0, num_external=0):
-        return [f"assert mamba_split(reqs[{request.request_id!r}], {n}, {num_local}, {num_external}) == {out}, "
-                f"'{request.request_id}: the Mamba block-aligned split of a {n}-token chunk'"]
+    split_calls = [0]
 
-    if split:
-        wrap("split", mamba_split)
+    def mamba_split(out, request, n, num_local=0, num_external=0):
+        index, split_calls[0] = split_calls[0], split_calls[0] + 1
+        if index not in (split_points or {}):
+            return []
+        rid, call = request.request_id, f"mamba_split(manager, reqs[{request.request_id!r}], {n}, {num_local}, {num_external})"
+        start = request.num_computed_tokens + num_local + num_external
+        boundary = (start // block + 1) * block
+        if start % block and start + out == boundary < start + split_points[index]:
+            # the bug's consequence in the split's own terms: a chunk starting mid-block runs past the boundary
+            return [f"assert {start} + {call} <= {boundary}, '{rid}: the chunk from token {start} (mid-block) runs "
+                    f"past the Mamba block boundary at {boundary}'"]
+        return [f"assert {call} == {out}, '{rid}: the Mamba block-aligned split of a {n}-token chunk from token "
+                f"{start} (the release with the bug clips it to {split_points[index]})'"]
+
+    wrap("split", mamba_split)
     wrap("lookup", lookup)
     wrap("truncate", truncate)
     wrap("allocate", allocate)
     wrap("cache_blocks", lambda out, request, n: [f"manager.cache_blocks(reqs[{request.request_id!r}], {n})"])
     wrap("remove_skipped", lambda out, request: [f"manager.remove_skipped_blocks(**{out!r})"])
     wrap("free", lambda out, request: [f"manager.free(reqs[{request.request_id!r}])"])
-    wrap("new_step", lambda out: ["", "manager.new_step_starts()"])
+    wrap("new_step", lambda out: [*rec.flush_retention(d.trace), "", "manager.new_step_starts()"])
     wrap("take_copies", lambda out: ["_copies, retained = manager.take_kv_cache_block_copies()",
                                      "for _c in _copies:  # CoW: the worker copies whole pages before the forward",
                                      "    pages.copy_page(_c.src_block_id, _c.dst_block_id)"])
@@ -123,9 +156,18 @@ def _record(scenario: Scenario, mutant: str | None, split: bool = False) -> tupl
             rec.lines.append(f"check_live_columns({rid!r}, num_computed={nc}, num_scheduled={ns})")
         return kinds
     d.worker.update_states = update_states
+    shutdown = d._shutdown
+
+    def aborting() -> None:  # the replay's end: what still holds blocks is aborted (vLLM's finish_requests)
+        rec.lines.extend(rec.flush_retention(d.trace))
+        at = len(rec.lines)
+        shutdown()
+        if len(rec.lines) > at:
+            rec.lines[at:at] = ["", "# the end of the schedule: abort every request still holding blocks"]
+    d._shutdown = aborting
     _record_states(d, rec)
     d.run()
-    rec.lines += ["", "check_pool()"]
+    rec.lines += [*rec.flush_retention(d.trace), "", "check_pool()"]
     return rec.lines, d
 
 
@@ -184,7 +226,7 @@ def _record_states(d: driver_mod.Driver, rec: _Recorder) -> None:
     def checked(step: int) -> None:
         rec.lines.append("check_cache()")
         check_cache(step)
-        rec.lines.extend(f"check_retained({rid!r}, {n})" for rid, n in _retained_this_step(d.trace, step))
+        rec.retention_step = step
     d._check_cache = checked
 
 
@@ -327,16 +369,25 @@ def test_{func}():
 
 
 def emit_regression(scenario: Scenario, signature: str, mutant: str | None = None, fixes=(),
-                    split: bool = False) -> str:
+                    split: bool = False, until_step: int | None = None) -> str:
     """The regression test of a finding. The calls and the values they must return are recorded on the
     allocator without the bug: stock vLLM for a mutant's finding (the caller must NOT have the mutant
     applied), stock plus the known issues' fixes (`fixes`) for findings of known issues. A new finding of
-    stock vLLM itself is recorded on stock: its test fails there until vLLM is fixed."""
+    stock vLLM itself is recorded on stock: its test fails there until vLLM is fixed.
+
+    `split`: also assert vLLM's chunk rule (`Scheduler._mamba_block_aligned_split`) where the bug changes the
+    chunk it clips: the calls whose chunk differs between stock and stock with `fixes` (split_points), none where
+    no fix changes it. `until_step`: the replay stops after that step (the last one at which the finding showed)
+    and every request still holding blocks is aborted, as the driver does at its step limit: the test drives vLLM
+    as far as the bug needs and no further, so later steps' release-specific schedule is no part of it."""
     from harness.patching import patched
     from harness.run_config import RunConfig
 
+    if until_step is not None:
+        scenario = scenario.model_copy(update={"max_steps": min(scenario.max_steps, until_step + 1)})
+    points = split_points(scenario, fixes) if split and fixes else {}
     with patched(RunConfig(fixes=tuple(k.id for k in fixes))):  # and no mutant: the allocator without the bug
-        lines, d = _record(scenario, None, split)
+        lines, d = _record(scenario, None, points)
     g = scenario.geometry
     prompts = {r.id: list(r.vreq.prompt_token_ids) for r in d.reqs.values()}
     func = "".join(ch if ch.isalnum() else "_" for ch in signature.lower()).strip("_")
@@ -358,21 +409,80 @@ def emit_regression(scenario: Scenario, signature: str, mutant: str | None = Non
         body="\n".join("    " + ln if ln else "" for ln in lines),
         prefix_states=pprint.pformat(prefix_states, width=110, compact=True),
     )
-    return text.replace("# <<pages>>\n", _page_model() + (_split_helper(d.alloc._split_self) if split else ""))
+    return text.replace("# <<pages>>\n", _page_model() + (_split_helper(g) if points else ""))
 
 
-def _split_helper(shim) -> str:
+def _split_outcomes(scenario: Scenario, fixes) -> list[tuple[tuple, int]]:
+    """Every call of vLLM's chunk rule in a replay with `fixes` applied (and no mutant): ((request, tokens computed,
+    chunk asked, local hit, external hit), the chunk it clipped), in order. A replay that vLLM ends by raising
+    keeps the calls made before."""
+    from harness.errors import BadInput
+    from harness.patching import patched
+    from harness.run_config import RunConfig
+
+    calls: list[tuple[tuple, int]] = []
+    with patched(RunConfig(fixes=tuple(k.id for k in fixes))):
+        d = driver_mod.Driver(scenario, None)
+        split = d.alloc.split
+
+        def recording(request, n, num_local=0, num_external=0):
+            out = split(request, n, num_local, num_external)
+            calls.append(((request.request_id, request.num_computed_tokens, n, num_local, num_external), out))
+            return out
+        d.alloc.split = recording
+        try:
+            d.run()
+        except BadInput:  # stock's schedule may not take the scenario's explicit chunks where the fixed one does
+            pass
+    return calls
+
+
+def split_points(scenario: Scenario, fixes) -> dict[int, int]:
+    """{index of a chunk-rule call in the replay with `fixes`: the chunk stock clipped there} where the two replays
+    make the same call and stock clips another chunk: the calls the bug changes. Only the first such call: after
+    it the two schedules part."""
+    fixed, stock = _split_outcomes(scenario, fixes), _split_outcomes(scenario, ())
+    for i, ((args, want), (stock_args, got)) in enumerate(zip(fixed, stock)):
+        if args != stock_args:
+            break
+        if want != got:
+            return {i: got}
+    return {}
+
+
+def _split_helper(geometry) -> str:
     """`mamba_split`: vLLM's own `Scheduler._mamba_block_aligned_split` on a stub self holding the Scheduler
-    attributes this release's split reads, as vLLM's tests/v1/core/test_mamba_align_chunk_split.py `_split` does."""
-    def render(ns) -> str:
-        items = ", ".join(f"{k}={render(v) if hasattr(v, '__dict__') else repr(v)}" for k, v in vars(ns).items())
-        return f"SimpleNamespace({items})"
+    attributes its split reads (in any release from 0.26.0: the harness's split shim, vllm_adapter.py), as vLLM's
+    tests/v1/core/test_mamba_align_chunk_split.py `_split` does. What the Scheduler derives from the manager (partial
+    hash hits, the shared-prefix checkpoint switch) is read off the test's manager, as the Scheduler reads it."""
+    g = geometry
+    return f'''
 
-    return ("\n\nSCHEDULER_STUB = " + render(shim).replace(", ", ",\n    ") + "\n\n\n"
-            "def mamba_split(request, num_new_tokens, num_local, num_external):\n"
-            "    from vllm.v1.core.sched.scheduler import Scheduler\n\n"
-            "    return Scheduler._mamba_block_aligned_split(SCHEDULER_STUB, request, num_new_tokens, num_local,\n"
-            "                                                num_external)\n")
+def mamba_split(manager, request, num_new_tokens, num_local, num_external):
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    partial = {g.hash_block_size} < {g.scheduler_block_size} and bool(
+        getattr(manager.coordinator, "enable_partial_hash_hits", False))
+    # the shared-prefix checkpoint switch (mamba_fine_grained_prefix_cache up to 0.30)
+    checkpoint = {{name: partial and bool(getattr(manager, name, False))
+                  for name in ("mamba_shared_prefix_checkpoint", "mamba_fine_grained_prefix_cache")}}
+    scheduler = SimpleNamespace(
+        block_size={g.scheduler_block_size},
+        hash_block_size={g.hash_block_size},
+        cache_config=SimpleNamespace(
+            block_size={g.scheduler_block_size}, mamba_block_size={g.mamba_block_size}),
+        scheduler_config=SimpleNamespace(long_prefill_token_threshold=0),
+        max_num_scheduled_tokens={g.token_budget},
+        use_eagle={g.eagle_block_drop},
+        use_eagle_block_drop={g.eagle_block_drop},
+        num_hash_lookahead_tokens=0,
+        mamba_partial_cache_hit=partial,
+        mamba_has_prefill_checkpoint_blocks={bool(g.prefill_checkpoint)},
+        mamba_prefill_checkpoint_alignment={1 if g.prefill_checkpoint else None},
+        **checkpoint,
+    )
+    return Scheduler._mamba_block_aligned_split(scheduler, request, num_new_tokens, num_local, num_external)
+'''
 
 
 def _page_model() -> str:

@@ -1,9 +1,15 @@
 """`hybrid-harness regression FINDING --style vllm`: the finding's regression test as vLLM would keep it.
 
 The body is harness/regression.py's allocator replay (KVCacheManager built and driven directly, as vLLM's own
-tests/v1/core/test_prefix_caching.py and test_mamba_align_chunk_split.py do), plus an assertion on every chunk vLLM's
-`Scheduler._mamba_block_aligned_split` clipped (called on a stub self, as test_mamba_align_chunk_split.py's `_split`
-does), so a bug in the Scheduler's split fails it too. Around it, vLLM's conventions: the SPDX header, `pytest`
+tests/v1/core/test_prefix_caching.py and test_mamba_align_chunk_split.py do). It asserts the bug's consequence, not
+the emitting release's schedule, so that it passes on every release without the bug (tools/emitted_across.py checks
+that across the releases bisect covers): the replay stops after the last step the finding showed at and aborts what
+still holds blocks (later steps' chunk sizes and step counts differ between releases and are no part of the bug);
+what it asserts is state (the worker's live columns against the scheduler's, the state every read finds, the state
+of every cached Mamba block, the pool after all frees). vLLM's `Scheduler._mamba_block_aligned_split` (called on a
+stub self, as test_mamba_align_chunk_split.py's `_split` does) is asserted only at the call whose chunk the bug
+changes (regression.split_points: the fixed and the stock replay part there), and where the fixed chunk stops at
+the Mamba block boundary the stock one runs past, as that relation rather than a chunk size. Around it, vLLM's conventions: the SPDX header, `pytest`
 with the `cpu_test` mark, a test named after the issue in the folder of the component at fault, and a docstring
 naming the configuration a user runs (`vllm serve` flags and `LLM(...)` arguments). It imports only vLLM, torch and
 pytest: vLLM's `tests/v1/core/utils.py` helpers build Requests from token counts (`create_requests`) or a
@@ -145,17 +151,28 @@ def emit_vllm_test(artifact: dict, issues: list[KnownIssue]) -> tuple[str, str]:
             raise BadInput(f"--style vllm: {k.id}'s test is not an allocator replay; emit it from a finding of it "
                            "alone")
     name = (issue.id if issue else artifact["signature"].split(":")[0]).replace("-", "_")
-    body = emit_regression(scenario, artifact["signature"], None, issues, split=True)
-    # vLLM's header and docstring instead of the standalone file's; pytest and the stub's SimpleNamespace imported
+    body = emit_regression(scenario, artifact["signature"], None, issues, split=True,
+                           until_step=last_finding_step(artifact, issues))
+    # vLLM's header and docstring instead of the standalone file's; pytest (and the split stub's SimpleNamespace)
     _, _, rest = body.partition('"""\n\nfrom __future__ import annotations\n')
     rest = rest.replace("\nimport torch\n", "\nimport pytest\nimport torch\n", 1)
     rest = rest.replace("\nMAMBA = ", "\npytestmark = pytest.mark.cpu_test\n\nMAMBA = ", 1)
     func = body.split("\ndef test_", 1)[1].split("(", 1)[0]
     rest = rest.replace(f"\ndef test_{func}(", f"\ndef test_{name}(", 1)
     head = ("# SPDX-License-Identifier: Apache-2.0\n# SPDX-FileCopyrightText: Copyright contributors to the vLLM project\n"
-            + docstring
-            + "\n\nfrom types import SimpleNamespace\n")
+            + docstring + "\n" + ("\nfrom types import SimpleNamespace\n" if "\ndef mamba_split(" in rest else ""))
     return head + rest, f"{folder}/test_hh_{name}.py"
+
+
+def last_finding_step(artifact: dict, issues: list[KnownIssue]) -> int | None:
+    """The last step at which the finding showed (its findings of `issues`, where its verdict names them): the
+    replay needs no later step. None where a finding has no step (the test then runs the whole schedule)."""
+    known = (artifact.get("verdict") or {}).get("known") or {}
+    ids = {k.id for k in issues}
+    findings = artifact.get("findings") or []
+    mine = [f for f in findings if ids & set(known.get(f.get("signature"), "").split("+"))] or findings
+    steps = [f.get("step") for f in mine]
+    return max(steps) if steps and None not in steps else None
 
 
 __all__ = ["emit_vllm_test", "folder_for", "user_config"]

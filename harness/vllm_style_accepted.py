@@ -74,6 +74,12 @@ def _runner_stub() -> GPUModelRunner:
     runner.device = torch.device("cpu")
     runner.max_num_reqs = MAX_NUM_REQS
     runner.max_num_tokens = MAX_NUM_TOKENS
+    # vLLM before 0.32 also takes the kernels' block sizes (here the same)
+    kernel = (
+        {{"kernel_block_sizes": BLOCK_SIZES}}
+        if "kernel_block_sizes" in InputBatch.__init__.__code__.co_varnames
+        else {{}}
+    )
     runner.input_batch = InputBatch(
         max_num_reqs=MAX_NUM_REQS,
         max_model_len=MAX_MODEL_LEN,
@@ -83,6 +89,7 @@ def _runner_stub() -> GPUModelRunner:
         block_sizes=BLOCK_SIZES,
         max_num_blocks_per_req=[-(-MAX_MODEL_LEN // b) for b in BLOCK_SIZES],
         num_spec_tokens=NUM_SPEC_TOKENS,
+        **kernel,
     )
     # Slot mapping is a Triton kernel (no CPU path); the accepted counts ignore it.
     runner.input_batch.block_table.compute_slot_mapping = lambda *args: None
@@ -102,6 +109,9 @@ def _runner_stub() -> GPUModelRunner:
     runner.use_async_spec_decode = False
     runner.is_pooling_model = False
     runner.uses_mrope = False
+    # what the V1 runners of 0.28-0.31 also read: no XD-RoPE, no previous-index buffer
+    runner.uses_xdrope_dim = 0
+    runner.mamba_prev_last_scheduled_idx = None
     runner.enable_prompt_embeds = False
     runner.lora_config = None
     runner._pp_recv_work = None
@@ -159,6 +169,7 @@ def _scheduler_output(step: dict) -> SchedulerOutput:
         total_num_scheduled_tokens=sum(step["num_scheduled_tokens"].values()),
         scheduled_spec_decode_tokens=step["spec_tokens"],
         scheduled_encoder_inputs={{}},
+        num_common_prefix_blocks=[],  # no cascade attention (required before 0.32)
         finished_req_ids=set(step["finished"]),
         free_encoder_mm_hashes=[],
         preempted_req_ids=set(step["preempted"]),

@@ -140,6 +140,12 @@ class _MambaBuilder(BaseMambaAttentionMetadataBuilder[BaseMambaAttentionMetadata
 
 def _runner_stub() -> GPUModelRunner:
     """What _may_reorder_batch reads: the persistent batch; no model, no device."""
+    # vLLM before 0.32 also takes the kernels' block sizes (here the same)
+    kernel = (
+        {{"kernel_block_sizes": [BLOCK_SIZE]}}
+        if "kernel_block_sizes" in InputBatch.__init__.__code__.co_varnames
+        else {{}}
+    )
     input_batch = InputBatch(
         max_num_reqs=len(BATCH),
         max_model_len=MAX_MODEL_LEN,
@@ -149,6 +155,7 @@ def _runner_stub() -> GPUModelRunner:
         block_sizes=[BLOCK_SIZE],
         max_num_blocks_per_req=[MAX_MODEL_LEN // BLOCK_SIZE + 1],
         num_spec_tokens=NUM_SPECULATIVE_TOKENS,
+        **kernel,
     )
     for req_id, (scheduled, drafts, computed, prompt) in BATCH.items():
         # a request resumed after its prompt recomputes tokens it generated

@@ -227,15 +227,26 @@ def _tuple_source(items: list[str]) -> str:
     return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
 
 
+# Scheduler fields the split reads under another name in other releases (0.28-0.30: use_eagle and
+# mamba_fine_grained_prefix_cache): the stub holds every name, so the test runs on each release's split
+RENAMED = (("use_eagle", "use_eagle_block_drop"), ("mamba_fine_grained_prefix_cache", "mamba_shared_prefix_checkpoint"))
+
+
 def _split_fields(sched) -> dict:
     """The scheduler attributes the release's `_mamba_block_aligned_split` reads, but the ones the test sets from
-    the engine core's results (block sizes, cache config) and the scheduler config's threshold."""
+    the engine core's results (block sizes, cache config) and the scheduler config's threshold; a field renamed
+    between releases under each of its names (RENAMED)."""
     from vllm.v1.core.sched.scheduler import Scheduler
 
     source = inspect.getsource(inspect.unwrap(Scheduler._mamba_block_aligned_split))
     names = sorted(set(re.findall(r"self\.(\w+)", source)) - {"cache_config", "scheduler_config", "block_size",
                                                                  "hash_block_size"})
     fields = {n: getattr(sched, n) for n in names}
+    for pair in RENAMED:
+        known = [n for n in pair if n in fields]
+        if known:
+            fields.update((n, fields[known[0]]) for n in pair if n not in fields)
+    fields = dict(sorted(fields.items()))
     odd = {n: v for n, v in fields.items() if v is not None and not isinstance(v, (bool, int))}
     if odd:
         raise BadInput(f"--style vllm: the split reads scheduler fields a test cannot write as literals: {odd}")
