@@ -31,14 +31,25 @@ sys.path.insert(0, str(ROOT / "tools"))
 TIERS = ("symbolic", "engine")
 
 
-def campaign(tree: Path, witness: Path | None, tier: str, minutes: float, seed: int) -> dict:
+def runner_for(patch: str, tier: str) -> str | None:
+    """The engine tier's model runner for a patch of one runner's code (a V1 runner patch on a release whose
+    hybrids default to V2 is fuzzed on V1), else None (vLLM's pick)."""
+    from harness.known_issues import KNOWN_ISSUES
+
+    issue = next((k for k in KNOWN_ISSUES if k.id == patch.split("@")[0]), None)
+    runners = [r for r in (issue.runners or ()) if r in ("v1", "v2")] if issue is not None else []
+    return runners[0] if tier == "engine" and len(runners) == 1 else None
+
+
+def campaign(tree: Path, witness: Path | None, tier: str, minutes: float, seed: int, runner: str | None) -> dict:
     """One campaign on `tree`: exit, executions, new signatures kept."""
     with tempfile.TemporaryDirectory() as tmp:
         art = Path(tmp) / "fuzz"
         cmd = [sys.executable, "-m", "harness", "--vllm", str(tree), *(["--witness-vllm", str(witness)] if witness
                                                                        else []),
                "fuzz", "--tier", tier, "--minutes", f"{minutes:g}", "--seed", str(seed), "--seed-corpus",
-               "--no-progress", "--no-minimize", "--jobs", "1", "--artifacts", str(art)]
+               "--no-progress", "--no-minimize", "--jobs", "1", "--artifacts", str(art),
+               *(["--runner", runner] if runner else [])]
         start = time.monotonic()
         out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         summary = json.loads((art / "campaign.json").read_text()) if (art / "campaign.json").exists() else {}
@@ -104,12 +115,13 @@ def main() -> int:
             tree = stock if issue == "stock" else patched(issue, release)
             for tier in TIERS:
                 key, old = (release, issue, tier), rows.get((release, issue, tier))
+                runner = runner_for(issue, tier)
                 if (old and not args.force and old["patch_sha"] == digest and old["minutes"] == args.minutes
-                        and old["exit"] in (0, 1)):
+                        and old["exit"] in (0, 1) and old.get("runner") == runner):
                     continue
-                r = campaign(tree, None if issue == "stock" else stock, tier, args.minutes, args.seed)
+                r = campaign(tree, None if issue == "stock" else stock, tier, args.minutes, args.seed, runner)
                 rows[key] = {"release": release, "patch": issue, "tier": tier, "patch_sha": digest,
-                             "minutes": args.minutes, "seed": args.seed, **r}
+                             "minutes": args.minutes, "seed": args.seed, "runner": runner, **r}
                 print(json.dumps(rows[key]), flush=True)
                 args.out.with_suffix(".json").write_text(json.dumps(list(rows.values()), indent=1) + "\n")
     ordered = sorted(rows.values(), key=lambda r: (r["release"], r["patch"] != "stock", r["patch"], r["tier"]))
@@ -129,7 +141,7 @@ def main() -> int:
         blocks = "-" if r["patch"] == "stock" else ("**yes**: " + ", ".join(f"`{s}`" for s in extra) if extra
                                                     else "**harness error**" if r["exit"] > 1 else "no")
         lines.append(f"| {r['release']} | {'stock' if r['patch'] == 'stock' else '`' + r['patch'] + '`'} | "
-                     f"{r['tier']} | {r['exit']}{' (' + r['error'] + ')' if r.get('error') else ''} | "
+                     f"{r['tier']}{' (' + r['runner'] + ' runner)' if r.get('runner') else ''} | {r['exit']}{' (' + r['error'] + ')' if r.get('error') else ''} | "
                      f"{r['execs']} | {', '.join(f'`{s}`' for s in r['new']) or 'none'} | {blocks} |")
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
