@@ -10,7 +10,9 @@ engine tier, stock), and the template (harness/vllm_style_runner_templates.py):
 - V1 (`_may_reorder_batch`, and with it the Mamba builder's rows): the persistent batch (vLLM's InputBatch) in the
   scheduler's order, reordered by the runner's `_may_reorder_batch`, then split by vLLM's own Mamba builder
   (`BaseMambaAttentionMetadataBuilder.build`, the way tests/v1/attention/utils.py's MockMambaBuilder builds one)
-  from the metadata the runner gives it; a row verifying drafts must be a decode row (the prefill kernels keep the
+  from the metadata the runner gives it: the draft counts and accepted counts only where the runner's own
+  `_prepare_inputs` made the step speculative (every step of a speculative config from 0.32.0, only steps with drafts
+  before: a release's runner decides, not the test); a row verifying drafts must be a decode row (the prefill kernels keep the
   state after its unverified drafts), a row of several tokens without drafts a prefill row (the decode kernels
   keep one state per token and its accepted count is 1).
 """

@@ -118,6 +118,7 @@ from vllm.v1.attention.backends.mamba_attn import (
     BaseMambaAttentionMetadataBuilder,
 )
 from vllm.v1.kv_cache_interface import MambaSpec
+from vllm.v1.pool.late_interaction_runner import LateInteractionRunner
 from vllm.v1.worker.gpu_input_batch import CachedRequestState, InputBatch
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
@@ -139,7 +140,8 @@ class _MambaBuilder(BaseMambaAttentionMetadataBuilder[BaseMambaAttentionMetadata
 {metadata_helper}
 
 def _runner_stub() -> GPUModelRunner:
-    """What _may_reorder_batch reads: the persistent batch; no model, no device."""
+    """What _may_reorder_batch and _prepare_inputs read: the persistent batch and
+    the host buffers; no model, no device."""
     # vLLM before 0.32 also takes the kernels' block sizes (here the same)
     kernel = (
         {{"kernel_block_sizes": [BLOCK_SIZE]}}
@@ -157,45 +159,75 @@ def _runner_stub() -> GPUModelRunner:
         num_spec_tokens=NUM_SPECULATIVE_TOKENS,
         **kernel,
     )
+    # Slot mapping is a Triton kernel (no CPU path); the split ignores it.
+    input_batch.block_table.compute_slot_mapping = lambda *args: None
+    runner = GPUModelRunner.__new__(GPUModelRunner)
+    runner.requests = {{}}
     for req_id, (scheduled, drafts, computed, prompt) in BATCH.items():
         # a request resumed after its prompt recomputes tokens it generated
         generated = max(0, computed + scheduled - drafts - prompt)
-        input_batch.add_request(
-            CachedRequestState(
-                req_id=req_id,
-                prompt_token_ids=[0] * prompt,
-                mm_features=[],
-                sampling_params=SamplingParams(),
-                generator=None,
-                block_ids=([],),
-                num_computed_tokens=computed,
-                output_token_ids=[0] * generated,
-            )
+        runner.requests[req_id] = CachedRequestState(
+            req_id=req_id,
+            prompt_token_ids=[0] * prompt,
+            mm_features=[],
+            sampling_params=SamplingParams(),
+            generator=None,
+            block_ids=([],),
+            num_computed_tokens=computed,
+            output_token_ids=[0] * generated,
         )
-    runner = GPUModelRunner.__new__(GPUModelRunner)
+        input_batch.add_request(runner.requests[req_id])
     runner.input_batch = input_batch
     runner.kv_cache_config = SimpleNamespace(kv_cache_groups=[SimpleNamespace()])
     runner.speculative_config = SimpleNamespace(
-        num_speculative_tokens=NUM_SPECULATIVE_TOKENS
+        num_speculative_tokens=NUM_SPECULATIVE_TOKENS, use_ngram_gpu=lambda: False
     )
     # the Mamba builder's threshold with speculative decoding: 1 + K
     runner.reorder_batch_threshold = 1 + NUM_SPECULATIVE_TOKENS
+    # What _prepare_inputs reads besides, on the host: the draft and accepted
+    # counts it leaves are what the runner hands the Mamba builder.
+    runner.device = torch.device("cpu")
+    runner.cache_config = SimpleNamespace(mamba_cache_mode="align")
+    runner.use_async_scheduling = False
+    runner.use_async_spec_decode = False
+    runner.num_accepted_tokens_event = SimpleNamespace(synchronize=lambda: None)
+    runner.is_pooling_model = False
+    runner.uses_mrope = False
+    runner.uses_xdrope_dim = 0  # the V1 runners of 0.28-0.31 read these
+    runner.mamba_prev_last_scheduled_idx = None
+    runner.enable_prompt_embeds = False
+    runner.lora_config = None
+    runner._pp_recv_work = None
+    runner.late_interaction_runner = LateInteractionRunner()
+    num_tokens, num_reqs = MAX_MODEL_LEN, len(BATCH)
+    i32, i64 = torch.int32, torch.int64
+    runner.arange_np = torch.arange(num_tokens, dtype=i64).numpy()
+    runner._arange_scratch = torch.empty(num_tokens, dtype=i64).numpy()
+    runner.input_ids = runner._make_buffer(num_tokens, dtype=i32)
+    runner.query_pos = runner._make_buffer(num_tokens, dtype=i64)
+    runner.req_indices = runner._make_buffer(num_tokens, dtype=i64)
+    runner.positions = torch.zeros(num_tokens, dtype=i64)
+    runner.query_start_loc = runner._make_buffer(num_reqs + 1, dtype=i32)
+    runner.optimistic_seq_lens_cpu = torch.zeros(num_reqs, dtype=i32)
+    runner.seq_lens = torch.zeros(num_reqs, dtype=i32)
+    runner.num_computed_tokens = torch.zeros(num_reqs, dtype=i32)
+    runner.prev_positions = runner._make_buffer(num_reqs, dtype=i64)
+    runner.prev_num_draft_tokens = runner._make_buffer(num_reqs, dtype=i32)
+    runner.discard_request_mask = runner._make_buffer(num_reqs, dtype=torch.bool)
+    runner.num_accepted_tokens = runner._make_buffer(num_reqs, dtype=i64)
+    runner.num_decode_draft_tokens = runner._make_buffer(num_reqs, dtype=i32)
+    runner.num_scheduled_tokens = runner._make_buffer(num_reqs, dtype=i32)
     return runner
 
 
-def _num_decodes(order: list[str]) -> int:
+def _num_decodes(order: list[str], drafts: torch.Tensor | None) -> int:
     """The Mamba metadata builder's decode rows of the batch in this order, from
-    the metadata the runner gives it with speculative decoding: is_prefilling and
-    the draft counts, -1 for none and 0 for a one-token decode
-    (gpu_model_runner.py:2199-2225 and :2327 in vLLM 0.33.0)."""
+    the metadata the runner gives it: is_prefilling and, on a step _prepare_inputs
+    made speculative, the draft counts it left and the accepted counts."""
     rows = [BATCH[req_id] for req_id in order]
     query_lens = torch.tensor([row[0] for row in rows], dtype=torch.int32)
     computed = torch.tensor([row[2] for row in rows], dtype=torch.int32)
     prompt = torch.tensor([row[3] for row in rows], dtype=torch.int32)
-    drafts = torch.tensor(
-        [d if d and n == d + 1 else -1 for n, d, _, _ in rows], dtype=torch.int32
-    )
-    drafts[(drafts < 0) & (computed >= prompt) & (query_lens == 1)] = 0
     metadata = _metadata(query_lens, computed, computed < prompt)
     # The fields the builder reads; its split (mamba_attn.py:450-456 in 0.33.0)
     # precedes all that the cache mode changes.
@@ -221,12 +253,13 @@ def _num_decodes(order: list[str]) -> int:
         block_size=BLOCK_SIZE, shapes=((1,), (1,)), dtypes=(torch.float32,)
     )
     builder = _MambaBuilder(spec, ["mamba"], config, torch.device("cpu"))
-    return builder.build(
-        0,
-        metadata,
-        num_accepted_tokens=torch.ones(len(rows), dtype=torch.int32),
-        num_decode_draft_tokens_cpu=drafts,
-    ).num_decodes
+    spec = {{}}
+    if drafts is not None:  # the runner passes these only on a speculative step
+        spec = dict(
+            num_accepted_tokens=torch.ones(len(rows), dtype=torch.int32),
+            num_decode_draft_tokens_cpu=drafts,
+        )
+    return builder.build(0, metadata, **spec).num_decodes
 
 
 def test_{name}():
@@ -240,7 +273,16 @@ def test_{name}():
     )
     runner._may_reorder_batch(scheduler_output)
     order = list(runner.input_batch.req_ids)
-    num_decodes = _num_decodes(order)
+    # The runner's own inputs for the builder: a speculative step leaves each row's
+    # draft count (-1: none) in num_decode_draft_tokens.
+    num_scheduled = torch.tensor([BATCH[r][0] for r in order], dtype=torch.int32)
+    _, spec_decode_metadata, _ = runner._prepare_inputs(
+        scheduler_output, num_scheduled.numpy()
+    )
+    drafts = None
+    if spec_decode_metadata is not None:
+        drafts = runner.num_decode_draft_tokens.cpu[: len(order)].clone()
+    num_decodes = _num_decodes(order, drafts)
 
     for i, req_id in enumerate(order):
         scheduled, drafts, computed, prompt = BATCH[req_id]
