@@ -136,10 +136,12 @@ if part upstream; then
   "$PY" tools/upstream.py tests --vllm 0.34.0 --jobs 2 --out $R/upstream_tests_0.34.0.md || [[ $? == 1 ]]
   SEED="seed-external-hit-unmarked --vllm 0.27.1 --fixed-in 0.28.0"
   "$PY" tools/upstream.py tests $SEED --out $R/upstream_tests_0.27.1.md || [[ $? == 1 ]]
+  # every emitted vLLM-style test in each release's own test tree: red exactly where its issue reproduces (~25 min)
+  "$PY" tools/emitted_across.py --out $R/emitted_across_releases.md || [[ $? == 1 ]]
   # issue 45: every patch's tree fuzzed by the harness (2-minute campaigns per tier, the stock tree as liveness
   # witness; ~90 min), the first sync-external patch beside it; rows of unchanged patches are kept
-  "$PY" $M/patched_trees.py --releases 0.33.0 0.34.0 --minutes 2 --as-was 7153686^ sync-external-admission-undercount \
-    --out $R/patched_trees.md
+  "$PY" $M/patched_trees.py --out $R/patched_trees.md --releases 0.33.0 0.34.0 --minutes 2 \
+    --as-was 7153686^ sync-external-admission-undercount
   "$PY" -m harness report-bug --open -o docs/upstream
   # the CPU build's pages (tier e2e), then the index over every page
   for i in cpu-mamba2-prefill-checkpoint cpu-mamba-align-spec-decode-triton cpu-mamba2-spec-conv-drops-accepted \

@@ -283,6 +283,9 @@ def _fuzz(args: argparse.Namespace) -> int:
     if summary["harness_errors"]:
         print(f"harness errors (not vLLM findings) kept in {artifacts / 'findings' / 'harness-errors'}", file=sys.stderr)
         return EXIT_HARNESS_ERROR
+    if not summary.get("execs"):  # the workers ran nothing (each died at its first input): never green
+        print("harness error (not a vLLM finding): the campaign executed no input", file=sys.stderr)
+        return EXIT_HARNESS_ERROR
     return EXIT_FINDING if unknown else EXIT_OK
 
 

@@ -205,7 +205,8 @@ class Allocator:
         bs = g.scheduler_block_size
         shim = SimpleNamespace(
             block_size=bs, hash_block_size=g.hash_block_size,
-            cache_config=SimpleNamespace(block_size=bs),
+            # mamba_block_size: the Mamba block, which the split aligns to (a patched split reads it)
+            cache_config=SimpleNamespace(block_size=bs, mamba_block_size=g.mamba_block_size),
             scheduler_config=SimpleNamespace(long_prefill_token_threshold=0),
             max_num_scheduled_tokens=g.token_budget,
             use_eagle=g.eagle_block_drop, use_eagle_block_drop=g.eagle_block_drop,

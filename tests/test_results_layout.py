@@ -21,9 +21,10 @@ def _written_by_the_script(name: str) -> bool:
     stem, _, ext = name.rpartition(".")
     if f"$R/{name}" in SCRIPT:
         return True
-    if ext == "json":  # peer_tests.py, bisect --known, upstream.py suite and bank_034.py write their rows as JSON
+    if ext == "json":  # these write their rows as JSON beside their table
         return any(f"$R/{stem}.md" in line and any(w in line for w in ("peer_tests.py", "bisect --known", "upstream.py",
-                                                                        "bank_034.py"))
+                                                                        "bank_034.py", "emitted_across.py",
+                                                                        "patched_trees.py"))
                    for line in SCRIPT.splitlines())
     if ext == "md":  # plot.py writes the benchmark table beside the pytest-benchmark JSON it reads
         return f"$M/plot.py $R/{stem}.json" in SCRIPT
