@@ -108,7 +108,8 @@ def test_every_hand_sized_test_names_a_known_issue_and_imports_only_vllm_torch_a
         text = path.read_text()
         roots = {line.split()[1].split(".")[0] for line in text.splitlines() if line.startswith(("import ", "from "))}
         assert roots <= {"vllm", "torch", "pytest", "types"}, (path.name, roots)
-        assert text.startswith("# SPDX-License-Identifier: Apache-2.0") and "\ndef test_" in text
+        # a test for one of vLLM's own files (appended there: its license header is the file's), at most 80 lines
+        assert text.startswith("# vLLM file: tests/") and "\ndef test_" in text and text.count("\n") <= 80
 
 
 @pytest.mark.slow
@@ -414,3 +415,23 @@ def test_every_issue_open_on_a_release_has_tests_that_fail_on_stock_and_pass_pat
     for r in records:
         assert "error" not in r, r
         assert (r["stock"], r["fixed"], r["repro_on_patched"], r["ok"]) == ("fails", "passes", "clean", True), r
+
+
+def test_every_report_fits_one_page_and_leads_with_prior_art():
+    """docs/upstream: each page at most 500 words of prose and 150 lines, prior art first; a page for a bug an open
+    vLLM pull request already fixes is a comment for that pull request; the index lists every page, by severity x
+    reach (issue 45)."""
+    from harness.bug_report import LINES, WORDS, index, prose_words
+    from harness.known_issues import KNOWN_ISSUES
+
+    folder = ROOT / "docs" / "upstream"
+    pages = sorted(p for p in folder.glob("*.md") if p.name != "README.md")
+    assert len(pages) >= 10
+    for page in pages:
+        text = page.read_text()
+        assert prose_words(text) <= WORDS and text.count("\n") <= LINES, page.name
+        assert text.split("\n## ")[0].count("**Prior art"), page.name
+        issue = next(k for k in KNOWN_ISSUES if k.id == page.stem)
+        assert text.startswith(f"# Comment for [{issue.open_fix.ref}]") if issue.open_fix else \
+            text.startswith("# [Bug]: "), page.name
+    assert (folder / "README.md").read_text() == index(folder)
