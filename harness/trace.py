@@ -108,6 +108,14 @@ class RunEnd:
     # the requests that arrived and finished (or were aborted by the scenario): what a liveness witness finished
     finished: tuple[str, ...] = ()
 
+    def as_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> RunEnd:
+        """The inverse of as_json: JSON's lists back to the tuples the fields hold."""
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in doc.items()})
+
     def blocks_to_hold(self, request: str) -> int:
         tokens = self.tokens[request] + self.lookahead
         return blocks_to_hold(self.tokens[request], self.block_sizes, self.lookahead, self.groups,

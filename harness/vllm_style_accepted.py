@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from harness.errors import BadInput
 from harness.known_issues import KnownIssue
+from harness.vllm_style_runner_templates import host_state
 
 TARGETS = ("InputBatch (V1 re-add) + WorkerShadow.readded_num_accepted",
            "GPUModelRunner._update_states + GPUModelRunner._prepare_inputs")  # the fix targets this test serves
@@ -107,33 +108,7 @@ def _runner_stub() -> GPUModelRunner:
     # The accepted counts are read on the host; without async spec decode the
     # computed counts are copied from the host (the accepted counts ignore them).
     runner.use_async_spec_decode = False
-    runner.is_pooling_model = False
-    runner.uses_mrope = False
-    # what the V1 runners of 0.28-0.31 also read: no XD-RoPE, no previous-index buffer
-    runner.uses_xdrope_dim = 0
-    runner.mamba_prev_last_scheduled_idx = None
-    runner.enable_prompt_embeds = False
-    runner.lora_config = None
-    runner._pp_recv_work = None
-    i32, i64 = torch.int32, torch.int64
-    runner.arange_np = torch.arange(MAX_NUM_TOKENS, dtype=i64).numpy()
-    runner._arange_scratch = torch.empty(MAX_NUM_TOKENS, dtype=i64).numpy()
-    runner.input_ids = runner._make_buffer(MAX_NUM_TOKENS, dtype=i32)
-    runner.query_pos = runner._make_buffer(MAX_NUM_TOKENS, dtype=i64)
-    runner.req_indices = runner._make_buffer(MAX_NUM_TOKENS, dtype=i64)
-    runner.positions = torch.zeros(MAX_NUM_TOKENS, dtype=i64)
-    runner.query_start_loc = runner._make_buffer(MAX_NUM_REQS + 1, dtype=i32)
-    runner.optimistic_seq_lens_cpu = torch.zeros(MAX_NUM_REQS, dtype=i32)
-    runner.seq_lens = torch.zeros(MAX_NUM_REQS, dtype=i32)
-    runner.num_computed_tokens = torch.zeros(MAX_NUM_REQS, dtype=i32)
-    runner.prev_positions = runner._make_buffer(MAX_NUM_REQS, dtype=i64)
-    runner.prev_num_draft_tokens = runner._make_buffer(MAX_NUM_REQS, dtype=i32)
-    runner.discard_request_mask = runner._make_buffer(MAX_NUM_REQS, dtype=torch.bool)
-    runner.num_accepted_tokens = runner._make_buffer(MAX_NUM_REQS, dtype=i64)
-    runner.num_decode_draft_tokens = runner._make_buffer(MAX_NUM_REQS, dtype=i32)
-    runner.num_scheduled_tokens = runner._make_buffer(MAX_NUM_REQS, dtype=i32)
-    return runner
-
+''' + host_state("MAX_NUM_TOKENS", "MAX_NUM_REQS") + '''
 
 def _scheduler_output(step: dict) -> SchedulerOutput:
     new_reqs = [

@@ -5,6 +5,40 @@ SPDX header, the `cpu_test` mark, a runner stub made with `GPUModelRunner.__new_
 test_gpu_batch_ordering.py builds one), no model and no device. They import only vLLM, torch and pytest.
 """
 
+
+def host_state(num_tokens: str, num_reqs: str) -> str:
+    """The V1 runner's host flags and buffers that _prepare_inputs reads, for a stub with no model and no device
+    (both V1 stubs emit it), sized by the emitted test's expressions num_tokens and num_reqs. Braces-free: the
+    templates it joins are format()ted afterwards."""
+    return f'''    runner.is_pooling_model = False
+    runner.uses_mrope = False
+    # what the V1 runners of 0.28-0.31 also read: no XD-RoPE, no previous-index buffer
+    runner.uses_xdrope_dim = 0
+    runner.mamba_prev_last_scheduled_idx = None
+    runner.enable_prompt_embeds = False
+    runner.lora_config = None
+    runner._pp_recv_work = None
+    i32, i64 = torch.int32, torch.int64
+    runner.arange_np = torch.arange({num_tokens}, dtype=i64).numpy()
+    runner._arange_scratch = torch.empty({num_tokens}, dtype=i64).numpy()
+    runner.input_ids = runner._make_buffer({num_tokens}, dtype=i32)
+    runner.query_pos = runner._make_buffer({num_tokens}, dtype=i64)
+    runner.req_indices = runner._make_buffer({num_tokens}, dtype=i64)
+    runner.positions = torch.zeros({num_tokens}, dtype=i64)
+    runner.query_start_loc = runner._make_buffer({num_reqs} + 1, dtype=i32)
+    runner.optimistic_seq_lens_cpu = torch.zeros({num_reqs}, dtype=i32)
+    runner.seq_lens = torch.zeros({num_reqs}, dtype=i32)
+    runner.num_computed_tokens = torch.zeros({num_reqs}, dtype=i32)
+    runner.prev_positions = runner._make_buffer({num_reqs}, dtype=i64)
+    runner.prev_num_draft_tokens = runner._make_buffer({num_reqs}, dtype=i32)
+    runner.discard_request_mask = runner._make_buffer({num_reqs}, dtype=torch.bool)
+    runner.num_accepted_tokens = runner._make_buffer({num_reqs}, dtype=i64)
+    runner.num_decode_draft_tokens = runner._make_buffer({num_reqs}, dtype=i32)
+    runner.num_scheduled_tokens = runner._make_buffer({num_reqs}, dtype=i32)
+    return runner
+'''
+
+
 # the batch's common attention metadata, as both tests build it (placed by str.format: no doubled braces)
 METADATA_HELPER = '''def _metadata(
     query_lens: torch.Tensor, computed: torch.Tensor, is_prefilling: torch.Tensor
@@ -191,34 +225,8 @@ def _runner_stub() -> GPUModelRunner:
     runner.use_async_scheduling = False
     runner.use_async_spec_decode = False
     runner.num_accepted_tokens_event = SimpleNamespace(synchronize=lambda: None)
-    runner.is_pooling_model = False
-    runner.uses_mrope = False
-    runner.uses_xdrope_dim = 0  # the V1 runners of 0.28-0.31 read these
-    runner.mamba_prev_last_scheduled_idx = None
-    runner.enable_prompt_embeds = False
-    runner.lora_config = None
-    runner._pp_recv_work = None
     runner.late_interaction_runner = LateInteractionRunner()
-    num_tokens, num_reqs = MAX_MODEL_LEN, len(BATCH)
-    i32, i64 = torch.int32, torch.int64
-    runner.arange_np = torch.arange(num_tokens, dtype=i64).numpy()
-    runner._arange_scratch = torch.empty(num_tokens, dtype=i64).numpy()
-    runner.input_ids = runner._make_buffer(num_tokens, dtype=i32)
-    runner.query_pos = runner._make_buffer(num_tokens, dtype=i64)
-    runner.req_indices = runner._make_buffer(num_tokens, dtype=i64)
-    runner.positions = torch.zeros(num_tokens, dtype=i64)
-    runner.query_start_loc = runner._make_buffer(num_reqs + 1, dtype=i32)
-    runner.optimistic_seq_lens_cpu = torch.zeros(num_reqs, dtype=i32)
-    runner.seq_lens = torch.zeros(num_reqs, dtype=i32)
-    runner.num_computed_tokens = torch.zeros(num_reqs, dtype=i32)
-    runner.prev_positions = runner._make_buffer(num_reqs, dtype=i64)
-    runner.prev_num_draft_tokens = runner._make_buffer(num_reqs, dtype=i32)
-    runner.discard_request_mask = runner._make_buffer(num_reqs, dtype=torch.bool)
-    runner.num_accepted_tokens = runner._make_buffer(num_reqs, dtype=i64)
-    runner.num_decode_draft_tokens = runner._make_buffer(num_reqs, dtype=i32)
-    runner.num_scheduled_tokens = runner._make_buffer(num_reqs, dtype=i32)
-    return runner
-
+''' + host_state("MAX_MODEL_LEN", "len(BATCH)") + '''
 
 def _num_decodes(order: list[str], drafts: torch.Tensor | None) -> int:
     """The Mamba metadata builder's decode rows of the batch in this order, from

@@ -122,9 +122,7 @@ def _remote(scenario, config: RunConfig) -> Trace:
                 raise HarnessError(f"the liveness witness ({config.witness_vllm}) failed: {doc['error']}")
             trace = Trace(doc["vllm_version"], None, vllm_source=doc["vllm_source"], vllm_kind=doc["vllm_kind"],
                           fixes=tuple(config.fixes))
-            trace.end = RunEnd(**{**doc["end"], "block_sizes": tuple(doc["end"]["block_sizes"]), "groups": tuple(doc["end"]["groups"]),
-                                  "other_blocks": tuple(doc["end"]["other_blocks"]),
-                                  "finished": tuple(doc["end"]["finished"])}) if doc["end"] else None
+            trace.end = RunEnd.from_json(doc["end"]) if doc["end"] else None
             if doc["raised"]:
                 trace.exception = VllmException(**doc["raised"])
             return trace
@@ -143,7 +141,7 @@ def serve() -> int:
         try:
             doc = json.loads(line)
             trace = replay(parse_scenario(doc["scenario"]), config=RunConfig.from_json(doc["config"]))
-            reply = {**source.as_json(), "end": asdict(trace.end) if trace.end else None,
+            reply = {**source.as_json(), "end": trace.end.as_json() if trace.end else None,
                      "raised": asdict(trace.exception) if trace.exception else None}
         except Exception as exc:  # noqa: BLE001 - reported to the caller as the witness's error, never a finding
             reply = {"error": f"{type(exc).__name__}: {exc}"}

@@ -82,6 +82,8 @@ def test_a_witness_tree_replays_in_its_own_process():
     config = RunConfig(mutant=OVERCOUNTED, witness_vllm=tree)
     witness = witness_trace(scenario, config)
     assert witness.end.reason == "done" and "a" in witness.end.finished and witness.vllm_source == tree
+    # the run's end crossed a process boundary as JSON and came back whole, tuples included
+    assert witness.end == witness_trace(scenario, config.but(witness_vllm=None)).end
     trace = replay(scenario, config=config)
     assert [f.signature for f in judged(scenario, config, trace)] == ["liveness:witness"]
 

@@ -194,12 +194,7 @@ def run_release(version: str, tests: dict[str, tuple[str, str]], work: Path) -> 
     cmd.insert(cmd.index("-q"), "--continue-on-collection-errors")  # a file that does not import stops no other
     env["PYTHONPATH"] = os.pathsep.join([str(tree), env["PYTHONPATH"]])
     env.pop("HH_VLLM", None)
-    with log.open("w") as out:
-        try:
-            rc = subprocess.run(cmd, cwd=dest, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                timeout=SESSION_TIMEOUT_S).returncode
-        except subprocess.TimeoutExpired:
-            rc = None
+    rc = peer_tests.run_logged(cmd, dest, env, log, SESSION_TIMEOUT_S)
     seconds = round(time.monotonic() - started, 1)
     cases: dict[str, ET.Element] = {}
     if junit.exists():

@@ -215,6 +215,16 @@ def pytest_command(mutant: str | None, report: Path, full_cleanup: bool) -> tupl
     return cmd, env
 
 
+def run_logged(cmd: list[str], cwd: Path, env: dict, log: Path, timeout_s: float) -> int | None:
+    """One pytest session with its output in log: its exit code, None when it ran past timeout_s."""
+    with log.open("w") as out:
+        try:
+            return subprocess.run(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  timeout=timeout_s).returncode
+        except subprocess.TimeoutExpired:
+            return None
+
+
 def run_tests(tests_dir: Path, mutant: str | None, logs: Path, timeout_s: float, full_cleanup: bool = False) -> dict:
     """One pytest session on stock vLLM (mutant None) or with the mutant applied: the plugin's summary plus wall
     seconds and a verdict (killed True/False, None with a note when the run gave none); the output is kept in logs/."""
@@ -224,12 +234,7 @@ def run_tests(tests_dir: Path, mutant: str | None, logs: Path, timeout_s: float,
     report.unlink(missing_ok=True)
     cmd, env = pytest_command(mutant, report, full_cleanup)
     started = time.monotonic()
-    with log.open("w") as out:
-        try:
-            rc = subprocess.run(cmd, cwd=tests_dir, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                timeout=timeout_s).returncode
-        except subprocess.TimeoutExpired:
-            rc = None
+    rc = run_logged(cmd, tests_dir, env, log, timeout_s)
     doc = json.loads(report.read_text()) if report.exists() else {}
     row = {"mutant": mutant or "stock", "seconds": round(time.monotonic() - started, 1), "exit": rc,
            **{k: doc.get(k) for k in ("passed", "failed", "skipped", "errors", "deselected", "first_failure")},
