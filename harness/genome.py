@@ -70,7 +70,7 @@ class Budget:
     # document, vLLM's block per K, the number of KV cache groups)
     models: tuple[tuple[str | dict, tuple[int, ...], int], ...] = ()
     model_always: bool = False  # --model-config: every input on that model
-    # sparse prefix-cache retention (0.33.0+): generator inputs draw CacheConfig.prefix_cache_retention_interval
+    # sparse prefix-cache retention (0.29.0+): generator inputs draw CacheConfig.prefix_cache_retention_interval
     # (harness.generate.with_retention); byte-genome inputs stay dense, so their decoding is unchanged
     retention: bool = False
     # async scheduling asked of vLLM's V1 runner (EngineOptions.eagle_drafts_only): drafts are EAGLE's (align mode,

@@ -462,8 +462,8 @@ def refuse_budget_below_block(geometry: Geometry) -> None:
 
 
 def supports_retention() -> bool:
-    """KVCacheConfig.prefix_cache_retention_interval (0.33.0, kv_cache_interface.py:1541): sparse Mamba prefix-cache
-    retention, which the coordinator applies in `cache_blocks` (kv_cache_coordinator.py:360-380)."""
+    """KVCacheConfig.prefix_cache_retention_interval (0.29.0+; kv_cache_interface.py:1541 in 0.33.0): sparse Mamba
+    prefix-cache retention, which the coordinator applies in `cache_blocks` (kv_cache_coordinator.py:360-380)."""
     return vllm_release().retention
 
 
@@ -477,7 +477,7 @@ def retention_config(geometry: Geometry) -> dict:
         return {}
     if not supports_retention():
         raise BadInput(f"geometry.prefix_cache_retention_interval: vLLM {installed_version()} has no sparse "
-                       "prefix-cache retention (KVCacheConfig.prefix_cache_retention_interval, 0.33.0+)")
+                       "prefix-cache retention (KVCacheConfig.prefix_cache_retention_interval, 0.29.0+)")
     return {"prefix_cache_retention_interval": interval}
 
 

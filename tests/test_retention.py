@@ -175,3 +175,27 @@ def test_a_reset_junction_is_not_judged_on_the_fixed_system():
     assert trace.junctions["b"][-1][1] == 0
     assert not [f for f in findings if f.oracle == "retention"]
     assert verdict is None or not verdict.revealed
+
+
+def test_the_0_29_retention_fixes_give_the_boundaries_later_releases_keep(monkeypatch):
+    """0.29.0 hands reachable_block_mask [num_prompt - 1, junction]; its two fixes rewrite that list as 0.30.0
+    (get_replay_boundaries: the blocks an EAGLE resend and a longer sibling land on) and 0.33.0 (the block below the
+    junction) keep it, each alone or both, and leave a run without EAGLE alone."""
+    from harness.fixes import retention
+
+    monkeypatch.setattr(retention, "_ON_029", set())
+    mask = retention._boundaries_029(lambda cls, **kwargs: kwargs["reachable_boundaries"])
+
+    def kept(boundaries, use_eagle=True):
+        return mask(None, use_eagle=use_eagle, alignment_tokens=16, kv_cache_spec=SimpleNamespace(block_size=16),
+                    reachable_boundaries=boundaries)
+
+    assert kept([64, 32]) == [64, 32]  # neither fix on: vLLM's own list
+    retention._ON_029.add("replay")
+    assert kept([64]) == [48]  # a 65-token prompt: resend and sibling both land at 48
+    assert kept([63]) == [32, 48]  # a block-aligned 64-token prompt: the resend at 32, a sibling at 48
+    retention._ON_029.add("junction")
+    assert kept([64, 32]) == [48, 32, 16]
+    retention._ON_029.discard("replay")
+    assert kept([64, 32]) == [64, 32, 16]
+    assert kept([64, 32], use_eagle=False) == [64, 32]

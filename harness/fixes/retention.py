@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from harness.fixes.targets import MAMBA_MANAGER, has_checkpoints, method_fix
+from harness.fixes.targets import MAMBA_MANAGER, Fix, has_checkpoints, method_fix, target_name, wrapped_by
+from harness.mutants.base import Mutant, method_wrapped, wrap_method
 
 
 # -- fix: under sparse retention a chunk short of the prefill end reserves no checkpoint and relies on a null column
@@ -39,6 +40,81 @@ def _eagle_junction_block_retained(original):
     return cache_blocks
 
 
+# -- fix: with EAGLE, 0.29.0 retains the prompt's replay position (num_prompt - 1, single_type_kv_cache_manager.py:
+# 458 in 0.29.0), but an EAGLE hit drops back one block from its match (kv_cache_utils: the drafter recomputes the
+# last matched block), so a resend or a resumed request hits one block lower, whose state is not kept. 0.30.0
+# retains the blocks below both reachable positions instead (get_replay_boundaries, kv_cache_coordinator.py:314-333
+# in 0.30.0): the resend's, capped at num_prompt - 1, and a longer sibling's, at the last full block
+# 0.29.0's cache_blocks builds its boundaries itself, [num_prompt - 1, junction] (single_type_kv_cache_manager.py:
+# 458-461 in 0.29.0), and hands them to reachable_block_mask: both 0.29.0 fixes rewrite that list, in one wrapper that
+# knows which of them are on (two stacked rewrites would each misread the other's list)
+_ON_029: set[str] = set()
+
+
+def _boundaries_029(original):
+    def reachable_block_mask(cls, *args, **kwargs):
+        boundaries = list(kwargs.get("reachable_boundaries", ()))
+        block = kwargs.get("alignment_tokens")
+        if kwargs.get("use_eagle") and boundaries and block:
+            replay, junctions = [boundaries[0]], boundaries[1:]
+            if "replay" in _ON_029:  # 0.30.0's get_replay_boundaries: the resend's and a longer sibling's
+                replay = sorted({max(replay[0] // block * block - block, 0),
+                                 max((replay[0] + 1) // block * block - block, 0)})
+            if "junction" in _ON_029:  # 0.33.0: the junction and the block below it
+                junctions += [j - kwargs["kv_cache_spec"].block_size for j in junctions]
+            kwargs["reachable_boundaries"] = [*replay, *junctions]
+        return original(cls, *args, **kwargs)
+    return reachable_block_mask
+
+
+def _turn_on_029(part: str):
+    """Turn one 0.29.0 rewrite on (the wrapper goes in with the first); returns the undo."""
+    owner = MAMBA_MANAGER()
+    unwrap = None if wrapped_by(owner, "reachable_block_mask", _boundaries_029) else \
+        wrap_method(owner, "reachable_block_mask", _boundaries_029)
+    _ON_029.add(part)
+
+    def undo() -> None:
+        _ON_029.discard(part)
+        if unwrap is not None:
+            unwrap()
+    return undo
+
+
+def _on_029(part: str) -> bool:
+    return part in _ON_029 and wrapped_by(MAMBA_MANAGER(), "reachable_block_mask", _boundaries_029)
+
+
+def _retention_boundaries_029() -> bool:
+    """Sparse retention whose cache_blocks passes reachable_block_mask the prompt's replay position and the junction
+    itself (0.29.0), before 0.30.0's coordinator computed the replay boundaries (get_replay_boundaries)."""
+    from harness.vllm_adapter import parameters, supports_retention
+
+    try:
+        return (supports_retention() and "reachable_boundaries" in parameters(MAMBA_MANAGER().reachable_block_mask)
+                and "replay_boundaries" not in parameters(MAMBA_MANAGER().cache_blocks))
+    except (ImportError, TypeError):
+        return False
+
+
+def _eagle_junction_fix() -> Fix:
+    """One fix in its two forms: 0.30+ passes cache_blocks the replay boundaries (extended there), 0.29.0 builds them
+    inside cache_blocks and passes reachable_block_mask the list (rewritten there)."""
+    def patch():
+        if _retention_boundaries_029():
+            return _turn_on_029("junction")
+        return wrap_method(MAMBA_MANAGER(), "cache_blocks", _eagle_junction_block_retained)
+
+    def applied() -> bool:
+        return _on_029("junction") if _retention_boundaries_029() else method_wrapped(MAMBA_MANAGER(), "cache_blocks")
+
+    mutant = Mutant(name="fix-eagle-junction-block-retained", releases="where the issue is known",
+                    bug_class="fix: with EAGLE, sparse retention keeps the block below a shared-prefix junction",
+                    origin="hybrid-harness", patch=patch, is_applied=applied)
+    return Fix(mutant, target_name(MAMBA_MANAGER, "cache_blocks"),
+               lambda: _eagle_junction_block_unretained() or _retention_boundaries_029())
+
+
 def _eagle_junction_block_unretained() -> bool:
     """Sparse retention whose `cache_blocks` keeps only the junction itself (0.30-0.32), not 0.33.0's block below
     it with EAGLE."""
@@ -58,6 +134,9 @@ FIXES = (
     method_fix("fix-relocated-export-column-kept", MAMBA_MANAGER, "_needs_internal_checkpoint",
                      _relocated_export_column_kept, "a chunk short of the prefill end keeps the speculative block at "
                      "its checkpoint column as the checkpoint, not relocating it", applies=_sparse_retention_checkpoints),  # sparse-retention-checkpoint-unreserved
-    method_fix("fix-eagle-junction-block-retained", MAMBA_MANAGER, "cache_blocks", _eagle_junction_block_retained,
-                     "with EAGLE, sparse retention keeps the block below a shared-prefix junction", applies=_eagle_junction_block_unretained),  # eagle-junction-block-not-retained
+    _eagle_junction_fix(),  # eagle-junction-block-not-retained
+    Fix(Mutant(name="fix-eagle-replay-boundary-block-retained", releases="where the issue is known",
+               bug_class="fix: with EAGLE, sparse retention keeps the blocks an EAGLE hit on the prompt drops back to",
+               origin="hybrid-harness", patch=lambda: _turn_on_029("replay"), is_applied=lambda: _on_029("replay")),
+        target_name(MAMBA_MANAGER, "reachable_block_mask"), _retention_boundaries_029),  # eagle-replay-boundary-block-not-retained
 )

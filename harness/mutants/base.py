@@ -64,6 +64,7 @@ def wrap_method(cls, method_name: str, make) -> Callable[[], None]:
         original = raw.__func__
         patched = make(original)
         setattr(patched, _MARK, True)
+        patched.__wrapped__ = original  # as below: signatures and inspect.unwrap see vLLM's own
         return patch_attr(cls, method_name, classmethod(patched))
     original = getattr(cls, method_name)
     patched = make(original)
