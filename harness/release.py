@@ -331,6 +331,8 @@ class VllmRelease:
     # the scheduler knobs of harness.scenario.SCHEDULER_KNOBS this release's SchedulerConfig has (0.34.0+)
     scheduler_knobs: frozenset
     hit_limit: bool  # Request.prefix_cache_hit_limit, set from SamplingParams.prompt_logprob_start (0.34.0+)
+    mtp_reserve: bool  # Scheduler._reserve_prefill_lookahead: multi-module MTP's prefill lookahead (0.28.0+)
+    lookahead_hashes: bool  # KVConnectorBase_V1.supports_lookahead_block_hashes: core lookahead hashing (0.34.0+)
 
     @property
     def version(self) -> str:
@@ -356,7 +358,9 @@ def vllm_release() -> VllmRelease:
         _require(source, module, attr)
     from vllm.config import CacheConfig, SchedulerConfig
     from vllm.v1 import kv_cache_interface as kci
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
     from vllm.v1.core.sched.output import CachedRequestData
+    from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.request import Request
 
     fields = set(kci.MambaSpec.__dataclass_fields__)
@@ -379,6 +383,8 @@ def vllm_release() -> VllmRelease:
         default_block_size=int(getattr(CacheConfig, "DEFAULT_BLOCK_SIZE", 16)),
         scheduler_knobs=frozenset(SchedulerConfig.__dataclass_fields__),
         hit_limit=hasattr(Request, "get_prefix_cache_hit_limit"),
+        mtp_reserve=hasattr(Scheduler, "_reserve_prefill_lookahead"),
+        lookahead_hashes=hasattr(KVConnectorBase_V1, "supports_lookahead_block_hashes"),
     )
 
 

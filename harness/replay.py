@@ -31,11 +31,14 @@ def replay(scenario, mutant: str | None = None, tier: str | None = None, model=N
 
 
 def engine_scheduler_knobs(scenario) -> list[str]:
-    """The scenario's settings that only vLLM's own Scheduler follows (the engine tier): 0.34's scheduler knobs and
-    per-request prefix-cache hit limits."""
+    """The scenario's settings that only vLLM's own Scheduler follows (the engine tier): 0.34's scheduler knobs,
+    per-request prefix-cache hit limits and the drafter settings the mirror does not model."""
     from harness.scenario import OPTIONAL_REQUEST, SCHEDULER_KNOBS
 
-    knobs = [f"geometry.{n}" for n in SCHEDULER_KNOBS if getattr(scenario.geometry, n) is not None]
+    g = scenario.geometry
+    knobs = [f"geometry.{n}" for n in SCHEDULER_KNOBS if getattr(g, n) is not None]
+    # multi-module MTP's prefill reserve and finalized-prefix caching, lookahead block hashes: vLLM's own code
+    knobs += ["geometry.mtp_modules"] * g.multi_module_mtp + ["geometry.lookahead_hashes"] * g.lookahead_hashes
     return knobs + [f"requests[{r.id}].{n}" for r in scenario.requests for n in OPTIONAL_REQUEST
                     if getattr(r, n) is not None]
 
@@ -47,8 +50,8 @@ def _run(scenario, cfg: RunConfig, model):
                        "path, which the mirrored scheduler does not model)")
     scheduler_knobs = engine_scheduler_knobs(scenario)
     if tier not in ("engine", "e2e") and scheduler_knobs:
-        raise BadInput(f"{', '.join(scheduler_knobs)}: vLLM's own scheduler code (0.34+), which the engine tier "
-                       "runs and the mirrored scheduler does not model")
+        raise BadInput(f"{', '.join(scheduler_knobs)}: vLLM's own scheduler code, which the engine tier runs and "
+                       "the mirrored scheduler does not model")
     if tier == "symbolic":
         from harness.driver import Driver
 

@@ -67,6 +67,17 @@ class Geometry(_Strict):
     # cache_config.block_size, the grid the Scheduler's Mamba split aligns to, to it (bench/results/block_sizes.md).
     # Engine tier, geometry.model a model with aux hidden-state outputs. 0 = off, left out of the document
     hidden_state_layers: int = Field(default=0, ge=0, le=8)
+    # the EAGLE-family drafter (eagle_block_drop) as MTP with this many modules in its draft checkpoint
+    # (hf_config.n_predict in 0.34.0, num_nextn_predict_layers before): 0 = EAGLE. With 2+ modules and
+    # num_speculative_tokens 2+, vLLM (0.28+) runs multi-module MTP: the Scheduler never ends a prefill chunk within
+    # num_speculative_tokens of the prompt's end (Scheduler._reserve_prefill_lookahead) and the KV cache manager
+    # caches only the finalized prefix (num_reprefillable_tokens). Engine tier; 0 is left out of the document
+    mtp_modules: int = Field(default=0, ge=0, le=8)
+    # the KV connector hashes blocks with the tokens after them ("core lookahead hashing", which NIXL, offloading
+    # and Mooncake support): with an EAGLE-family drafter and prefix caching, vLLM 0.34.0 then keys each block by
+    # its tokens plus the drafter's lookahead (VllmConfig._resolve_num_hash_lookahead_tokens, config/vllm.py:633-654;
+    # without a connector it is vLLM's default). Engine tier, 0.34+; False is left out of the document
+    lookahead_hashes: bool = False
 
     @field_validator("model")
     @classmethod
@@ -105,11 +116,19 @@ class Geometry(_Strict):
                              "mamba_cache_mode 'none' has no prefix caching")
         if self.mamba_cache_mode == "all" and self.prefill_checkpoint:
             raise ValueError("prefill_checkpoint is align mode's (mamba_cache_mode 'all' caches every block)")
+        if (self.mtp_modules or self.lookahead_hashes) and not self.eagle_block_drop:
+            raise ValueError("mtp_modules and lookahead_hashes are an EAGLE-family drafter's: they need "
+                             "eagle_block_drop (and num_speculative_tokens > 0)")
         if self.hidden_state_layers and (self.model is None or self.num_speculative_tokens != 1
                                          or self.eagle_block_drop or self.mamba_cache_mode != "align"):
             raise ValueError("hidden_state_layers (extract_hidden_states) needs geometry.model, "
                              "num_speculative_tokens 1, no eagle_block_drop and mamba_cache_mode 'align'")
         return self
+
+    @property
+    def multi_module_mtp(self) -> bool:
+        """vLLM's multi-module MTP (use_multi_module_mtp: method mtp, min(modules, K) > 1)."""
+        return min(self.mtp_modules, self.num_speculative_tokens) > 1
 
     @property
     def scheduler_block_size(self) -> int:
@@ -325,7 +344,7 @@ def scenario_to_json(scenario: Scenario) -> dict:
     exclude: dict = {"workload": True} if scenario.workload is None else {}
     g = scenario.geometry  # nor the extract_hidden_states layers when off
     unset = {name for name in OPTIONAL_GEOMETRY if getattr(g, name) is None}
-    unset |= set() if g.hidden_state_layers else {"hidden_state_layers"}
+    unset |= {name for name in ("hidden_state_layers", "mtp_modules", "lookahead_hashes") if not getattr(g, name)}
     if unset:
         exclude["geometry"] = unset
     requests = {i: set(names) for i, req in enumerate(scenario.requests)

@@ -163,6 +163,54 @@ def test_eagle_block_drop_runs_with_vllms_eagle_lookahead_and_block_drop():
     assert judge(engine.run()) == []
 
 
+def test_mtp_modules_and_lookahead_hashes_reach_vllms_scheduler_and_pool():
+    """geometry.mtp_modules: vLLM's own rule picks multi-module MTP from the stand-in checkpoint, and its Scheduler
+    reserves num_speculative_tokens of prefill lookahead; lookahead_hashes: the connector asks for core lookahead
+    hashing, and vLLM's block pool keys blocks with the drafter's lookahead (0.34+)."""
+    from harness.engine.scheduler import EngineDriver
+    from harness.release import vllm_release
+
+    if not vllm_release().mtp_reserve:
+        pytest.skip("no multi-module MTP prefill reserve in this release")
+    request = [{"id": "a", "prompt": {"length": 20, "seed": 1}, "max_tokens": 3}]
+    engine = EngineDriver(_scenario(request, num_speculative_tokens=3, eagle_block_drop=True, mtp_modules=3,
+                                    attn_block_size=16, mamba_block_size=16), None, MIRROR.engine)
+    assert engine.vc.speculative_config.use_multi_module_mtp() and engine.sched.num_prefill_lookahead == 3
+    single = EngineDriver(_scenario(request, num_speculative_tokens=3, eagle_block_drop=True, mtp_modules=1,
+                                    attn_block_size=16, mamba_block_size=16), None, MIRROR.engine)
+    assert not single.vc.speculative_config.use_multi_module_mtp() and single.sched.num_prefill_lookahead == 1
+    if vllm_release().lookahead_hashes:
+        hashed = EngineDriver(_scenario(request, num_speculative_tokens=2, eagle_block_drop=True,
+                                        lookahead_hashes=True), None, MIRROR.engine)
+        assert hashed.sched.kv_cache_manager.block_pool.num_hash_lookahead_tokens > 0
+        plain = EngineDriver(_scenario(request, num_speculative_tokens=2, eagle_block_drop=True), None, MIRROR.engine)
+        assert plain.sched.kv_cache_manager.block_pool.num_hash_lookahead_tokens == 0  # a connector's default
+
+
+def test_engine_campaigns_draw_the_drafters_the_release_has():
+    from harness.genome import budget_scenario, run_budget
+    from harness.release import vllm_release
+
+    release = vllm_release()
+    budget = run_budget(RunConfig(tier="engine"))
+    geometries = [budget_scenario(seed, budget, True).geometry for seed in range(800)]
+    if budget.scheduler_knobs:  # 0.34+: the drafter draws go with the scheduler knobs
+        assert any(g.multi_module_mtp for g in geometries) == release.mtp_reserve
+        assert any(g.lookahead_hashes for g in geometries) == release.lookahead_hashes
+        assert any(g.mtp_modules == 1 for g in geometries)
+    else:
+        assert not any(g.mtp_modules or g.lookahead_hashes for g in geometries)
+
+
+def test_multi_module_mtp_and_lookahead_hashes_are_the_engine_tiers():
+    sc = _scenario([{"id": "a", "prompt": {"length": 20, "seed": 1}, "max_tokens": 3}], num_speculative_tokens=2,
+                   eagle_block_drop=True, mtp_modules=2)
+    with pytest.raises(BadInput, match="geometry.mtp_modules: vLLM's own scheduler code"):
+        replay(sc, None, "symbolic")
+    with pytest.raises(BadInput, match="need eagle_block_drop"):
+        _scenario([], num_speculative_tokens=2, mtp_modules=2)
+
+
 @MIRROR_MODELS_THIS_RELEASE
 @pytest.mark.parametrize("seed", [4, 36, 45])
 def test_eagle_scenarios_agree_with_the_mirrored_tier(seed):

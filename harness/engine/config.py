@@ -117,6 +117,7 @@ def derive_geometry(scenario: Scenario) -> EngineGeometry:
     if g.mamba_cache_mode == "all":
         _check_all_mode(g)
     _check_scheduler_knobs(scenario)
+    _check_drafter(g)
     # mode none: vLLM sets the Mamba block to max_model_len when prefix caching is off
     # (model_executor/models/config.py:781-787 in 0.33.0, MambaModelConfig.verify_and_update_config)
     mamba_block = g.max_model_len if g.mamba_cache_mode == "none" else g.mamba_block_size
@@ -136,6 +137,18 @@ def _check_scheduler_knobs(scenario: Scenario) -> None:
     if not release.hit_limit and any(r.prefix_cache_hit_limit is not None for r in scenario.requests):
         raise BadInput(f"prefix_cache_hit_limit: vLLM {installed_version()}'s Request has no prefix_cache_hit_limit "
                        "(v1/request.py, 0.34.0+)")
+
+
+def _check_drafter(g) -> None:
+    """BadInput for a drafter setting the release's scheduler has no code for."""
+    from harness.release import vllm_release
+
+    if g.multi_module_mtp and not vllm_release().mtp_reserve:
+        raise BadInput(f"geometry.mtp_modules: vLLM {installed_version()}'s Scheduler has no multi-module MTP prefill "
+                       "lookahead (0.28+)")
+    if g.lookahead_hashes and not vllm_release().lookahead_hashes:
+        raise BadInput(f"geometry.lookahead_hashes: vLLM {installed_version()}'s connectors cannot ask for lookahead "
+                       "block hashes (0.34+)")
 
 
 def set_scheduler_knobs(vc, g) -> None:
@@ -229,7 +242,7 @@ def follows_async(vc, runner: str, forward: str = "symbolic") -> bool:
     if runner == "v2" or (runner == "auto" and picks_v2(vc)):
         return True
     spec = vc.speculative_config
-    return runner in ("v1", "auto") and forward == "symbolic" and (spec is None or spec.method == "eagle")
+    return runner in ("v1", "auto") and forward == "symbolic" and (spec is None or spec.method in ("eagle", "mtp"))
 
 
 def _scheduler_vllm_config(scenario: Scenario, eg: EngineGeometry, runner: str, async_mode: str, forward: str):
@@ -244,6 +257,7 @@ def _scheduler_vllm_config(scenario: Scenario, eg: EngineGeometry, runner: str, 
     wanted = ASYNC_WANTED[async_mode]
     if runner == "mirror" and wanted is None:  # a synchronous worker: vLLM's decision cannot be followed
         wanted = False
+    modes.update(mtp_modules=g.mtp_modules, lookahead_hashes=g.lookahead_hashes)
     vc = vllm_config(*args, failure_policy=g.kv_load_failure_policy, async_scheduling=wanted, **modes)
     if vc.scheduler_config.async_scheduling and not follows_async(vc, runner, forward):
         if async_mode == "on":
@@ -360,7 +374,8 @@ def _gpu_async_decision(decided: list):
 @functools.lru_cache(maxsize=512)  # a few hundred KB each; a fuzz campaign revisits its geometries
 def vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: int, K: int, eagle: bool,
                  runner: str = "mirror", failure_policy: str = "fail", async_scheduling: bool | None = False,
-                 mamba_cache_mode: str = "align", mamba_block: int = 0):
+                 mamba_cache_mode: str = "align", mamba_block: int = 0, mtp_modules: int = 0,
+                 lookahead_hashes: bool = False):
     """The VllmConfig for one geometry (validated by vLLM, then the stand-ins set); built once per geometry
     in a process: pydantic validation of the config tree costs more than a short replay. `async_scheduling`:
     None = vLLM's own decision for this config on a GPU platform (_gpu_async_decision); True = asked for
@@ -389,6 +404,8 @@ def vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: i
                 raise BadInput(f"geometry.kv_load_failure_policy: vLLM {installed_version()}'s KVTransferConfig has no "
                                "kv_load_failure_policy")
             kv_kwargs["kv_load_failure_policy"] = failure_policy
+        if lookahead_hashes:  # the connector's answer to supports_lookahead_block_hashes (harness/engine/connector.py)
+            kv_kwargs["kv_connector_extra_config"] = {"lookahead_block_hashes": True}
 
         def build(asked: bool | None, method: str | None = None):
             """A VllmConfig for this geometry; vLLM's async decision is appended to `decided`. `method`: the
@@ -432,6 +449,10 @@ def vllm_config(max_num_seqs: int, budget: int, max_model_len: int, B: int, H: i
         vc.scheduler_config.async_scheduling = bool(decided[-1])
     if eagle:
         _as_eagle(vc.speculative_config)
+        if mtp_modules:
+            _as_mtp(vc.speculative_config, mtp_modules)
+        if hasattr(vc, "_resolve_num_hash_lookahead_tokens"):  # 0.34: resolved at validation, from the method
+            vc.num_hash_lookahead_tokens = vc._resolve_num_hash_lookahead_tokens()
     object.__setattr__(vc, "model_config", ModelConfigStandIn(max_model_len))
     # align: platforms/interface.py:1114-1115; none: max_model_len (MambaModelConfig, models/config.py:786-787), the
     # scheduler's, which the runner's config (built at larger buffer extents) keeps too
@@ -460,6 +481,19 @@ def _as_eagle(spec) -> None:
                        "EAGLE config")
 
 
+def _as_mtp(spec, modules: int) -> None:
+    """MTP drafting (an EAGLE-family method, relabelled as _as_eagle does) from a draft checkpoint with `modules`
+    MTP modules: what vLLM reads of that checkpoint to choose multi-module MTP (use_multi_module_mtp:
+    hf_config.n_predict in 0.34.0, config/speculative.py:1809-1828; num_nextn_predict_layers before) stands in for
+    it. The scheduler's prefill lookahead and the manager's finalized prefix follow from vLLM's own properties."""
+    from types import SimpleNamespace
+
+    object.__setattr__(spec, "method", "mtp")
+    hf = SimpleNamespace(model_type="nemotron_h_mtp", n_predict=modules, num_nextn_predict_layers=modules,
+                         index_share_for_mtp_iteration=False)
+    object.__setattr__(spec, "draft_model_config", SimpleNamespace(hf_config=hf, architectures=[]))
+
+
 def _speculative_config(cls, K: int):
     """n-gram drafting (no draft model: constructible on CPU); the drafts themselves come from the scenario."""
     try:
@@ -486,7 +520,8 @@ def runner_config(driver):
     return sizes, vllm_config(*sizes, eg.block_size, eg.hash_block_size, eg.num_speculative_tokens,
                                g.eagle_block_drop, driver.options.runner, failure_policy=g.kv_load_failure_policy,
                                async_scheduling=bool(vc.scheduler_config.async_scheduling),
-                               mamba_cache_mode=eg.mamba_cache_mode, mamba_block=eg.mamba_block_size)
+                               mamba_cache_mode=eg.mamba_cache_mode, mamba_block=eg.mamba_block_size,
+                               mtp_modules=g.mtp_modules, lookahead_hashes=g.lookahead_hashes)
 
 
 def resumed_ids(cr) -> set[str]:

@@ -40,6 +40,12 @@ class HarnessConnector(KVConnectorBase_V1, SupportsHMA):
         self.used: set[str] = set()
         self.offered: dict[str, tuple[int, int, bool]] = {}  # request -> (local shown, ext offered, async)
 
+    @classmethod
+    def supports_lookahead_block_hashes(cls, kv_transfer_config) -> bool:
+        """Core lookahead hashing (0.34.0, base.py:199-203: off by default), as NIXL, offloading and Mooncake
+        support it: asked for by the scenario (geometry.lookahead_hashes, through kv_connector_extra_config)."""
+        return bool((kv_transfer_config.kv_connector_extra_config or {}).get("lookahead_block_hashes"))
+
     # -- scheduler side ------------------------------------------------------------------------
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int) -> tuple[int | None, bool]:
         rid = request.request_id

@@ -86,16 +86,17 @@ class _scenario_drafter:
         self.spec = spec
 
     def __enter__(self):
-        if self.spec is not None and self.spec.method in ("ngram", "eagle"):  # eagle: relabelled n-gram config
-            self.saved = (self.spec.method, self.spec.model)
+        if self.spec is not None and self.spec.method in ("ngram", "eagle", "mtp"):  # eagle, mtp: relabelled n-gram
+            self.saved = (self.spec.method, self.spec.model, self.spec.draft_model_config)
             object.__setattr__(self.spec, "method", "custom_class")
             object.__setattr__(self.spec, "model", f"{__name__}.ScenarioDrafter")
+            object.__setattr__(self.spec, "draft_model_config", None)  # mtp: config._as_mtp's stand-in checkpoint
         return self
 
     def __exit__(self, *exc) -> None:
         if getattr(self, "saved", None):
-            object.__setattr__(self.spec, "method", self.saved[0])
-            object.__setattr__(self.spec, "model", self.saved[1])
+            for name, value in zip(("method", "model", "draft_model_config"), self.saved):
+                object.__setattr__(self.spec, name, value)
 
 
 def _checkpoint_builders_as_configured(runner) -> None:

@@ -262,13 +262,16 @@ class _Runner:
                 vc.cache_config.hash_block_size, vc.cache_config.cache_hit_alignment_tokens = checkpoint
             spec = vc.speculative_config
             method = getattr(spec, "method", None)
-            if method == "eagle":  # no EAGLE draft model on CPU (harness/engine/config.py _as_eagle): the
+            draft = getattr(spec, "draft_model_config", None)
+            if method in ("eagle", "mtp"):  # no EAGLE draft model on CPU (harness/engine/config.py _as_eagle): the
                 object.__setattr__(spec, "method", "ngram")  # runner holds an n-gram speculator instead, whose
-            try:  # proposal the harness replaces anyway (V2Worker._propose)
+                object.__setattr__(spec, "draft_model_config", None)  # proposal the harness replaces anyway
+            try:  # (V2Worker._propose)
                 self.runner = r = CPUModelRunner(vc, torch.device("cpu"))
             finally:
-                if method == "eagle":
+                if method in ("eagle", "mtp"):
                     object.__setattr__(spec, "method", method)
+                    object.__setattr__(spec, "draft_model_config", draft)
             self.model = TagModel(None)
             r.load_model(model=self.model)
             specs = r.get_kv_cache_spec()
@@ -387,7 +390,7 @@ def _runner_vc(driver):
     # scheduling (the runner's async output path and its own fill of the scheduler's placeholders)
     shape = (eg.block_size, eg.num_speculative_tokens, g.eagle_block_drop, g.kv_load_failure_policy, checkpoint,
              bool(vc.scheduler_config.async_scheduling), eg.mamba_cache_mode, eg.mamba_block_size,
-             tuple(driver.hidden_blocks.items()), driver.group_mixers)
+             g.mtp_modules, g.lookahead_hashes, tuple(driver.hidden_blocks.items()), driver.group_mixers)
     return shape, sizes, vc
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.fixes.targets import MAMBA_MANAGER, Fix, has_checkpoints, method_fix, target_name, wrapped_by
+from harness.fixes.targets import HYBRID_COORDINATOR, MAMBA_MANAGER, Fix, has_checkpoints, method_fix, target_name, wrapped_by
 from harness.mutants.base import Mutant, method_wrapped, wrap_method
 
 
@@ -130,6 +130,27 @@ def _eagle_junction_block_unretained() -> bool:
         return False
 
 
+# -- fix: multi-module MTP caches only the finalized prefix, num_computed_tokens - (lookahead - 1) (kv_cache_
+# coordinator.py:350-356 and 789-804 in 0.34.0): a Mamba block's state is its chunk end's, so a partial tail keyed
+# at the finalized prefix names a state the block does not hold (the block holds the state a few tokens on) --------
+def _mamba_keys_whole_blocks(original):
+    def get_num_cacheable_tokens(self, num_computed_tokens, kv_cache_group_id):
+        cacheable = original(self, num_computed_tokens, kv_cache_group_id)
+        manager = self.single_type_managers[kv_cache_group_id]
+        spec = manager.kv_cache_spec
+        if (cacheable < num_computed_tokens and getattr(self, "num_reprefillable_tokens", 0)
+                and getattr(spec, "mamba_cache_mode", None) == "align"):
+            return cacheable // manager.block_size * manager.block_size  # the block boundaries it holds states of
+        return cacheable
+    return get_num_cacheable_tokens
+
+
+def _trims_finalized_prefix() -> bool:
+    """The coordinator caches only the finalized prefix of a multi-module MTP request in a method of its own (0.32+;
+    inline before)."""
+    return hasattr(HYBRID_COORDINATOR(), "get_num_cacheable_tokens")
+
+
 FIXES = (
     method_fix("fix-relocated-export-column-kept", MAMBA_MANAGER, "_needs_internal_checkpoint",
                      _relocated_export_column_kept, "a chunk short of the prefill end keeps the speculative block at "
@@ -139,4 +160,7 @@ FIXES = (
                bug_class="fix: with EAGLE, sparse retention keeps the blocks an EAGLE hit on the prompt drops back to",
                origin="hybrid-harness", patch=lambda: _turn_on_029("replay"), is_applied=lambda: _on_029("replay")),
         target_name(MAMBA_MANAGER, "reachable_block_mask"), _retention_boundaries_029),  # eagle-replay-boundary-block-not-retained
+    method_fix("fix-mamba-keys-whole-blocks", HYBRID_COORDINATOR, "get_num_cacheable_tokens",
+               _mamba_keys_whole_blocks, "under multi-module MTP a Mamba group caches the finalized prefix's whole "
+               "blocks only, never a tail below its state", applies=_trims_finalized_prefix),  # mtp-tail-keyed-below-state
 )

@@ -138,6 +138,25 @@ def _split_grid_below_mamba_block() -> bool:
     return blocks is not None and blocks[2] < model[1][1]  # the engine's block_size below the Mamba block at K = 1
 
 
+# -- fix: multi-module MTP's prefill reserve undoes the split's stop at a Mamba block boundary -------------------
+def _reserve_keeps_split_stop(original):
+    """`_reserve_prefill_lookahead` (scheduler.py:695-714 in 0.34.0) never ends a prefill chunk within
+    num_prefill_lookahead of the prompt's end, by cutting the chunk back. In Mamba align mode the chunk it is given
+    is the split's, which stops a chunk that starts mid-block at the next block boundary (scheduler.py:660-665);
+    where that boundary lies within the lookahead of the end, the cut leaves no token, and the same stop and cut
+    recur every step: the request is never scheduled again. Here a cut to nothing keeps the split's chunk (the
+    drafter reads fewer known prompt tokens at that one boundary; the Mamba state stays block-aligned)."""
+    def _reserve_prefill_lookahead(self, request, num_computed_tokens, num_new_tokens):
+        reserved = original(self, request, num_computed_tokens, num_new_tokens)
+        return num_new_tokens if reserved == 0 < num_new_tokens else reserved
+    return _reserve_prefill_lookahead
+
+
+def _reserve_can_undo_split() -> bool:
+    """The Scheduler reserves the multi-module MTP prefill lookahead after the Mamba split (0.28+)."""
+    return hasattr(SCHEDULER(), "_reserve_prefill_lookahead") and hasattr(SCHEDULER(), "_mamba_block_aligned_split")
+
+
 FIXES = (
     method_fix("fix-midblock-stop", SCHEDULER, "_mamba_block_aligned_split",
                      _stop_at_next_block_boundary(_checkpoint_prompt_final_chunk),
@@ -151,4 +170,7 @@ FIXES = (
     method_fix("fix-split-on-mamba-grid", SCHEDULER, "_mamba_block_aligned_split", _split_on_mamba_grid,
                "the Mamba split aligns chunk ends to the Mamba block (cache_config.mamba_block_size) where "
                "cache_config.block_size is below it", applies=_split_grid_below_mamba_block),
+    method_fix("fix-reserve-keeps-split-stop", SCHEDULER, "_reserve_prefill_lookahead", _reserve_keeps_split_stop,
+               "multi-module MTP's prefill reserve never cuts the Mamba split's chunk to nothing",
+               applies=_reserve_can_undo_split),  # mtp-reserve-undoes-split-stop
 )
