@@ -47,7 +47,8 @@ def user_config(scenario) -> tuple[dict, list[str]]:
     if g.prefix_cache_retention_interval is not None:
         kw["prefix_cache_retention_interval"] = g.prefix_cache_retention_interval
     if g.num_speculative_tokens:
-        method = "extract_hidden_states" if g.hidden_state_layers else "eagle" if g.eagle_block_drop else "ngram"
+        method = ("extract_hidden_states" if g.hidden_state_layers else "mtp" if g.mtp_modules
+                  else "eagle" if g.eagle_block_drop else "ngram")
         kw["speculative_config"] = {"method": method,
                                     "num_speculative_tokens": g.num_speculative_tokens}
     if g.hidden_state_layers:  # as vLLM's examples/offline_inference/extract_hidden_states.py sets it up

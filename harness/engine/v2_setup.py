@@ -6,6 +6,8 @@ shape in the process, reset between scenarios.
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import tempfile
 
@@ -260,18 +262,8 @@ class _Runner:
                 # the prefix-cache granularity the engine core resolves and the worker adopts
                 # (v1/engine/core.py:356-370, v1/worker/gpu_worker.py:877-880): the scheduler's own values
                 vc.cache_config.hash_block_size, vc.cache_config.cache_hit_alignment_tokens = checkpoint
-            spec = vc.speculative_config
-            method = getattr(spec, "method", None)
-            draft = getattr(spec, "draft_model_config", None)
-            if method in ("eagle", "mtp"):  # no EAGLE draft model on CPU (harness/engine/config.py _as_eagle): the
-                object.__setattr__(spec, "method", "ngram")  # runner holds an n-gram speculator instead, whose
-                object.__setattr__(spec, "draft_model_config", None)  # proposal the harness replaces anyway
-            try:  # (V2Worker._propose)
+            with _ngram_while_built(vc.speculative_config):
                 self.runner = r = CPUModelRunner(vc, torch.device("cpu"))
-            finally:
-                if method in ("eagle", "mtp"):
-                    object.__setattr__(spec, "method", method)
-                    object.__setattr__(spec, "draft_model_config", draft)
             self.model = TagModel(None)
             r.load_model(model=self.model)
             specs = r.get_kv_cache_spec()
@@ -392,6 +384,25 @@ def _runner_vc(driver):
              bool(vc.scheduler_config.async_scheduling), eg.mamba_cache_mode, eg.mamba_block_size,
              g.mtp_modules, g.lookahead_hashes, tuple(driver.hidden_blocks.items()), driver.group_mixers)
     return shape, sizes, vc
+
+
+@contextlib.contextmanager
+def _ngram_while_built(spec):
+    """No EAGLE or MTP draft model on CPU (harness/engine/config.py _as_eagle, _as_mtp): while the runner is built
+    its config reads n-gram without a draft checkpoint, so it holds an n-gram speculator, whose proposal the harness
+    replaces anyway (V2Worker._propose); the method and checkpoint stand-in are restored after."""
+    method = getattr(spec, "method", None)
+    if method not in ("eagle", "mtp"):
+        yield
+        return
+    draft = spec.draft_model_config
+    object.__setattr__(spec, "method", "ngram")
+    object.__setattr__(spec, "draft_model_config", None)
+    try:
+        yield
+    finally:
+        object.__setattr__(spec, "method", method)
+        object.__setattr__(spec, "draft_model_config", draft)
 
 
 def runner_for(driver) -> _Runner:
