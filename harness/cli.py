@@ -351,7 +351,12 @@ def _cmd_regression(args: argparse.Namespace) -> int:
     if args.style == "vllm":
         from harness.vllm_style import emit_vllm_test
 
-        text, where = emit_vllm_test(artifact, fixes_for(artifact.get("verdict")))
+        issues = fixes_for(artifact.get("verdict"))
+        if args.issue:
+            issues = [k for k in issues if k.id == args.issue]
+            if not issues:
+                raise BadInput(f"regression --issue {args.issue}: the finding is not attributed to it")
+        text, where = emit_vllm_test(artifact, issues)
         Path(args.output).write_text(text)
         print(f"wrote {args.output} (its place in vLLM's tree: {where})")
         return EXIT_OK

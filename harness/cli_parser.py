@@ -136,6 +136,8 @@ def build_parser(commands: dict) -> argparse.ArgumentParser:
     reg.add_argument("--style", choices=("standalone", "vllm"), default="standalone",
                      help="vllm: a test for vLLM's own tree (tests/v1/core/...), named after the known issue, its "
                      "docstring naming the user configuration")
+    reg.add_argument("--issue", metavar="ID", help="--style vllm: the test of this one of the known issues the finding "
+                     "is attributed to (a finding several issues' fixes remove together)")
     reg.set_defaults(func=commands["regression"])
     rep = sub.add_parser("report", help="Markdown + HTML report with plots of a campaign directory")
     rep.add_argument("directory")

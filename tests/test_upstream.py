@@ -232,7 +232,7 @@ def _vllm_style_test(issue_id: str, tmp_path, *tier: str) -> tuple[Path, str]:
     assert run.returncode == 1, run.stdout + run.stderr
     out = tmp_path / "test_x.py"
     emit = subprocess.run([sys.executable, "-m", "harness", "regression", str(next(art.glob("*.json"))), "--style",
-                           "vllm", "-o", str(out)], cwd=ROOT, capture_output=True, text=True)
+                           "vllm", "--issue", issue_id, "-o", str(out)], cwd=ROOT, capture_output=True, text=True)
     assert emit.returncode == 0, emit.stderr
     _assert_vllm_header_and_imports(out.read_text())
     return out, emit.stdout.split("its place in vLLM's tree: ", 1)[1].rstrip(")\n")
@@ -328,6 +328,8 @@ def test_vllm_style_runner_test_fails_on_stock_and_imports_only_vllm_torch_and_p
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": ""}
     test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(out)], cwd=tmp_path,
                           capture_output=True, text=True, env=env)
+    if "pin_memory=True requires a CUDA" in test.stdout:  # 0.26-0.27's InputBatch pins host memory unasked
+        pytest.skip("this release's V1 InputBatch cannot be built on a CPU-only machine (pin_memory)")
     assert test.returncode == 1 and " to the Mamba " in test.stdout, test.stdout[-2000:]
 
 

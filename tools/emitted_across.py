@@ -124,7 +124,8 @@ def emit(issue: str, version: str, work: Path) -> tuple[str, str]:
     artifact = upstream.finding_for(issue, tree, work / "finding")
     test_file = work / "test.py"
     out = subprocess.run([upstream.PY, "-m", "harness", "--vllm", str(tree), "regression", str(artifact), "--style",
-                          "vllm", "-o", str(test_file)], cwd=ROOT, capture_output=True, text=True,
+                          "vllm", "--issue", issue, "-o", str(test_file)],
+                         cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     if out.returncode:
         raise BadInput(f"regression --style vllm on {version} failed: {out.stderr.strip()[-400:]}")

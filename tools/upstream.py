@@ -349,7 +349,8 @@ def check_test(issue: str, version: str, fixed_in: str | None = None, hand: bool
         artifact = finding_for(issue, stock, work / "finding")
         test_file = work / "test.py"
         emit = subprocess.run([PY, "-m", "harness", "--vllm", str(stock), "regression", str(artifact), "--style",
-                               "vllm", "-o", str(test_file)], cwd=ROOT, capture_output=True, text=True,
+                               "vllm", "--issue", issue, "-o", str(test_file)],
+                              cwd=ROOT, capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
         if emit.returncode:
             raise BadInput(f"regression --style vllm failed: {emit.stderr.strip()[-400:]}")
