@@ -278,8 +278,10 @@ def cmd_suite(args) -> int:
              "| tree | passed | failed | errors | skipped | new failures |", "|---|---|---|---|---|---|"]
     bad = False
     for name, r in rows.items():
-        new = sorted(set(r["failures"]) - stock_failed)
-        if not r.pop("kept", False):
+        if r.pop("kept", False):  # judged against the stock run of its own time (this run's stock may differ)
+            new = r.get("new_failures", sorted(set(r["failures"]) - stock_failed))
+        else:
+            new = r["new_failures"] = sorted(set(r["failures"]) - stock_failed)
             r["flaky"] = [n for n in new
                           if not pytest_run(test_dirs[name], trees[name], [n], logs / f"{name}.rerun.log")["exit"]]
         bad |= len(set(new) - set(r.get("flaky", []))) > 0
