@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from harness.fixes.targets import HYBRID_COORDINATOR, MAMBA_MANAGER, Fix, has_checkpoints, method_fix, target_name, wrapped_by
-from harness.mutants.base import Mutant, method_wrapped, wrap_method
+from harness.fixes.targets import (HYBRID_COORDINATOR, MAMBA_MANAGER, Fix, has_checkpoints, method_fix, patch_fix,
+                                   target_name, wrapped_by)
+from harness.mutants.base import method_wrapped, wrap_method
 
 
 # -- fix: under sparse retention a chunk short of the prefill end reserves no checkpoint and relies on a null column
@@ -108,11 +109,9 @@ def _eagle_junction_fix() -> Fix:
     def applied() -> bool:
         return _on_029("junction") if _retention_boundaries_029() else method_wrapped(MAMBA_MANAGER(), "cache_blocks")
 
-    mutant = Mutant(name="fix-eagle-junction-block-retained", releases="where the issue is known",
-                    bug_class="fix: with EAGLE, sparse retention keeps the block below a shared-prefix junction",
-                    origin="hybrid-harness", patch=patch, is_applied=applied)
-    return Fix(mutant, target_name(MAMBA_MANAGER, "cache_blocks"),
-               lambda: _eagle_junction_block_unretained() or _retention_boundaries_029())
+    return patch_fix("fix-eagle-junction-block-retained", target_name(MAMBA_MANAGER, "cache_blocks"),
+                     "with EAGLE, sparse retention keeps the block below a shared-prefix junction", patch, applied,
+                     applies=lambda: _eagle_junction_block_unretained() or _retention_boundaries_029())
 
 
 def _eagle_junction_block_unretained() -> bool:
@@ -156,10 +155,10 @@ FIXES = (
                      _relocated_export_column_kept, "a chunk short of the prefill end keeps the speculative block at "
                      "its checkpoint column as the checkpoint, not relocating it", applies=_sparse_retention_checkpoints),  # sparse-retention-checkpoint-unreserved
     _eagle_junction_fix(),  # eagle-junction-block-not-retained
-    Fix(Mutant(name="fix-eagle-replay-boundary-block-retained", releases="where the issue is known",
-               bug_class="fix: with EAGLE, sparse retention keeps the blocks an EAGLE hit on the prompt drops back to",
-               origin="hybrid-harness", patch=lambda: _turn_on_029("replay"), is_applied=lambda: _on_029("replay")),
-        target_name(MAMBA_MANAGER, "reachable_block_mask"), _retention_boundaries_029),  # eagle-replay-boundary-block-not-retained
+    patch_fix("fix-eagle-replay-boundary-block-retained", target_name(MAMBA_MANAGER, "reachable_block_mask"),
+              "with EAGLE, sparse retention keeps the blocks an EAGLE hit on the prompt drops back to",
+              lambda: _turn_on_029("replay"), lambda: _on_029("replay"),
+              applies=_retention_boundaries_029),  # eagle-replay-boundary-block-not-retained
     method_fix("fix-mamba-keys-whole-blocks", HYBRID_COORDINATOR, "get_num_cacheable_tokens",
                _mamba_keys_whole_blocks, "under multi-module MTP a Mamba group caches the finalized prefix's whole "
                "blocks only, never a tail below its state", applies=_trims_finalized_prefix),  # mtp-tail-keyed-below-state

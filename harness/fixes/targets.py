@@ -74,11 +74,17 @@ def target_name(owner, method: str) -> str:
     return f"{getattr(owner, 'name', getattr(owner, '__name__', 'vLLM'))}.{method}"
 
 
+def patch_fix(name: str, target: str, what: str, patch, is_applied, *, applies=None) -> Fix:
+    """A fix from its own patch and self-check (patch() returns the undo)."""
+    mutant = Mutant(name=name, bug_class=f"fix: {what}", releases="where the issue is known", origin="hybrid-harness",
+                    patch=patch, is_applied=is_applied)
+    return Fix(mutant, target, applies)
+
+
 def method_fix(name: str, owner, method: str, make, what: str, *, applies=None) -> Fix:
     """A fix that replaces owner().<method> by make(original)."""
-    mutant = Mutant(name=name, bug_class=f"fix: {what}", releases="where the issue is known", origin="hybrid-harness",
-                    patch=lambda: wrap_method(owner(), method, make), is_applied=lambda: method_wrapped(owner(), method))
-    return Fix(mutant, target_name(owner, method), applies)
+    return patch_fix(name, target_name(owner, method), what, lambda: wrap_method(owner(), method, make),
+                     lambda: method_wrapped(owner(), method), applies=applies)
 
 
 def has_checkpoints() -> bool:
