@@ -27,7 +27,7 @@ PATCHES = ROOT / "upstream" / "patches"
 HAND_TESTS = ROOT / "upstream" / "tests"  # hand-sized tests for vLLM's tree (tools/upstream.py test --hand)
 # what a user sees, by oracle (harness/oracles.py; docs/oracles.md)
 SEVERITY = {"vllm-exception": "crash: vLLM raises and the engine core dies (every request fails)",
-            "liveness": "stall: the request is never scheduled (or thrashes); the engine hangs with it",
+            "liveness": "stall: the request never finishes (never scheduled again, or thrashes) and holds its blocks",
             "provenance": "wrong tokens: the model continues from a Mamba state of another prefix, silently",
             "cache-integrity": "wrong tokens for later requests: a cached block holds the state of another prefix",
             "live-column": "wrong tokens: scheduler and worker disagree on the request's state block",
@@ -280,18 +280,42 @@ def serve_flags(scenario) -> tuple[dict, list[str]]:
     return kw, flags
 
 
-def checked_config(flags: list[str], model_config: str = "") -> str:
+def checked_config(flags: list[str], model_config: str = "", mtp_modules: int = 0) -> str:
     """What vLLM's own config builder says of the flags (harness.engine.config.serve_config): what it sets (block,
-    connector), or why it refuses them."""
+    connector), or why it refuses them. `mtp_modules` (a multi-module MTP repro): the model's config carries that
+    many MTP layers (`num_nextn_predict_layers`, the field a Nemotron-H MTP checkpoint carries: config/speculative.py
+    :1012-1023 in 0.34.0), and the check also asks vLLM whether it then runs multi-module MTP
+    (`SpeculativeConfig.use_multi_module_mtp`): accepted flags that never reach the bug's path are no user config."""
+    import tempfile
+    from pathlib import Path
+
     from harness.engine.config import serve_config
 
-    try:
-        vc = serve_config(flags, model_config or str(ROOT / "harness" / "model_configs" / f"{REAL_MODEL}.json"))
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - vLLM's refusal is the check's result
-        return f"vLLM refuses it: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-    kv = vc.kv_transfer_config
-    return (f"vLLM's `EngineArgs.create_engine_config` accepts it (block {vc.cache_config.block_size} on this CPU "
+    path = model_config or str(ROOT / "harness" / "model_configs" / f"{REAL_MODEL}.json")
+    with tempfile.TemporaryDirectory() as tmp:
+        if mtp_modules:
+            doc = json.loads(Path(path).read_text())
+            path = str(Path(tmp) / "config.json")
+            Path(path).write_text(json.dumps({**doc, "num_nextn_predict_layers": mtp_modules}))
+        try:
+            vc = serve_config(flags, path)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - vLLM's refusal is the check's result
+            return f"vLLM refuses it: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    kv, spec = vc.kv_transfer_config, vc.speculative_config
+    said = (f"vLLM's `EngineArgs.create_engine_config` accepts it (block {vc.cache_config.block_size} on this CPU "
             "platform" + (f"; connector {kv.kv_connector}" if kv else "") + ")")
+    if mtp_modules:
+        multi = spec is not None and hasattr(spec, "use_multi_module_mtp") and spec.use_multi_module_mtp()
+        said += (f" and, with `num_nextn_predict_layers: {mtp_modules}` in the model's config, "
+                 + ("runs multi-module MTP (`use_multi_module_mtp()`)" if multi else
+                    "does NOT run multi-module MTP (`use_multi_module_mtp()` is false): not a user config of this "
+                    "bug"))
+    return said
+
+
+def _mtp_modules(scenario) -> int:
+    """The MTP modules of a multi-module MTP scenario (what checked_config must see vLLM run), else 0."""
+    return scenario.geometry.mtp_modules if scenario.geometry.multi_module_mtp else 0
 
 
 @functools.cache
@@ -487,14 +511,14 @@ def _reach_lines(md: list[str], issue: KnownIssue | None, scenario, run_as, on_e
             md += ["", f"A user configuration (the repro on a real model, replayed on vLLM's own Scheduler with its "
                    f"{real['groups']} KV cache groups: stock shows it, the fix removes it):",
                    "", "```bash", f"vllm serve {REAL_MODEL_ID} {' '.join(flags)}", "```",
-                   f"Checked: {checked_config(flags, str(ROOT / 'harness' / 'model_configs' / (REAL_MODEL + '.json')))}"
+                   f"Checked: {checked_config(flags, '', _mtp_modules(moved))}"
                    f"; {real['block']} on CUDA."]
         else:
             _, flags = serve_flags(run_as)
             md += ["", f"No configuration on `{REAL_MODEL_ID}` reproduced it as moved; the minimized one (tiny "
                    "blocks and pool only make the repro short):", "", "```bash",
                    f"vllm serve MODEL {' '.join(flags)}", "```", f"Checked on `{REAL_MODEL_ID}`'s config: "
-                   f"{checked_config(flags)}."]
+                   f"{checked_config(flags, '', _mtp_modules(run_as))}."]
     return on_default, opt_in
 
 

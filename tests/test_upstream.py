@@ -419,6 +419,29 @@ def test_every_issue_open_on_a_release_has_tests_that_fail_on_stock_and_pass_pat
         assert (r["stock"], r["fixed"], r["repro_on_patched"], r["ok"]) == ("fails", "passes", "clean", True), r
 
 
+def test_a_multi_module_mtp_user_config_is_checked_to_run_multi_module_mtp():
+    """A multi-module MTP report's flags are checked on a model config carrying that many MTP layers, and vLLM is
+    asked whether it then runs multi-module MTP: with K = 1 it does not, and the check says the config is no user
+    config of the bug (accepted flags that never reach its path)."""
+    from harness.bug_report import checked_config, serve_flags
+    from harness.scenario import load_scenario
+
+    from vllm.config import SpeculativeConfig
+
+    if not hasattr(SpeculativeConfig, "use_multi_module_mtp"):
+        pytest.skip("this vLLM has no multi-module MTP (0.28+)")
+    scenario = load_scenario(ROOT / known_issue_by_id("mtp-reserve-undoes-split-stop").repro)
+    if "mtp" not in str(serve_flags(scenario)[1]) or not scenario.geometry.multi_module_mtp:
+        pytest.fail("the repro no longer runs multi-module MTP")
+    _, flags = serve_flags(scenario)
+    said = checked_config(flags, "", scenario.geometry.mtp_modules)
+    if "refuses" in said and "speculative" not in said.lower():
+        pytest.skip(f"this release's config builder cannot take the real model: {said}")
+    assert "accepts it" in said and "runs multi-module MTP" in said and "NOT" not in said, said
+    single = [f.replace('"num_speculative_tokens": 3', '"num_speculative_tokens": 1') for f in flags]
+    assert "does NOT run multi-module MTP" in checked_config(single, "", scenario.geometry.mtp_modules)
+
+
 def test_every_report_fits_one_page_and_leads_with_prior_art():
     """docs/upstream: each page at most 500 words of prose and 150 lines, prior art first; a page for a bug an open
     vLLM pull request already fixes is a comment for that pull request; the index lists every page, by severity x
