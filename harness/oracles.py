@@ -184,6 +184,20 @@ def reservations(trace: Trace) -> list[Finding]:
     return out
 
 
+def publication(trace: Trace) -> list[Finding]:
+    """A Mamba state vLLM publishes while taking a step's output is final: `update_from_output` caches a request's
+    blocks up to the tokens whose forwards have returned, `num_computed_tokens - num_in_flight_tokens`
+    (scheduler.py:2449-2470 in 0.34.0), so no key names a state a forward still in flight is writing. A key
+    published there whose page the in-flight forward wrote breaks that rule, even where the state is right by the
+    time a hit reads it (the simulated forward writes at once; on a GPU it is still running)."""
+    return [Finding("publication", step, None, None, [], expected="keys published after a step name states of "
+                    "forwards that have returned", actual=f"block {block} keyed as {prefix} holds the state of step "
+                    f"{writer}'s forward, still in flight", detail=f"update_from_output of step {step} published "
+                    f"{prefix} on block {block}, whose state the forward of step {writer} writes",
+                    signature="publication:in-flight", excerpt=trace.excerpt(step))
+            for step, block, prefix, writer in trace.published_in_flight]
+
+
 def vllm_exception(trace: Trace) -> list[Finding]:
     e = trace.exception
     if e is None:
@@ -481,6 +495,7 @@ ORACLES = {
     "liveness": liveness,
     "hit-limit": hit_limit,
     "reservations": reservations,
+    "publication": publication,
     "output": outputs,
 }
 

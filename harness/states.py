@@ -33,6 +33,10 @@ class SymbolicStates:
         self.version: dict[int, int] = {}  # block -> write counter, so checks can skip unchanged pages
         self._writes = 0
 
+    def write_mark(self) -> int:
+        """The write counter now: a block whose version exceeds a mark was written after it."""
+        return self._writes
+
     def _touch(self, block: int) -> None:
         self._writes += 1
         self.version[block] = self._writes

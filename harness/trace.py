@@ -132,11 +132,13 @@ class Retention:
     eagle_block_drop: bool
 
     @staticmethod
-    def of(geometry) -> Retention | None:
+    def of(geometry, eagle_block_drop: bool | None = None) -> Retention | None:
+        """`eagle_block_drop`: what the scheduler resolved, where it decides (vLLM 0.34.0 turns EAGLE's block drop
+        off under lookahead block hashes, scheduler.py:342-345); else the geometry's."""
         if geometry.prefix_cache_retention_interval is None or geometry.mamba_cache_mode != "align":
             return None
-        return Retention(geometry.prefix_cache_retention_interval, geometry.mamba_block_size,
-                         geometry.eagle_block_drop)
+        drop = geometry.eagle_block_drop if eagle_block_drop is None else eagle_block_drop
+        return Retention(geometry.prefix_cache_retention_interval, geometry.mamba_block_size, drop)
 
 
 @dataclass
@@ -176,6 +178,10 @@ class Trace:
     # in-flight load cap)
     # after each schedule() of a scheduler that parks async loads (0.34+, engine tier: `reservations` oracle)
     reservations: list[tuple[int, int, int, int, int | None]] = field(default_factory=list)
+    # (step, block, the prefix its new key names, the step whose forward wrote its state): a Mamba key the scheduler
+    # published while taking a step's output (update_from_output, 0.33+: the finalized states after sampled steps)
+    # whose state a forward still in flight wrote (engine tier, async scheduling: `publication` oracle)
+    published_in_flight: list[tuple[int, int, str, int]] = field(default_factory=list)
     # tier e2e: the scale onto the CPU engine's grid, its block, and each connector load (request, tokens)
     e2e: dict | None = None
 

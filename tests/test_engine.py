@@ -187,6 +187,27 @@ def test_mtp_modules_and_lookahead_hashes_reach_vllms_scheduler_and_pool():
         assert plain.sched.kv_cache_manager.block_pool.num_hash_lookahead_tokens == 0  # a connector's default
 
 
+def test_the_retention_oracle_follows_the_eagle_block_drop_vllm_resolves_under_lookahead_hashes():
+    """vLLM 0.34 drops no EAGLE block where blocks are keyed with the drafter's lookahead (scheduler.py:342-345): a
+    resend's state is then kept at the resend's own block, not a block lower. The retention oracle reads the drop
+    the scheduler resolved (a 651-token prompt, 320-token blocks, sparse retention: was a false retention finding)."""
+    from harness.engine.scheduler import EngineDriver
+    from harness.oracles import judge
+    from harness.release import vllm_release
+
+    if not vllm_release().lookahead_hashes:
+        pytest.skip("no lookahead block hashes in this release")
+    request = [{"id": "a", "prompt": {"length": 651, "seed": 1}, "max_tokens": 2}]
+    geometry = dict(num_speculative_tokens=1, eagle_block_drop=True, attn_block_size=320, mamba_block_size=320,
+                    hash_block_size=320, token_budget=320, num_blocks=96, max_model_len=2048,
+                    prefix_cache_retention_interval=0)
+    hashed = EngineDriver(_scenario(request, lookahead_hashes=True, **geometry), None, MIRROR.engine)
+    assert not hashed.trace.retention.eagle_block_drop
+    assert [f.signature for f in judge(hashed.run())] == []
+    plain = EngineDriver(_scenario(request, **geometry), None, MIRROR.engine)
+    assert plain.trace.retention.eagle_block_drop
+
+
 def test_engine_campaigns_draw_the_drafters_the_release_has():
     from harness.genome import budget_scenario, run_budget
     from harness.release import vllm_release

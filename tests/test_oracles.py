@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.oracles import cache_integrity, live_columns, liveness, pool_accounting, provenance, vllm_exception
+from harness.oracles import (cache_integrity, live_columns, liveness, pool_accounting, provenance, publication,
+                             vllm_exception)
 from harness.trace import CacheCheck, Read, RowView, Trace, VllmException
 
 from harness.scenario import load_scenario
@@ -35,6 +36,14 @@ def test_provenance_compares_both_conv_and_ssm():
     t.reads.append(Read(2, "a", "initial", 1, 0, 3, (4, 11), (8, 12), (4, 11)))
     (f,) = provenance(t)
     assert "a[:8]" in f.actual and "a[:4]" in f.expected
+
+
+def test_publication_names_each_key_published_while_its_writer_is_in_flight():
+    t = _trace()
+    assert publication(t) == []
+    t.published_in_flight.append((6, 9, "a[:32]", 7))
+    (f,) = publication(t)
+    assert f.signature == "publication:in-flight" and f.step == 6 and "step 7" in f.actual and "block 9" in f.actual
 
 
 def test_cache_integrity_reports_a_poisoned_entry_once():

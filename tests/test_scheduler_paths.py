@@ -19,6 +19,7 @@ from harness.verdict import replay_and_judge
 HIT_LIMITS = ROOT / "tests" / "data" / "hit-limits.json"
 PARKED = ROOT / "tests" / "data" / "parked-load-aborted.json"
 CACHE_AWARE = ROOT / "tests" / "data" / "cache-aware-admission.json"
+DECODE_PUBLISHES = ROOT / "tests" / "data" / "decode-publishes-block.json"
 ENGINE = RunConfig(tier="engine")
 
 
@@ -85,3 +86,19 @@ def test_generator_inputs_written_before_the_draws_decode_without_them():
         assert all(r.prefix_cache_hit_limit is None for r in old.requests) and len(old.requests) <= 4
         without = genome.Budget(align=True, scheduler_knobs=False, late_pressure=False)
         assert old == genome.decode(genome.generator_input(random.Random(s), seed=s, mask=0), without)
+
+
+def test_a_state_published_while_its_forward_is_in_flight_is_a_finding():
+    """update_from_output publishes finalized states only (0.33+: num_computed_tokens - num_in_flight_tokens); the
+    publication oracle sees a key published there whose page the in-flight forward wrote: stock is clean, the bank's
+    publish-counts-in-flight is a finding, with the step of the forward that writes it."""
+    from harness.release import vllm_release
+
+    if not vllm_release().version.startswith(("0.33", "0.34")):
+        pytest.skip("the mutant patches update_from_output's publication (0.33+)")
+    trace, findings, _ = _judge(DECODE_PUBLISHES)
+    assert trace.async_scheduling and trace.published_in_flight == [] and findings == []
+    trace, _, verdict = _judge(DECODE_PUBLISHES, ENGINE.but(mutant="publish-counts-in-flight"))
+    assert verdict is not None and verdict.is_new and "publication:in-flight" in verdict.unexplained, verdict
+    step, _, prefix, writer = trace.published_in_flight[0]
+    assert prefix == "a[:32]" and writer > step

@@ -86,13 +86,15 @@ class EngineDriver:
         # scheduling (v1/engine/core.py:232-236, :708-822; max_concurrent_batches, config/vllm.py:588-598)
         self.asynchronous = bool(self.vc.scheduler_config.async_scheduling)
         self.batch_queue: list = []  # (pending output, SchedulerOutput, step), oldest last
+        self.forward_marks: dict[int, tuple[int, int]] = {}  # step -> the state pool's write marks around its forward
         self.geometry = scenario.geometry.model_copy(update={"attn_block_size": eg.block_size})
         self._adopt_groups(scenario)
         self.v = vllm_namespace()
         from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
 
         self.DraftTokenIds, self.KVConnectorOutput, self.ModelRunnerOutput = DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
-        self.trace = Trace(**vllm_source().as_json(), mutant=mutant, retention=Retention.of(scenario.geometry))
+        self.trace = Trace(**vllm_source().as_json(), mutant=mutant, retention=Retention.of(
+            scenario.geometry, getattr(self.sched, "use_eagle_block_drop", None)))
         self.so = None  # this step's SchedulerOutput (what a forward backend's step_tokens reads)
         self.backend = self._forward_backend()  # --forward model: the model tier's ModelBackend; else None
         # the scenario's model of every request's tokens, which the worker reads too (it never asks the driver)
@@ -303,10 +305,13 @@ class EngineDriver:
         self.trace.copies.extend((step, c.src_block_id, c.dst_block_id)
                                  for c in (getattr(so, "kv_cache_block_copies", None) or ()))
         # the worker runs vLLM's runner code: an exception raised inside vLLM is its finding (_call)
-        self._call("", "execute_model", self.worker.execute, so, step, seq_fps, core_tables)
-        if self.asynchronous:
+        if self.asynchronous:  # the pages this forward writes: those numbered inside its marks (publication oracle)
+            start = self.states.write_mark()
+            self._call("", "execute_model", self.worker.execute, so, step, seq_fps, core_tables)
+            self.forward_marks[step] = (start, self.states.write_mark())
             self._queue_batch(so, step)
             return
+        self._call("", "execute_model", self.worker.execute, so, step, seq_fps, core_tables)
         # the driver's token rule (or the model's verification) for workers whose runner does not sample (V2's does)
         sampled, accepted = ({}, {}) if self.worker_drafts else self._sample(so)
         ids, sampled_ids = self._call("", "sample_tokens", self.worker.sample, so, step, sampled, accepted, seq_fps)
@@ -320,9 +325,26 @@ class EngineDriver:
         self._land_loads(done)
         self.reported_loads = bool(done)  # vLLM takes them out of WAITING_FOR_REMOTE_KVS next step
         out = self._runner_output(ids, sampled_ids, self._loads_output(done) if done else None)
+        in_flight = [s for _, _, s in self.batch_queue]
+        before = set(self.alloc.cached_mamba_entries()) if in_flight else None
         self._call("", "update_from_output", self.sched.update_from_output, so, out)
         self._after_output(ids)
         self._check_cache(step)
+        if in_flight:
+            self._record_publication(step, before, in_flight)
+
+    def _record_publication(self, step: int, before: set, in_flight: list[int]) -> None:
+        """The Mamba keys `update_from_output` published (0.33+: the finalized states after a sampled step,
+        scheduler.py:2449-2470 in 0.34.0) whose page a forward still in flight wrote: the publication oracle's
+        input. (Keys published while scheduling are not judged: vLLM caches a chunk's blocks as it schedules them,
+        kv_cache_manager.py:636-646, and keeps them from lookups until the next step, cached_blocks_this_step.)"""
+        version = self.states.version
+        for key in set(self.alloc.cached_mamba_entries()) - before:
+            v = version.get(key[1], 0)
+            writer = next((s for s in in_flight if self.forward_marks[s][0] < v <= self.forward_marks[s][1]), None)
+            if writer is not None:
+                rid, n = self.cache.hash_owner.get(key[0], ("?", 0))
+                self.trace.published_in_flight.append((step, key[1], f"{rid}[:{n}]", writer))
 
     def _queue_batch(self, so, step: int) -> None:
         """EngineCore.step_with_batch_queue (v1/engine/core.py:734-795): this step's batch joins the queue; the

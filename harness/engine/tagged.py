@@ -99,6 +99,11 @@ class TaggedStates:
             self._snap = cur
         return self._version
 
+    def write_mark(self) -> int:
+        """The write counter now (pages compared first): a block whose version exceeds a mark was written after it."""
+        self.version  # noqa: B018 - the comparison with the snapshot numbers the writes made since the last look
+        return self._writes
+
     def _flat(self):
         if self.conv_only:
             return self._conv_np.reshape(self.num_blocks, -1).copy()
