@@ -15,8 +15,7 @@ window ending at the checkpoint and the chunk-end SSM state, into the row's dest
 
 from __future__ import annotations
 
-from harness.fixes.targets import Fix
-from harness.mutants.base import Mutant
+from harness.fixes.targets import Fix, patch_fix
 from harness.patches import patch_attr, undo_all
 
 _MIXER = "vllm.model_executor.layers.mamba.mamba_mixer2"
@@ -380,8 +379,7 @@ def _ssm_applies() -> bool:
 
 
 def _kernel_fix(name: str, what: str, patch, is_applied, target: str, applies) -> Fix:
-    return Fix(Mutant(name=name, bug_class=f"fix: {what}", releases="where the issue is known", origin="hybrid-harness",
-                      patch=patch, is_applied=is_applied), target, applies)
+    return patch_fix(name, target, what, patch, is_applied, applies=applies)
 
 
 FIXES = (_kernel_fix("fix-cpu-mamba2-prefill-checkpoint",

@@ -12,8 +12,7 @@ step's connector loads start before the pre-copy, and the context's own start is
 
 from __future__ import annotations
 
-from harness.fixes.targets import Fix
-from harness.mutants.base import Mutant
+from harness.fixes.targets import patch_fix
 from harness.patches import patch_attr
 
 _MAMBA_UTILS = "vllm.v1.worker.mamba_utils"
@@ -70,8 +69,7 @@ def _applies() -> bool:
         return False
 
 
-FIXES = (Fix(Mutant(name="fix-connector-loads-before-mamba-precopy",
-                    bug_class="fix: the step's KV connector loads start before the Mamba align pre-copy",
-                    releases="where the issue is known", origin="hybrid-harness", patch=_patch,
-                    is_applied=_is_applied),
-             "v1/worker/mamba_utils.preprocess_mamba (called by GPUModelRunner.execute_model)", _applies),)
+FIXES = (patch_fix("fix-connector-loads-before-mamba-precopy",
+                   "v1/worker/mamba_utils.preprocess_mamba (called by GPUModelRunner.execute_model)",
+                   "the step's KV connector loads start before the Mamba align pre-copy", _patch, _is_applied,
+                   applies=_applies),)
