@@ -80,6 +80,10 @@ class KnownIssue:
     who: str = ""
     prior_art: tuple = ()  # PriorArt, in RELATIONS order (harness/prior_art.toml)
     searched: tuple = ()  # what was searched upstream for it (so a report can say none was found)
+    # the shape of its vLLM-style regression test (`regression --style vllm`, harness/vllm_style.py TEST_SHAPES):
+    # "allocator" (a KVCacheManager replay, tests/v1/core), "split-grid", "accepted-counts", or a runner batch order
+    # (harness/vllm_style_runner.SHAPES); "" where no vLLM unit test can carry it (engine-only, kernels)
+    vllm_test: str = ""
 
     @property
     def open_fix(self) -> PriorArt | None:
@@ -212,7 +216,8 @@ def load(path: Path = DATA, prior_art: Path = PRIOR_ART) -> tuple[KnownIssue, ..
                 engine_only=bool(entry.get("engine_only", False)), e2e_only=bool(entry.get("e2e_only", False)),
                 e2e_repro=entry.get("e2e_repro", ""),
                 fixed_in=_version(entry["fixed_in"], where, "fixed_in") if "fixed_in" in entry else None,
-                patch_note=entry.get("patch_note", ""), brief=entry.get("brief", ""), who=entry.get("who", "")))
+                patch_note=entry.get("patch_note", ""), brief=entry.get("brief", ""), who=entry.get("who", ""),
+                vllm_test=entry.get("vllm_test", "")))
         except KeyError as exc:
             raise BadInput(f"{where}: missing {exc.args[0]!r}") from None
     ids = [k.id for k in issues]

@@ -29,10 +29,9 @@ from harness import vllm_style_split_grid
 from harness.errors import BadInput
 from harness.known_issues import KnownIssue
 
-# the vLLM test folder of the code a fix changes (its Fix.target's class)
-FOLDERS = {"FullAttentionManager": "tests/v1/core", "MambaManager": "tests/v1/core",
-           "KVCacheCoordinator": "tests/v1/core", "HybridKVCacheCoordinator": "tests/v1/core",
-           "KVCacheManager": "tests/v1/core", "Scheduler": "tests/v1/core", "AsyncScheduler": "tests/v1/core"}
+# the test shapes of the known-issue registry's `vllm_test` besides the runner batch orders (vllm_style_runner.SHAPES)
+ALLOCATOR, SPLIT_GRID, ACCEPTED_COUNTS = "allocator", "split-grid", "accepted-counts"
+ALLOCATOR_FOLDER = "tests/v1/core"  # where vLLM keeps its KVCacheManager and chunk-split tests
 
 
 def user_config(scenario) -> tuple[dict, list[str]]:
@@ -88,14 +87,14 @@ def connector_config(hits) -> dict:
 
 def own_shape(issue: KnownIssue):
     """(folder, emitter) of an issue whose test is not an allocator replay, else None: the runners' batch order,
-    the split's grid under extract_hidden_states, V1's accepted counts."""
+    the split's grid under extract_hidden_states, V1's accepted counts (the registry's `vllm_test`)."""
     from harness import vllm_style_accepted, vllm_style_runner
 
-    if issue.fix_target in vllm_style_runner.SHAPES:
+    if issue.vllm_test in vllm_style_runner.SHAPES:
         return vllm_style_runner.FOLDER, vllm_style_runner.emit_runner_test
-    if issue.fix_name == vllm_style_split_grid.FIX:  # engine-only, yet its split runs on a stub (no engine needed)
+    if issue.vllm_test == SPLIT_GRID:  # engine-only, yet its split runs on a stub (no engine needed)
         return vllm_style_split_grid.FOLDER, vllm_style_split_grid.emit_split_grid_test
-    if issue.fix_target in vllm_style_accepted.TARGETS:  # V1's accepted counts (tests/v1/worker)
+    if issue.vllm_test == ACCEPTED_COUNTS:  # V1's accepted counts (tests/v1/worker)
         return vllm_style_accepted.FOLDER, vllm_style_accepted.emit_accepted_test
     return None
 
@@ -104,13 +103,12 @@ def folder_for(issue: KnownIssue) -> str:
     own = own_shape(issue)
     if own:
         return own[0]
-    cls = issue.fix_target.split(".")[0]
-    if cls not in FOLDERS or issue.runners is not None or issue.engine_only:
+    if issue.vllm_test != ALLOCATOR:
         raise BadInput(f"--style vllm: {issue.id} is in {issue.code} code ({issue.fix_target}); only allocator and "
                        "Scheduler-split issues (tests/v1/core, the split's grid under extract_hidden_states included), "
                        "the runners' batch order and V1's accepted counts (tests/v1/worker) replay as a vLLM unit "
-                       "test so far")
-    return FOLDERS[cls]
+                       "test so far (known_issues.toml `vllm_test`)")
+    return ALLOCATOR_FOLDER
 
 
 def _docstring(issue: KnownIssue | None, scenario, signature: str, version: str) -> str:

@@ -1,7 +1,7 @@
 """`regression --style vllm` for a model-runner issue: the batch vLLM's runner orders wrong, as vLLM keeps it.
 
 vLLM tests a runner's batch order on a runner stub, no model and no device (`GPUModelRunner.__new__`,
-tests/v1/worker/test_gpu_batch_ordering.py). SHAPES maps each fix target in runner code to its test: the runner
+tests/v1/worker/test_gpu_batch_ordering.py). SHAPES maps each runner test shape (the known-issue registry's `vllm_test`) to its test: the runner
 whose order is recorded, the batch of the repro's steps the issue misorders (recorded from vLLM's own runner on the
 engine tier, stock), and the template (harness/vllm_style_runner_templates.py):
 - V2 (`gather_batch_req_state`): the gathered batch, split as the Mamba metadata builder splits it
@@ -79,13 +79,14 @@ class Shape:
     template: str
 
 
-_V1_REORDER = "GPUModelRunner._may_reorder_batch"
+# by the known-issue registry's `vllm_test` name: V2's gather_batch_req_state, V1's _may_reorder_batch (and with it
+# the Mamba builder's rows)
 SHAPES = {
-    "GPUModelRunner.gather_batch_req_state": Shape(
+    "v2-decode-behind-prompt-chunk": Shape(
         "v2", Batch.decode_behind_prompt_chunk, "puts a decode behind a prompt chunk", V2_TEMPLATE),
-    _V1_REORDER: Shape(
+    "v1-padded-tail-behind-prompt-chunk": Shape(
         "v1", Batch.padded_tail_behind_prompt_chunk, "puts a padded prompt tail behind a prompt chunk", V1_TEMPLATE),
-    f"{_V1_REORDER} + BaseMambaAttentionMetadataBuilder._compute_common_metadata": Shape(
+    "v1-draftless-recompute": Shape(
         "v1", Batch.draftless_recompute, "recomputes tokens without drafts", V1_TEMPLATE),
 }
 
@@ -164,11 +165,11 @@ def render(shape: Shape, batch: Batch, name: str, docstring: str, geometry) -> s
 
 
 def emit_runner_test(artifact: dict, issue: KnownIssue, docstring: str) -> tuple[str, str]:
-    """(test text, its place in vLLM's tree) for a finding of `issue` (whose fix target is in SHAPES): the first
+    """(test text, its place in vLLM's tree) for a finding of `issue` (whose `vllm_test` is one of SHAPES): the first
     batch of the repro the issue misorders."""
     from harness.scenario import parse_scenario
 
-    shape = SHAPES[issue.fix_target]
+    shape = SHAPES[issue.vllm_test]
     scenario = parse_scenario(artifact["scenario"])
     wrong = [b for b in record_batches(scenario, shape.runner) if shape.wrong(b)]
     if not wrong:

@@ -10,7 +10,7 @@ reports the memory, the config is a namespace of the fields it reads, 0.28.0-0.3
 0.34.0) and the engine core sets `cache_config.block_size` to it (core.py:366-377). Then
 `Scheduler._mamba_block_aligned_split` is called on a stub self holding that cache config, as
 test_mamba_align_chunk_split.py's `_split` does, for every chunk of the repro's first prompt under its token
-budget; the chunk ends must be those recorded on vLLM's Scheduler with FIX applied (Mamba-block boundaries, then
+budget; the chunk ends must be those recorded on vLLM's Scheduler with the issue's fix applied (Mamba-block boundaries, then
 the stops vLLM makes on the hash grid near the prompt's end). The stub's other fields are recorded from vLLM's own
 Scheduler built for the finding (the engine tier's). It imports only vLLM, torch and pytest.
 """
@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from harness.errors import BadInput
 from harness.known_issues import KnownIssue
 
-FIX = "fix-split-on-mamba-grid"  # the fix whose change this test shape pins
 FOLDER = "tests/v1/core"
 
 # the emitted test (str.format: doubled braces are the test's own)
@@ -271,7 +270,7 @@ def _layer_specs(groups) -> dict:
 
 
 def emit_split_grid_test(artifact: dict, issue: KnownIssue, docstring: str) -> tuple[str, str]:
-    """(test text, its place in vLLM's tree) for a finding of `issue` (whose fix is FIX): the geometry and the
+    """(test text, its place in vLLM's tree) for a finding of `issue` (its fix changes the split): the geometry and the
     scheduler fields from vLLM's own Scheduler built for the finding on the engine tier (stock)."""
     from harness.engine.config import build_scheduler, derive_geometry
     from harness.fixes import fix_by_name
@@ -287,13 +286,13 @@ def emit_split_grid_test(artifact: dict, issue: KnownIssue, docstring: str) -> t
     _, sched = build_scheduler(scenario, derive_geometry(scenario))
     prompt_len = scenario.requests[0].prompt.num_tokens
     stock = chunk_ends(sched, prompt_len, g.token_budget)
-    undo = fix_by_name(FIX).mutant.patch()
+    undo = fix_by_name(issue.fix_name).mutant.patch()
     try:
         expected = chunk_ends(sched, prompt_len, g.token_budget)
     finally:
         undo()
     if expected == stock:
-        raise BadInput(f"--style vllm: the first prompt of this finding is split alike with and without {FIX}")
+        raise BadInput(f"--style vllm: the first prompt of this finding is split alike with and without {issue.fix_name}")
     case = SplitCase(block=g.mamba_block_size, budget=g.token_budget, max_model_len=g.max_model_len,
                      prompt_len=prompt_len, num_blocks=g.num_blocks,
                      groups=tuple(sched.kv_cache_config.kv_cache_groups),
@@ -306,7 +305,7 @@ def emit_split_grid_test(artifact: dict, issue: KnownIssue, docstring: str) -> t
 @dataclass(frozen=True)
 class SplitCase:
     """The emitted test's values: the geometry, vLLM's KV cache groups for the finding's model (one layer of each
-    kind is kept), the Scheduler's fields the split reads and the chunk ends recorded with FIX."""
+    kind is kept), the Scheduler's fields the split reads and the chunk ends recorded with the issue's fix."""
 
     block: int
     budget: int
@@ -327,4 +326,4 @@ def render_test(case: SplitCase, docstring: str, name: str) -> str:
         long_prefill=case.long_prefill, name=name, **_layer_specs(case.groups))
 
 
-__all__ = ["FIX", "FOLDER", "SplitCase", "chunk_ends", "emit_split_grid_test", "render_test"]
+__all__ = ["FOLDER", "SplitCase", "chunk_ends", "emit_split_grid_test", "render_test"]

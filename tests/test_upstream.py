@@ -268,6 +268,21 @@ def test_vllm_style_places_allocator_and_runner_batch_order_tests_and_refuses_ot
         folder_for(known_issue_by_id("v1-draftless-step-drops-accepted-offset"))
 
 
+def test_the_vllm_test_shape_is_registry_data_naming_a_shape_the_emitters_have():
+    """Which vLLM-style test an issue gets is the registry's `vllm_test`, never read off a fix's description: each
+    names a shape an emitter has, and an issue without one is refused by name."""
+    from harness.vllm_style import ACCEPTED_COUNTS, ALLOCATOR, SPLIT_GRID, folder_for
+    from harness.vllm_style_runner import SHAPES
+
+    shapes = {ALLOCATOR, SPLIT_GRID, ACCEPTED_COUNTS, *SHAPES}
+    named = {k.id: k.vllm_test for k in KNOWN_ISSUES if k.vllm_test}
+    assert set(named.values()) <= shapes and set(named.values()) == shapes, named
+    for k in KNOWN_ISSUES:
+        if not k.vllm_test:
+            with pytest.raises(BadInput, match="vllm_test"):
+                folder_for(k)
+
+
 def test_a_decode_behind_a_prompt_chunk_without_drafts_is_the_batch_a_runner_test_keeps():
     from harness.vllm_style_runner import Batch
 
@@ -302,7 +317,7 @@ def test_the_runner_tests_render_as_python_importing_only_vllm_torch_and_pytest(
 
     geometry = SimpleNamespace(mamba_block_size=16, max_model_len=256)
     for issue_id in RUNNER_BATCH_ISSUES:
-        shape = SHAPES[known_issue_by_id(issue_id).fix_target]
+        shape = SHAPES[known_issue_by_id(issue_id).vllm_test]
         text = render(shape, Batch(5, {"c": (2, 0, 8, 11), "d": (2, 1, 8, 9)}, ("c", "d"), 2), "x", '"""doc"""',
                       geometry)
         compile(text, issue_id, "exec")
