@@ -93,8 +93,7 @@ class EngineDriver:
         from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
 
         self.DraftTokenIds, self.KVConnectorOutput, self.ModelRunnerOutput = DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
-        self.trace = Trace(**vllm_source().as_json(), mutant=mutant, retention=Retention.of(
-            scenario.geometry, getattr(self.sched, "use_eagle_block_drop", None)))
+        self.trace = Trace(**vllm_source().as_json(), mutant=mutant, retention=_retention(scenario, self.sched))
         self.so = None  # this step's SchedulerOutput (what a forward backend's step_tokens reads)
         self.backend = self._forward_backend()  # --forward model: the model tier's ModelBackend; else None
         # the scenario's model of every request's tokens, which the worker reads too (it never asks the driver)
@@ -132,8 +131,7 @@ class EngineDriver:
         self.landing: dict[str, tuple[int, list]] = {}  # request -> (its async load's tokens, the block ids it got)
         self.chunk_idx: dict[str, int] = {}
         self.cache = CacheRecorder(self.trace, self.states, eg.hash_block_size)
-        self.step_idx = 0
-        self.last_scheduled = 0
+        self.step_idx = self.last_scheduled = 0
         self.reported_loads = False
 
     def _adopt_groups(self, scenario: Scenario) -> None:
@@ -527,6 +525,12 @@ class EngineDriver:
         self.cache.record(step, {rid: (r.vreq.block_hashes, r.fps) for rid, r in self.reqs.items()},
                           self.alloc.cached_mamba_entries())
         self.cache.record_key_breaks(step, self.alloc.cache_key_breaks())
+
+
+def _retention(scenario: Scenario, sched) -> Retention | None:
+    """The retention oracle's geometry with EAGLE's block drop as the Scheduler resolved it (0.34.0 turns it off
+    under lookahead block hashes, scheduler.py:342-345; releases without the attribute: the scenario's)."""
+    return Retention.of(scenario.geometry, getattr(sched, "use_eagle_block_drop", None))
 
 
 def hit_limit_params(limit: int | None) -> dict:
