@@ -124,3 +124,18 @@ peer: venv
 
 clean-venv:
 	rm -rf $(VENV)
+
+# make venv-sglang          the SGLang wing's venv, .venv-sglang (python -m harness.sglang, tests/test_sglang.py): CPU
+#                            torch (TORCH, TORCH_INDEX as above), SGLang without its dependencies (SGLang's own pins
+#                            include CUDA builds), then the pinned packages its imports need (requirements/sglang.txt)
+SGLANG ?= 0.5.23
+SGLANG_STAMP := .venv-sglang/.hybrid-harness-installed
+.PHONY: venv-sglang
+venv-sglang: $(SGLANG_STAMP)
+
+$(SGLANG_STAMP): requirements/sglang.txt
+	python3.11 -m venv .venv-sglang
+	.venv-sglang/bin/pip install -q --disable-pip-version-check --retries 1 --extra-index-url $(TORCH_INDEX) torch==$(TORCH)
+	.venv-sglang/bin/pip install -q --disable-pip-version-check --no-deps sglang==$(SGLANG)
+	.venv-sglang/bin/pip install -q --disable-pip-version-check -r requirements/sglang.txt
+	touch $@

@@ -1,0 +1,121 @@
+"""SGLang's own cache, pools and result processor built for one replay, and the Mamba slots' states as ids.
+
+Imports SGLang: import it only after `runtime.patched` (harness/sglang/driver.py does).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+from sglang.srt.disaggregation.utils import DisaggregationMode
+from sglang.srt.managers.scheduler_components.batch_result_processor import SchedulerBatchResultProcessor
+from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
+from sglang.srt.model_executor.model_runner import ModelRunner
+from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+from sglang.test.kits.unified_radix_cache import fixtures
+from sglang.test.kits.unified_radix_cache.config import CacheConfig
+
+from harness.scenario import VOCAB_SIZE
+from harness.states import ZERO_STATE, State
+
+WORD_BITS, WORDS = 14, 4  # 14-bit int16 patterns are finite bf16 values: copy_from/clear_slots move them exactly
+GARBAGE_ID = (1 << (WORD_BITS * WORDS)) - 1  # what the harness puts in every slot first: never written
+
+
+class StateIO:
+    """Each Mamba slot holds a small id into the driver's table of States, in the first 4 bf16 words of layer 0's
+    temporal state, so SGLang's own copy_from / clear_slots move or zero it like real state. Id 0 is the zero
+    state (a cleared slot); an id not in the table decodes to None (garbage)."""
+
+    def __init__(self, mamba_pool) -> None:
+        self.temporal = mamba_pool.mamba_cache.temporal
+        self.states: list[State] = [ZERO_STATE]
+        self.ids: dict[State, int] = {ZERO_STATE: 0}
+        for slot in range(self.temporal.shape[1]):
+            self._write_id(slot, GARBAGE_ID)
+
+    def _words(self, slot: int):
+        return self.temporal[0, int(slot)].reshape(-1).view(torch.int16)[:WORDS]
+
+    def _write_id(self, slot: int, sid: int) -> None:
+        mask = (1 << WORD_BITS) - 1
+        words = [(sid >> (WORD_BITS * k)) & mask for k in range(WORDS)]
+        self._words(slot).copy_(torch.tensor(words, dtype=torch.int16))
+
+    def write(self, slot: int, state: State | None) -> None:
+        if state is None:
+            self._write_id(slot, GARBAGE_ID)
+            return
+        if state not in self.ids:
+            self.ids[state] = len(self.states)
+            self.states.append(state)
+        self._write_id(slot, self.ids[state])
+
+    def read(self, slot: int) -> State | None:
+        sid = sum((w & ((1 << WORD_BITS) - 1)) << (WORD_BITS * k) for k, w in enumerate(self._words(slot).tolist()))
+        return self.states[sid] if sid < len(self.states) else None
+
+
+class _Null:
+    """Metrics / streamer / beam stand-in: every method is a no-op."""
+
+    def __init__(self, **fields) -> None:
+        self.__dict__.update(fields)
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+def _publish_server_args(geom) -> None:
+    """The scheduler's view, published after the fixture's own; extra_buffer is refused by real argument
+    resolution on CPU, so the fields are set directly."""
+    sa = ServerArgs(model_path="dummy", page_size=geom.page)
+    sa.mamba_radix_cache_strategy = geom.strategy
+    sa.mamba_track_interval = geom.cache_chunk
+    sa._mamba_cache_chunk_size = geom.cache_chunk
+    sa.disable_overlap_schedule = True
+    sa.device = "cpu"
+    sa.chunked_prefill_size = geom.budget
+    set_global_server_args_for_scheduler(sa)
+
+
+def build(geom) -> SimpleNamespace:
+    """The fixture's cache and pools for `geom` (harness.sglang.geometry.SglangGeometry), a ModelRunner shell for
+    the deferred CoW and SGLang's own batch-result processor (a frozen slotted dataclass: fields by keyword)."""
+    cfg = CacheConfig(page_size=geom.page, components=(ComponentType.FULL, ComponentType.MAMBA),
+                      enable_mamba_extra_buffer=geom.extra, mamba_cache_size=geom.mamba_slots,
+                      kv_size=geom.kv_size, max_num_reqs=geom.max_reqs, max_context_len=geom.max_context)
+    cache, alloc, rtp = fixtures.build_fixture(cfg, mamba_cache_chunk_size=geom.cache_chunk,
+                                               tree_core_backend="python")
+    _publish_server_args(geom)
+    model_config = SimpleNamespace(vocab_size=VOCAB_SIZE, is_encoder_decoder=False, is_multimodal=False,
+                                   hf_text_config=SimpleNamespace(mamba_chunk_size=geom.cache_chunk),
+                                   self_opened_think_start_ids=None, think_end_ids=None)
+    runner = ModelRunner.__new__(ModelRunner)  # only _maybe_execute_deferred_mamba_cow_and_clear is used
+    runner.req_to_token_pool = rtp
+    runner.is_draft_worker = False
+    brp = SchedulerBatchResultProcessor(
+        is_generation=True, disaggregation_mode=DisaggregationMode.NULL, enable_overlap=False,
+        enable_overlap_mlx=False, model_config=model_config, token_to_kv_pool_allocator=alloc, tree_cache=cache,
+        hisparse_coordinator=None, req_to_token_pool=rtp, decode_offload_manager=None, metrics_collector=_Null(),
+        metrics_reporter=_Null(num_generated_tokens=0, forward_ct_decode=0), draft_worker=None, model_worker=None,
+        logprob_result_processor=_Null(), output_streamer=_Null(),
+        beam_coordinator=_Null(commit_decode=lambda b: set()), abort_request=lambda *a, **k: None)
+    return SimpleNamespace(geom=geom, cache=cache, alloc=alloc, rtp=rtp, mc=model_config, mr=runner, brp=brp,
+                           io=StateIO(rtp.mamba_pool))
+
+
+def tree_values(env):
+    """(node id, path tokens, Mamba slot) of every node holding a device Mamba value (the tree's inspection
+    helpers)."""
+    core = env.cache.tree_core
+    for nid in core.get_all_node_ids():
+        val = core.get_component_device_value(nid, ComponentType.MAMBA)
+        if val is None:
+            continue
+        path, cur = [], nid
+        while cur is not None:
+            path = list(core.get_node_token_ids(cur)) + path
+            cur = core.get_parent_node_id(cur)
+        yield nid, path, int(val.reshape(-1)[0])

@@ -1,0 +1,81 @@
+"""A scenario's geometry as SGLang's configuration, and the scenario fields this wing cannot express (BadInput).
+
+| scenario field          | SGLang setting                                                                  |
+|-------------------------|---------------------------------------------------------------------------------|
+| mamba_cache_mode align  | mamba_radix_cache_strategy "extra_buffer", page_size = attn_block_size          |
+| mamba_cache_mode none   | mamba_radix_cache_strategy "no_buffer", page_size 1 (SGLang's no_buffer page)   |
+| mamba_block_size        | mamba_track_interval and the Mamba cache chunk (`_mamba_cache_chunk_size`)      |
+| token_budget            | chunked_prefill_size (PrefillAdder's chunk budget)                              |
+| num_blocks              | not mapped: fixed generous pools (kv_size, Mamba slots, request slots), no      |
+|                         | eviction is exercised                                                           |
+| max_model_len           | not mapped: max_context_len = the longest request + 2 pages (at least 256)      |
+| prefill_checkpoint      | not mapped: SGLang always stashes a chunked prefix (checkpoint_kv_cache)        |
+| temperature, acceptance | not mapped: greedy, no speculation; tokens are the harness's token rule         |
+
+Refused (BadInput naming the field): num_speculative_tokens > 0, eagle_block_drop, mtp_modules,
+lookahead_hashes, hidden_state_layers, prefix_cache_retention_interval, the scheduler knobs, a real `model`,
+mamba_cache_mode "all", events, a request's external hit, explicit chunks or prefix_cache_hit_limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.errors import BadInput
+from harness.scenario import SCHEDULER_KNOBS, Scenario
+
+MAX_RUNNING = 8  # PrefillAdder's max_running_requests, as the prototype ran it
+
+
+@dataclass(frozen=True)
+class SglangGeometry:
+    strategy: str  # mamba_radix_cache_strategy: "extra_buffer" | "no_buffer"
+    page: int
+    cache_chunk: int  # Mamba cache chunk = track interval
+    budget: int  # chunked_prefill_size
+    kv_size: int
+    mamba_slots: int
+    max_reqs: int
+    max_context: int
+
+    @property
+    def extra(self) -> bool:
+        return self.strategy == "extra_buffer"
+
+
+def _refuse(scenario: Scenario) -> None:
+    g = scenario.geometry
+    flags = {"num_speculative_tokens": g.num_speculative_tokens > 0, "eagle_block_drop": g.eagle_block_drop,
+             "mtp_modules": g.mtp_modules > 0, "lookahead_hashes": g.lookahead_hashes,
+             "hidden_state_layers": g.hidden_state_layers > 0, "model": g.model is not None,
+             "prefix_cache_retention_interval": g.prefix_cache_retention_interval is not None,
+             "mamba_cache_mode": g.mamba_cache_mode == "all"}
+    flags.update({knob: getattr(g, knob) is not None for knob in SCHEDULER_KNOBS})
+    for name, bad in flags.items():
+        if bad:
+            raise BadInput(f"scenario field geometry.{name}={getattr(g, name)!r}: not expressible on the SGLang wing")
+    if scenario.events:
+        raise BadInput("scenario field events: preempt/abort events are not expressible on the SGLang wing")
+    for i, req in enumerate(scenario.requests):
+        for name in ("external", "chunks", "prefix_cache_hit_limit"):
+            if getattr(req, name) is not None:
+                raise BadInput(f"scenario field requests[{i}].{name}: not expressible on the SGLang wing")
+
+
+def sglang_geometry(scenario: Scenario) -> SglangGeometry:
+    """The SGLang configuration of a scenario (the table above); BadInput for what it cannot express."""
+    _refuse(scenario)
+    g = scenario.geometry
+    extra = g.mamba_cache_mode == "align"
+    page = g.attn_block_size if extra else 1
+    if g.mamba_block_size % page:
+        raise BadInput(f"scenario field geometry.mamba_block_size={g.mamba_block_size}: must be a multiple of the "
+                       f"page ({page}) on the SGLang wing")
+    total = sum(r.prompt.num_tokens + r.max_tokens for r in scenario.requests)
+    longest = max(r.prompt.num_tokens + r.max_tokens for r in scenario.requests)
+    reqs = max(MAX_RUNNING, len(scenario.requests))
+    per_req = 8 if extra else 2  # a working slot, tracking slots (extra_buffer) and cached states
+    return SglangGeometry(
+        strategy="extra_buffer" if extra else "no_buffer", page=page, cache_chunk=g.mamba_block_size,
+        budget=g.token_budget, kv_size=max(512, -(-2 * total // page) * page), mamba_slots=max(20, reqs * per_req),
+        max_reqs=reqs, max_context=max(256, longest + 2 * page))

@@ -1,0 +1,92 @@
+"""Every run-time patch the SGLang wing makes, in one function (`patched`), through harness/patches.py, and the
+wing's one planted bug (`MUTANTS`).
+
+The import stubs must be in place before SGLang is first imported, so `patched` installs them and only then
+imports SGLang. Once SGLang has imported the stub modules they stay in `sys.modules` (undo removes the finder
+and every attribute patch; it cannot un-import a module).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+from collections.abc import Callable
+
+from harness.errors import BadInput
+from harness.patches import patch_attr, undo_all
+
+COW_DROPPED = "sglang-cow-source-dropped"
+MUTANTS = {COW_DROPPED: "a prefix hit's Mamba state is not copied into the new working slot: "
+                        "MambaComponent.finalize_match_result_in_cache drops mamba_cow_src_index and clears instead"}
+
+
+def _stub_module(name: str) -> types.ModuleType:
+    """A module that answers every attribute with a deeper stub: SGLang's multimodal imports only name torchvision's
+    attributes, and PyPI's torchvision is a CUDA build that does not import beside the CPU torch."""
+    mod = types.ModuleType(name)
+    mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    mod.__path__ = []
+    mod.__version__ = "0.0"
+
+    def getattr_(attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return sys.modules.get(f"{name}.{attr}") or _stub_module(f"{name}.{attr}")
+    mod.__getattr__ = getattr_
+    sys.modules[name] = mod
+    return mod
+
+
+class _TorchvisionStubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, fullname, path, target=None):
+        if fullname == "torchvision" or fullname.startswith("torchvision."):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        return _stub_module(spec.name)
+
+    def exec_module(self, module) -> None:
+        return None
+
+
+def patched(page: int, mutant: str | None = None) -> Callable[[], None]:
+    """Apply the wing's patches for a run with SGLang page size `page` (and the planted bug `mutant`); return the
+    undo. BadInput for an unknown mutant (checked before anything is patched)."""
+    if mutant is not None and mutant not in MUTANTS:
+        raise BadInput(f"unknown SGLang mutant {mutant!r} (known: {', '.join(sorted(MUTANTS))})")
+    undos = [patch_attr(sys, "meta_path", [_TorchvisionStubs(), *sys.meta_path], by="sglang:torchvision-stubs")]
+    import torch
+
+    # SGLang pins host tensors; the CPU torch has no pinned allocator, and pinning changes no value
+    undos.append(patch_attr(torch.Tensor, "pin_memory", lambda self, *a, **k: self, by="sglang:pin-memory"))
+    from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
+    from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+    from sglang.srt.mem_cache.unified_cache.components.mamba import MambaComponent
+    from sglang.test.kits.unified_radix_cache import fixtures
+
+    # srt/utils get_device() raises on a CPU-only host; the fixture (fixtures.py:145) only needs the device name
+    undos.append(patch_attr(fixtures, "get_device", lambda: "cpu", by="sglang:cpu-device"))
+    # the fixture always builds the non-paged allocator; the scheduler's alloc_for_extend needs the paged one
+    allocator = TokenToKVPoolAllocator if page == 1 else (
+        lambda **kw: PagedTokenToKVPoolAllocator(page_size=page, **kw))
+    undos.append(patch_attr(fixtures, "TokenToKVPoolAllocator", allocator, by="sglang:paged-allocator"))
+    if mutant == COW_DROPPED:
+        undos.append(patch_attr(MambaComponent, "finalize_match_result_in_cache",
+                                _drop_cow(MambaComponent.finalize_match_result_in_cache), by=f"patch:{mutant}"))
+    return undo_all(undos)
+
+
+def _drop_cow(original):
+    """The planted bug: after SGLang's own finalize (mamba.py:196), forget the CoW source and clear the slot."""
+    def finalize_match_result_in_cache(self, params, result):
+        result = original(self, params, result)
+        req = params.req
+        if req is not None and req.kv.mamba_cow_src_index is not None:
+            req.kv.mamba_cow_src_index = None
+            req.kv.mamba_needs_clear = True
+        return result
+    finalize_match_result_in_cache.__wrapped__ = original
+    return finalize_match_result_in_cache

@@ -1,0 +1,72 @@
+"""The SGLang wing (harness/sglang/): replays on SGLang's own code in its own venv (.venv-sglang, `make
+venv-sglang`), run here as a subprocess; and the import wall between the two engines' code, which needs neither."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SGLANG_PYTHON = ROOT / ".venv-sglang" / "bin" / "python"
+DATA = ROOT / "tests" / "data"
+SHARED = DATA / "sglang-shared-prefix.json"
+CHUNKED = DATA / "sglang-shared-prefix-chunked.json"
+
+
+def wing(*args: str) -> subprocess.CompletedProcess:
+    if not SGLANG_PYTHON.exists():
+        pytest.skip(f"no SGLang venv at {SGLANG_PYTHON} (make venv-sglang builds it)")
+    # not the vLLM process set-up this session's conftest made (harness/vllm_env.py): SGLang's venv is its own
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("CUDA_VISIBLE_DEVICES", "VLLM_TARGET_DEVICE", "TRITON_INTERPRET", "HH_VLLM")}
+    return subprocess.run([str(SGLANG_PYTHON), "-m", "harness.sglang", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env=env)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", [SHARED, CHUNKED], ids=["whole", "chunked"])
+def test_stock_sglang_is_clean(scenario):
+    out = wing(str(scenario))
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_planted_cow_bug_is_a_provenance_finding():
+    out = wing(str(CHUNKED), "--mutant", "sglang-cow-source-dropped", "--json")
+    assert out.returncode == 1, out.stdout + out.stderr[-3000:]
+    first = json.loads(out.stdout)[0]
+    assert (first["oracle"], first["request"], first["expected"]) == ("provenance", "c", "state of a[:40]")
+
+
+def test_speculation_is_bad_input(tmp_path):
+    doc = json.loads(SHARED.read_text())
+    doc["geometry"]["num_speculative_tokens"] = 2
+    (tmp_path / "spec.json").write_text(json.dumps(doc))
+    out = wing(str(tmp_path / "spec.json"))
+    assert out.returncode == 2 and "num_speculative_tokens" in out.stderr, out.stderr[-3000:]
+
+
+def _imported_roots(path: Path) -> set[str]:
+    """The top-level names of the absolute imports in a module (lazy ones included)."""
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            roots |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_only_the_wing_imports_sglang_and_it_never_imports_vllm():
+    package = ROOT / "harness"
+    wing_dir = package / "sglang"
+    outside = [p for p in package.rglob("*.py") if wing_dir not in p.parents and "sglang" in _imported_roots(p)]
+    assert not outside, f"modules importing sglang outside harness/sglang/: {outside}"
+    inside = [p for p in wing_dir.rglob("*.py") if "vllm" in _imported_roots(p)]
+    assert not inside, f"harness/sglang/ modules importing vllm: {inside}"
+    assert "sglang" in _imported_roots(wing_dir / "env.py")  # the check sees an import where there is one
