@@ -20,6 +20,8 @@
 # TIER=model                fuzz/sweep the model tier (tiny hybrid LM on real state tensors) instead
 # TIER=engine               fuzz/sweep the engine tier (vLLM's own Scheduler, connector and model runner) alone
 # TIER=symbolic             fuzz the symbolic tier alone (the default of sweep)
+# ENGINE=sglang             make fuzz on the SGLang wing instead (its own venv, make venv-sglang): a generator
+#                            sweep on SGLang 0.5.23's own radix cache and scheduler-side code (harness/sglang/)
 # TORCH=, TORCH_INDEX=       the torch build (default the CPU wheel from PyTorch's CPU index); a GPU machine:
 #                            make venv TORCH=2.13.0 TORCH_INDEX=https://pypi.org/simple (PyPI's Linux wheel is CUDA)
 VLLM ?= 0.34.0
@@ -94,10 +96,19 @@ bench: venv
 
 # the campaign's own exit status (0 clean, 1 findings, 2 bad input, 3 harness error) is kept in
 # $(FUZZ_DIR)/exit-code: make exits 2 whenever a recipe fails (.github/scripts/expect_campaign.py reads it)
+ifeq ($(ENGINE),sglang)
+# make fuzz ENGINE=sglang: the SGLang wing's generator sweep for MINUTES (harness/sglang/sweep.py; FUZZ_ARGS='--mutant
+# sglang-cow-source-dropped' plants its bug), in its own venv
+fuzz: venv-sglang
+	mkdir -p artifacts/fuzz-sglang
+	env -u CUDA_VISIBLE_DEVICES .venv-sglang/bin/python -m harness.sglang sweep --minutes $(MINUTES) --seed $(SEED) --artifacts artifacts/fuzz-sglang $(FUZZ_ARGS); \
+	code=$$?; echo $$code > artifacts/fuzz-sglang/exit-code; exit $$code
+else
 fuzz: venv
 	mkdir -p $(FUZZ_DIR)
 	$(PY) -m harness fuzz --minutes $(MINUTES) --jobs $(JOBS) --seed $(SEED) --seed-corpus --artifacts $(FUZZ_DIR) --tier $(TIER) $(FUZZ_ARGS); \
 	code=$$?; echo $$code > $(FUZZ_DIR)/exit-code; exit $$code
+endif
 
 ci-fuzz: venv
 	rm -rf artifacts/ci-fuzz

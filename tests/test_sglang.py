@@ -43,6 +43,16 @@ def test_planted_cow_bug_is_a_provenance_finding():
     assert (first["oracle"], first["request"], first["expected"]) == ("provenance", "c", "state of a[:40]")
 
 
+@pytest.mark.slow
+def test_a_generator_sweep_is_clean_on_stock_and_writes_what_the_planted_bug_shows(tmp_path):
+    stock = wing("sweep", "--count", "30", "--artifacts", str(tmp_path / "stock"))
+    assert stock.returncode == 0 and not (tmp_path / "stock").exists(), stock.stdout + stock.stderr[-3000:]
+    planted = wing("sweep", "--count", "30", "--mutant", "sglang-cow-source-dropped", "--artifacts", str(tmp_path / "m"))
+    assert planted.returncode == 1, planted.stdout + planted.stderr[-3000:]
+    kept = [json.loads(p.read_text()) for p in (tmp_path / "m").glob("finding-*.json")]
+    assert kept and all(k["findings"] and k["scenario"]["requests"] for k in kept)
+
+
 def test_speculation_is_bad_input(tmp_path):
     doc = json.loads(SHARED.read_text())
     doc["geometry"]["num_speculative_tokens"] = 2

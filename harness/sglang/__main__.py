@@ -1,4 +1,6 @@
 """`python -m harness.sglang SCENARIO.json [--mutant NAME] [--json]`: replay on SGLang's own code, judge, print.
+`python -m harness.sglang sweep [--count N | --minutes M] [--seed S] [--mutant NAME] [--artifacts DIR]`: generated
+scenarios (harness/sglang/sweep.py), each one with findings written to DIR before it is printed.
 
 Exit 0: no finding; 1: findings; 2: bad input (the scenario, a field the wing cannot express, an unknown mutant;
 message on stderr); 3: an unexpected harness error (never reported as an SGLang bug).
@@ -10,6 +12,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import traceback
 
 from harness.errors import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_HARNESS_ERROR, EXIT_OK, BadInput
@@ -35,8 +38,37 @@ def _print(trace, findings, as_json: bool) -> None:
         print(f"not judged: {oracle}: {why}", file=sys.stderr)
 
 
+def _sweep_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m harness.sglang sweep", description="generated scenarios, judged")
+    ap.add_argument("--count", type=int, default=None, help="scenarios to run (default: until --minutes pass)")
+    ap.add_argument("--minutes", type=float, default=None)
+    ap.add_argument("--seed", type=int, default=0, help="the first generator seed")
+    ap.add_argument("--mutant", help="the planted bug to run with (sglang-cow-source-dropped)")
+    ap.add_argument("--artifacts", default="artifacts/fuzz-sglang", help="where findings are written")
+    return ap
+
+
+def _sweep(argv) -> int:
+    from pathlib import Path
+
+    from harness.sglang.sweep import run_sweep
+
+    args = _sweep_parser().parse_args(argv)
+    if args.count is None and args.minutes is None:
+        args.minutes = 2.0
+    started = time.monotonic()
+    summary = run_sweep(args.seed, args.count, args.minutes, args.mutant, Path(args.artifacts))
+    elapsed = time.monotonic() - started
+    print(f"sweep (SGLang wing, mutant {args.mutant}): seeds {summary['seeds'][0]}..{summary['seeds'][1]}, "
+          f"{summary['ran']} replayed ({summary['ran'] / elapsed:.1f}/s), {summary['not_expressible']} not "
+          f"expressible, {summary['with_findings']} with findings {summary['signatures'] or ''}")
+    return EXIT_FINDING if summary["with_findings"] else EXIT_OK
+
+
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    sweep = bool(argv) and argv[0] == "sweep"
+    args = None if sweep else _parser().parse_args(argv)
     if os.environ.get("CUDA_VISIBLE_DEVICES") == "":  # vLLM's process set-up leaves it empty; SGLang's fixture
         del os.environ["CUDA_VISIBLE_DEVICES"]  # imports test_utils.py, whose line 246 indexes its first character
     try:
@@ -44,6 +76,8 @@ def main(argv=None) -> int:
         from harness.scenario import load_scenario
         from harness.sglang.driver import replay
 
+        if sweep:
+            return _sweep(argv[1:])
         trace = replay(load_scenario(args.scenario), args.mutant)
         findings = judge(trace)
     except BadInput as exc:

@@ -5,7 +5,8 @@
 | mamba_cache_mode align  | mamba_radix_cache_strategy "extra_buffer", page_size = attn_block_size          |
 | mamba_cache_mode none   | mamba_radix_cache_strategy "no_buffer", page_size 1 (SGLang's no_buffer page)   |
 | mamba_block_size        | mamba_track_interval and the Mamba cache chunk (`_mamba_cache_chunk_size`)      |
-| token_budget            | chunked_prefill_size (PrefillAdder's chunk budget)                              |
+| token_budget            | chunked_prefill_size (PrefillAdder's chunk budget); a multiple of the page, as   |
+|                         | SGLang's server-argument validation requires                                    |
 | num_blocks              | not mapped: fixed generous pools (kv_size, Mamba slots, request slots), no      |
 |                         | eviction is exercised                                                           |
 | max_model_len           | not mapped: max_context_len = the longest request + 2 pages (at least 256)      |
@@ -71,6 +72,9 @@ def sglang_geometry(scenario: Scenario) -> SglangGeometry:
     if g.mamba_block_size % page:
         raise BadInput(f"scenario field geometry.mamba_block_size={g.mamba_block_size}: must be a multiple of the "
                        f"page ({page}) on the SGLang wing")
+    if g.token_budget % page:  # SGLang's own rule (srt/arg_groups/validation_hook.py:244 in 0.5.23)
+        raise BadInput(f"scenario field geometry.token_budget={g.token_budget}: SGLang requires chunked_prefill_size "
+                       f"divisible by page_size ({page})")
     total = sum(r.prompt.num_tokens + r.max_tokens for r in scenario.requests)
     longest = max(r.prompt.num_tokens + r.max_tokens for r in scenario.requests)
     reqs = max(MAX_RUNNING, len(scenario.requests))

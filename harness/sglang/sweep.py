@@ -1,0 +1,73 @@
+"""`python -m harness.sglang sweep`: the project's generated scenarios on the SGLang wing, judged; findings written
+to disk before they are reported.
+
+Each scenario is `harness.generate.random_scenario(seed)` projected onto what the wing expresses
+(harness/sglang/geometry.py): no drafter, retention, scheduler knobs, events, external hits, explicit chunks or hit
+limits; Mamba cache mode "all" read as "align"; the token budget rounded down to a multiple of the page, as SGLang's
+server arguments require (srt/arg_groups/validation_hook.py:244 in 0.5.23). The prompts, their shared prefixes,
+arrivals and output lengths stay the generator's. A generator sweep, not yet a coverage-guided campaign.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from harness.artifacts import write_json_atomic
+from harness.errors import BadInput
+from harness.scenario import OPTIONAL_GEOMETRY, OPTIONAL_REQUEST, Scenario, parse_scenario, scenario_to_json
+
+
+def projected(seed: int) -> Scenario:
+    """The generator's scenario `seed` as the SGLang wing can replay it (the module docstring)."""
+    from harness.generate import random_scenario
+
+    doc = scenario_to_json(random_scenario(seed, checkpoints=False))
+    g = doc["geometry"]
+    g.update(num_speculative_tokens=0, eagle_block_drop=False, mtp_modules=0, lookahead_hashes=False,
+             hidden_state_layers=0, model=None)
+    for name in OPTIONAL_GEOMETRY:
+        g.pop(name, None)
+    if g.get("mamba_cache_mode") == "all":
+        g["mamba_cache_mode"] = "align"
+    page = g["attn_block_size"] if g.get("mamba_cache_mode", "align") == "align" else 1
+    g["token_budget"] = max(page, g["token_budget"] // page * page)
+    doc["events"] = []
+    for r in doc["requests"]:
+        r.update(external=None, chunks=None, acceptance=[])
+        for name in OPTIONAL_REQUEST:
+            r.pop(name, None)
+    return parse_scenario(doc)
+
+
+def run_sweep(first_seed: int, count: int | None, minutes: float | None, mutant: str | None,
+              artifacts: Path) -> dict:
+    """Replay and judge seeds from `first_seed` until `count` ran or `minutes` passed; each scenario with findings
+    is written to `artifacts` (finding-SEED.json: the scenario and its findings) before it is printed."""
+    from harness.oracles import judge
+    from harness.sglang.driver import replay
+
+    deadline = time.monotonic() + 60 * minutes if minutes else None
+    summary = {"ran": 0, "not_expressible": 0, "with_findings": 0, "signatures": {}}
+    seed = first_seed
+    while (count is None or seed < first_seed + count) and (deadline is None or time.monotonic() < deadline):
+        try:
+            scenario = projected(seed)
+            findings = judge(replay(scenario, mutant))
+        except BadInput:  # a geometry the wing refuses (a Mamba block off the page grid): not SGLang's
+            summary["not_expressible"] += 1
+            seed += 1
+            continue
+        summary["ran"] += 1
+        if findings:
+            summary["with_findings"] += 1
+            path = write_json_atomic(artifacts / f"finding-{seed}.json", {
+                "kind": "hybrid-harness-sglang-finding", "seed": seed, "mutant": mutant,
+                "scenario": scenario_to_json(scenario),
+                "findings": [{k: v for k, v in f.to_json().items() if k != "excerpt"} for f in findings]})
+            for sig in {f.signature for f in findings}:
+                summary["signatures"][sig] = summary["signatures"].get(sig, 0) + 1
+            print(f"seed {seed}: {', '.join(sorted({f.signature for f in findings}))} ({path})")
+        seed += 1
+    summary["seeds"] = [first_seed, seed - 1]
+    return summary
