@@ -47,10 +47,20 @@ def test_planted_cow_bug_is_a_provenance_finding():
 def test_a_generator_sweep_is_clean_on_stock_and_writes_what_the_planted_bug_shows(tmp_path):
     stock = wing("sweep", "--count", "30", "--artifacts", str(tmp_path / "stock"))
     assert stock.returncode == 0 and not (tmp_path / "stock").exists(), stock.stdout + stock.stderr[-3000:]
-    planted = wing("sweep", "--count", "30", "--mutant", "sglang-cow-source-dropped", "--artifacts", str(tmp_path / "m"))
+    planted = wing("sweep", "--count", "30", "--mutant", "sglang-cow-source-dropped",
+                   "--artifacts", str(tmp_path / "m"))
     assert planted.returncode == 1, planted.stdout + planted.stderr[-3000:]
     kept = [json.loads(p.read_text()) for p in (tmp_path / "m").glob("finding-*.json")]
     assert kept and all(k["findings"] and k["scenario"]["requests"] for k in kept)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant,count", [("sglang-cow-args-swapped", 40), ("sglang-track-seqlen-page-early", 40),
+                                          ("sglang-decode-track-idx-stale", 40),
+                                          ("sglang-force-track-h-no-plus-one", 40)])
+def test_the_sglang_mutant_bank_is_killed_by_a_short_sweep(tmp_path, mutant, count):
+    out = wing("sweep", "--count", str(count), "--mutant", mutant, "--artifacts", str(tmp_path))
+    assert out.returncode == 1, out.stdout + out.stderr[-3000:]
 
 
 def test_speculation_is_bad_input(tmp_path):

@@ -21,7 +21,7 @@ from harness.errors import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_HARNESS_ERROR, EXI
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m harness.sglang", description=__doc__.splitlines()[0])
     ap.add_argument("scenario", help="a scenario JSON file (docs/scenario-format.md)")
-    ap.add_argument("--mutant", help="the planted bug to run with (sglang-cow-source-dropped)")
+    ap.add_argument("--mutant", help="the planted bug to run with (harness/sglang/runtime.py MUTANTS)")
     ap.add_argument("--json", action="store_true", help="print the findings as a JSON list")
     return ap
 
@@ -43,7 +43,7 @@ def _sweep_parser() -> argparse.ArgumentParser:
     ap.add_argument("--count", type=int, default=None, help="scenarios to run (default: until --minutes pass)")
     ap.add_argument("--minutes", type=float, default=None)
     ap.add_argument("--seed", type=int, default=0, help="the first generator seed")
-    ap.add_argument("--mutant", help="the planted bug to run with (sglang-cow-source-dropped)")
+    ap.add_argument("--mutant", help="the planted bug to run with (harness/sglang/runtime.py MUTANTS)")
     ap.add_argument("--artifacts", default="artifacts/fuzz-sglang", help="where findings are written")
     return ap
 

@@ -1,5 +1,6 @@
 """Every run-time patch the SGLang wing makes, in one function (`patched`), through harness/patches.py, and the
-wing's one planted bug (`MUTANTS`).
+wing's planted bugs (`MUTANTS`): `sglang-cow-source-dropped` (a wrapper) and the `SLIPS`, each one slip in one of
+SGLang's own methods, made by recompiling that method's source with one line (or one call's arguments) changed.
 
 The import stubs must be in place before SGLang is first imported, so `patched` installs them and only then
 imports SGLang. Once SGLang has imported the stub modules they stay in `sys.modules` (undo removes the finder
@@ -10,16 +11,67 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import inspect
 import sys
+import textwrap
 import types
 from collections.abc import Callable
+from typing import NamedTuple
 
 from harness.errors import BadInput
 from harness.patches import patch_attr, undo_all
 
 COW_DROPPED = "sglang-cow-source-dropped"
+
+
+class Slip(NamedTuple):
+    """A one-place slip in SGLang's source: in `module`.`owner`.`method`, the text `old` (once, in the dedented
+    source) becomes `new`; `where` is the SGLang file:line it changes, `bug` its class."""
+    module: str
+    owner: str
+    method: str
+    old: str
+    new: str
+    where: str
+    bug: str
+
+
+SLIPS = {
+    "sglang-cow-args-swapped": Slip(
+        "sglang.srt.model_executor.model_runner", "ModelRunner", "_maybe_execute_deferred_mamba_cow_and_clear",
+        "pool.translate_mamba_indices(forward_batch.mamba_cow_src_indices),\n"
+        "                pool.translate_mamba_indices(forward_batch.mamba_cow_dst_indices),",
+        "pool.translate_mamba_indices(forward_batch.mamba_cow_dst_indices),\n"
+        "                pool.translate_mamba_indices(forward_batch.mamba_cow_src_indices),",
+        "srt/model_executor/model_runner.py:1956-1957",
+        "the deferred copy-on-write copies the request's new slot over the cached state, not the cached state "
+        "into the slot"),
+    "sglang-track-seqlen-page-early": Slip(
+        "sglang.srt.managers.schedule_batch", "ScheduleBatch", "_mamba_radix_cache_v2_req_prepare_for_extend",
+        "req.kv.mamba_last_track_seqlen = mamba_track_seqlen_aligned",
+        "req.kv.mamba_last_track_seqlen = mamba_track_seqlen_aligned - checkpoint_grid",
+        "srt/managers/schedule_batch.py:3232",
+        "a prefill's tracked (extra_buffer) state is recorded one checkpoint page early: the tree names it "
+        "for a prefix one page shorter than the one it holds"),
+    "sglang-decode-track-idx-stale": Slip(
+        "sglang.srt.managers.scheduler_components.batch_result_processor", "SchedulerBatchResultProcessor",
+        "_handle_finish_state_updated_req",
+        "req.kv.mamba_last_track_idx = batch.mamba_track_buffer_indices[i]",
+        "pass  # slip: the tracking slot this decode wrote is not recorded",
+        "srt/managers/scheduler_components/batch_result_processor.py:1402",
+        "a decode's tracking-slot swap is lost: the new seqlen is recorded with the ping-pong slot that holds "
+        "the previous checkpoint"),
+    "sglang-force-track-h-no-plus-one": Slip(
+        "sglang.srt.managers.schedule_batch", "ScheduleBatch", "_mamba_radix_cache_v2_req_prepare_for_extend",
+        "return i + 1",
+        "return i",
+        "srt/managers/schedule_batch.py:3163",
+        "an interior tracked state's seqlen loses its +1, so the track plan takes another h row than the "
+        "checkpoint it records"),
+}
 MUTANTS = {COW_DROPPED: "a prefix hit's Mamba state is not copied into the new working slot: "
-                        "MambaComponent.finalize_match_result_in_cache drops mamba_cow_src_index and clears instead"}
+                        "MambaComponent.finalize_match_result_in_cache drops mamba_cow_src_index and clears instead",
+           **{name: f"{slip.bug} ({slip.where})" for name, slip in SLIPS.items()}}
 
 
 def _stub_module(name: str) -> types.ModuleType:
@@ -76,7 +128,27 @@ def patched(page: int, mutant: str | None = None) -> Callable[[], None]:
     if mutant == COW_DROPPED:
         undos.append(patch_attr(MambaComponent, "finalize_match_result_in_cache",
                                 _drop_cow(MambaComponent.finalize_match_result_in_cache), by=f"patch:{mutant}"))
+    elif mutant in SLIPS:
+        slip = SLIPS[mutant]
+        owner = getattr(importlib.import_module(slip.module), slip.owner)
+        undos.append(patch_attr(owner, slip.method, _slipped(getattr(owner, slip.method), slip),
+                                by=f"patch:{mutant}"))
     return undo_all(undos)
+
+
+def _slipped(original, slip: Slip):
+    """`original` recompiled from its own source with `slip` applied, in its module's globals, keeping SGLang's
+    file name and line numbers (so a traceback names the real line)."""
+    src = textwrap.dedent(inspect.getsource(original))
+    if src.count(slip.old) != 1:
+        raise RuntimeError(f"SGLang mutant source drifted: {slip.old!r} is not once in {slip.method}")
+    lines = "\n" * (inspect.getsourcelines(original)[1] - 1)
+    code = compile(lines + src.replace(slip.old, slip.new), inspect.getsourcefile(original), "exec")
+    scope: dict = {}
+    exec(code, original.__globals__, scope)  # noqa: S102 - SGLang's own source, one slip changed
+    mutated = scope[slip.method]
+    mutated.__wrapped__ = original
+    return mutated
 
 
 def _drop_cow(original):
