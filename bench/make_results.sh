@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make results [PART=all|bench|fast|mutants|banks|peer|verdicts|known|upstream|e2e|scheduler]`: rewrite every file in bench/results/
+# `make results [PART=all|bench|fast|mutants|banks|peer|verdicts|known|upstream|e2e|scheduler|sglang]`: rewrite every file in bench/results/
 # (and the known-issue tables of README.md and docs/known-issues.md) from its command. Each file carries a
 # provenance line (command, commit, machine, vLLM, date: harness/stamp.py). Every file in bench/results/ is written
 # by a command below (tests/test_results_layout.py checks the list); dated reports that no one command rewrites
@@ -122,6 +122,10 @@ if part scheduler; then
     cache-key-outlives-block"
   "$PY" $M/peer_tests.py --vllm 0.34.0 $(printf -- '--only %s ' $BANK034) --out $R/peer_tests_034_bank.md
   "$PY" $M/bank_034.py --minutes 2 --sweep 200 --out $R/bank_034.md
+fi
+if part scheduler || part sglang; then
+  # issue 46: the SGLang wing's bank of planted SGLang bugs, a generator sweep each (needs `make venv-sglang`)
+  "$PY" $M/sglang_bank.py --count 300 --out $R/sglang_bank.md
 fi
 if part upstream; then
   # issue 38: the known issue x release table (each release in its own process: its venv, else its unpacked wheel,
