@@ -20,7 +20,7 @@
 # TIER=model                fuzz/sweep the model tier (tiny hybrid LM on real state tensors) instead
 # TIER=engine               fuzz/sweep the engine tier (vLLM's own Scheduler, connector and model runner) alone
 # TIER=symbolic             fuzz the symbolic tier alone (the default of sweep)
-# ENGINE=sglang             make fuzz on the SGLang wing instead (its own venv, make venv-sglang): a generator
+# ENGINE=sglang             make venv / fuzz for the SGLang wing instead (its own venv, .venv-sglang): a generator
 #                            sweep on SGLang 0.5.23's own radix cache and scheduler-side code (harness/sglang/)
 # TORCH=, TORCH_INDEX=       the torch build (default the CPU wheel from PyTorch's CPU index); a GPU machine:
 #                            make venv TORCH=2.13.0 TORCH_INDEX=https://pypi.org/simple (PyPI's Linux wheel is CUDA)
@@ -64,9 +64,13 @@ CI_RUNS ?= 3000
 
 .PHONY: venv test test-fast bench fuzz sweep gpu-check results known known-releases peer clean-venv ci-fuzz
 
+ifeq ($(ENGINE),sglang)
+venv: venv-sglang  # make venv ENGINE=sglang: the SGLang wing's venv (below)
+else
 venv: $(STAMP)
 ifneq ($(VLLM_TREE),)
 	$(PY) -m harness vllm-version
+endif
 endif
 
 # torch: --retries 1 (a single retry has no back-off), so where TORCH_INDEX is unreachable and a local wheel
