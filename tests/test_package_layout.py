@@ -124,24 +124,35 @@ VLLM_DOORS = {"harness/vllm_adapter.py", "harness/release.py", "harness/vllm_sty
 VLLM_DOOR_FOLDERS = ("harness/engine/", "harness/fixes/")
 
 
-def vllm_importers() -> set[str]:
-    """The modules with an import statement of vLLM (a test template's text does not count)."""
+def importers(engine: str) -> set[str]:
+    """The modules with an import statement of `engine` (a test template's text does not count)."""
     out = set()
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
-            if any(n.split(".")[0] == "vllm" for n in names):
+            if any(n.split(".")[0] == engine for n in names):
                 out.add(path.relative_to(PACKAGE.parent).as_posix())
     return out
+
+
+def test_only_the_sglang_wing_imports_sglang_and_it_never_imports_vllm():
+    """The SGLang wing (harness/sglang/) is the only door to SGLang and no door to vLLM (issue 46's wall)."""
+    wing = "harness/sglang/"
+    sglang = importers("sglang")
+    assert "harness/sglang/env.py" in sglang  # the check sees an import where there is one
+    outside = sorted(m for m in sglang if not m.startswith(wing))
+    assert not outside, f"modules importing sglang outside harness/sglang/: {outside}"
+    inside = sorted(m for m in importers("vllm") if m.startswith(wing))
+    assert not inside, f"harness/sglang/ modules importing vllm: {inside}"
 
 
 def test_only_the_doors_import_vllm():
     """A module that imports vLLM outside the doors docs/architecture.md lists fails here (the wall a second
     engine's wing needs, issue 46): the rest reaches vLLM through them."""
-    importers = vllm_importers()
-    assert "harness/vllm_adapter.py" in importers and "harness/engine/config.py" in importers
-    outside = sorted(m for m in importers if m not in VLLM_DOORS and not m.startswith(VLLM_DOOR_FOLDERS))
+    importers_ = importers("vllm")
+    assert "harness/vllm_adapter.py" in importers_ and "harness/engine/config.py" in importers_
+    outside = sorted(m for m in importers_ if m not in VLLM_DOORS and not m.startswith(VLLM_DOOR_FOLDERS))
     assert not outside, f"modules importing vLLM outside the doors: {outside}"
     text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
     assert all(f"`{Path(m).name}`" in text or Path(m).stem in text for m in VLLM_DOORS)

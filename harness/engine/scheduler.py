@@ -327,17 +327,18 @@ class EngineDriver:
         before = set(self.alloc.cached_mamba_entries()) if in_flight else None
         self._call("", "update_from_output", self.sched.update_from_output, so, out)
         self._after_output(ids)
-        self._check_cache(step)
+        after = self._check_cache(step)
         if in_flight:
-            self._record_publication(step, before, in_flight)
+            # in the cache's own order (a set's order of bytes keys changes with the process's hash seed)
+            self._record_publication(step, [key for key in after if key not in before], in_flight)
 
-    def _record_publication(self, step: int, before: set, in_flight: list[int]) -> None:
+    def _record_publication(self, step: int, published: list, in_flight: list[int]) -> None:
         """The Mamba keys `update_from_output` published (0.33+: the finalized states after a sampled step,
         scheduler.py:2449-2470 in 0.34.0) whose page a forward still in flight wrote: the publication oracle's
         input. (Keys published while scheduling are not judged: vLLM caches a chunk's blocks as it schedules them,
         kv_cache_manager.py:636-646, and keeps them from lookups until the next step, cached_blocks_this_step.)"""
         version = self.states.version
-        for key in set(self.alloc.cached_mamba_entries()) - before:
+        for key in published:
             v = version.get(key[1], 0)
             writer = next((s for s in in_flight if self.forward_marks[s][0] < v <= self.forward_marks[s][1]), None)
             if writer is not None:
@@ -521,10 +522,13 @@ class EngineDriver:
             return self.KVConnectorOutput(finished_recving=done, failed_recving=failed)
         return self.KVConnectorOutput(finished_recving=done)
 
-    def _check_cache(self, step: int) -> None:
-        self.cache.record(step, {rid: (r.vreq.block_hashes, r.fps) for rid, r in self.reqs.items()},
-                          self.alloc.cached_mamba_entries())
+    def _check_cache(self, step: int) -> list[tuple[bytes, int]]:
+        """Record the cache-integrity inputs after a step; returns the Mamba cache entries it read (the publication
+        check compares them with those before `update_from_output`)."""
+        entries = self.alloc.cached_mamba_entries()
+        self.cache.record(step, {rid: (r.vreq.block_hashes, r.fps) for rid, r in self.reqs.items()}, entries)
         self.cache.record_key_breaks(step, self.alloc.cache_key_breaks())
+        return entries
 
 
 def _retention(scenario: Scenario, sched) -> Retention | None:
