@@ -28,6 +28,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from dataclasses import asdict, dataclass, field
 
 from harness.trace import Trace
@@ -122,6 +124,14 @@ def pool_accounting(trace: Trace) -> list[Finding]:
     pool = trace.pool_end
     if pool is None:  # trace.unjudged says why
         return keys
+    problems = _slot_pool_problems(pool["slot_pools"]) if "slot_pools" in pool else _block_pool_problems(pool)
+    return keys + [
+        Finding("pool-accounting", trace.steps_run, None, None, [], expected="every block free once, no refs",
+                actual=p, detail=p, signature="pool-accounting") for p in problems]
+
+
+def _block_pool_problems(pool: dict) -> list[str]:
+    """vLLM's block pool at the end (harness.vllm_adapter.Allocator.pool_snapshot)."""
     problems = []
     if pool["live_requests"]:
         problems.append(f"requests still hold blocks: {pool['live_requests']}")
@@ -133,9 +143,29 @@ def pool_accounting(trace: Trace) -> list[Finding]:
         problems.append(f"free queue walk finds {len(pool['free_walk'])} blocks, counter says {pool['num_free']}")
     if pool["ref_cnt"]:
         problems.append(f"non-zero ref counts left: {pool['ref_cnt']}")
-    return keys + [
-        Finding("pool-accounting", trace.steps_run, None, None, [], expected="every block free once, no refs",
-                actual=p, detail=p, signature="pool-accounting") for p in problems]
+    return problems
+
+
+def _slot_pool_problems(pools: dict) -> list[str]:
+    """Free-list pools at the end, each {size, free, cached, locked} (the SGLang wing's KV pages, Mamba slots and
+    request rows: harness/sglang/env.py pool_snapshot): ids 1..size, each free once or held by the prefix cache,
+    none both, none lost, no lock left."""
+    problems = []
+    for name, pool in pools.items():
+        free, cached = pool["free"], set(pool["cached"])
+        twice = sorted(i for i, n in Counter(free).items() if n > 1)
+        if twice:
+            problems.append(f"{name}: free list holds {twice[:8]} twice (double free)")
+        both = sorted(cached & set(free))
+        if both:
+            problems.append(f"{name}: {both[:8]} both free and held by the prefix cache")
+        lost = sorted(set(range(1, pool["size"] + 1)) - cached - set(free))
+        if lost:
+            problems.append(f"{name}: {len(lost)} of {pool['size']} neither free nor cached at the end (leaked): "
+                            f"{lost[:8]}")
+        if pool["locked"]:
+            problems.append(f"{name}: {pool['locked']} still locked by the prefix cache at the end")
+    return problems
 
 
 def _key_rule(trace: Trace) -> list[Finding]:

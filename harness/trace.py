@@ -107,6 +107,9 @@ class RunEnd:
     other_blocks: tuple[int, ...] = ()
     # the requests that arrived and finished (or were aborted by the scenario): what a liveness witness finished
     finished: tuple[str, ...] = ()
+    # an engine whose pool is counted in its own units (the SGLang wing: the KV pages a request holds at its
+    # largest, num_blocks - 1 pages usable); None = vLLM's blocks_to_hold
+    pages: dict[str, int] | None = None
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -117,6 +120,8 @@ class RunEnd:
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in doc.items()})
 
     def blocks_to_hold(self, request: str) -> int:
+        if self.pages is not None:
+            return self.pages[request]
         tokens = self.tokens[request] + self.lookahead
         return blocks_to_hold(self.tokens[request], self.block_sizes, self.lookahead, self.groups,
                               self.mamba_cache_mode) + sum(-(-tokens // b) for b in self.other_blocks)

@@ -23,7 +23,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("scenario", help="a scenario JSON file (docs/scenario-format.md)")
     ap.add_argument("--mutant", help="the planted bug to run with (harness/sglang/runtime.py MUTANTS)")
     ap.add_argument("--json", action="store_true", help="print the findings as a JSON list")
+    _tree_core_option(ap)
     return ap
+
+
+def _tree_core_option(ap) -> None:
+    ap.add_argument("--tree-core", default="rust", help="the radix tree's core: rust (SGLang's default) or python")
 
 
 def _print(trace, findings, as_json: bool) -> None:
@@ -45,6 +50,7 @@ def _sweep_parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0, help="the first generator seed")
     ap.add_argument("--mutant", help="the planted bug to run with (harness/sglang/runtime.py MUTANTS)")
     ap.add_argument("--artifacts", default="artifacts/fuzz-sglang", help="where findings are written")
+    _tree_core_option(ap)
     return ap
 
 
@@ -57,9 +63,9 @@ def _sweep(argv) -> int:
     if args.count is None and args.minutes is None:
         args.minutes = 2.0
     started = time.monotonic()
-    summary = run_sweep(args.seed, args.count, args.minutes, args.mutant, Path(args.artifacts))
+    summary = run_sweep(args.seed, args.count, args.minutes, args.mutant, Path(args.artifacts), args.tree_core)
     elapsed = time.monotonic() - started
-    print(f"sweep (SGLang wing, mutant {args.mutant}): seeds {summary['seeds'][0]}..{summary['seeds'][1]}, "
+    print(f"sweep (SGLang wing, {args.tree_core} tree core, mutant {args.mutant}): seeds {summary['seeds'][0]}..{summary['seeds'][1]}, "
           f"{summary['ran']} replayed ({summary['ran'] / elapsed:.1f}/s), {summary['not_expressible']} not "
           f"expressible, {summary['with_findings']} with findings {summary['signatures'] or ''}")
     return EXIT_FINDING if summary["with_findings"] else EXIT_OK
@@ -78,7 +84,7 @@ def main(argv=None) -> int:
 
         if sweep:
             return _sweep(argv[1:])
-        trace = replay(load_scenario(args.scenario), args.mutant)
+        trace = replay(load_scenario(args.scenario), args.mutant, args.tree_core)
         findings = judge(trace)
     except BadInput as exc:
         print(f"bad input: {exc}", file=sys.stderr)

@@ -12,32 +12,31 @@ from __future__ import annotations
 
 import importlib.metadata
 
-from harness.errors import HarnessError
+from harness.errors import BadInput, HarnessError
 from harness.scenario import Scenario
 from harness.sglang import runtime
 from harness.sglang.geometry import sglang_geometry
 from harness.states import chain
-from harness.trace import CacheCheck, Trace
+from harness.trace import CacheCheck, RunEnd, Trace
 
-UNJUDGED = {
-    "live-column": "the SGLang wing records no block-table rows",
-    "pool-accounting": "the SGLang wing does not snapshot SGLang's pools at the end",
-    "liveness": "the SGLang wing's pools are fixed and generous; SGLang's run end is not judged",
-}
+UNJUDGED = {"live-column": "the SGLang wing records no block-table rows"}
 
 
-def replay(scenario: Scenario, mutant: str | None = None) -> Trace:
+def replay(scenario: Scenario, mutant: str | None = None, tree_core: str = "rust") -> Trace:
     """Replay `scenario` with the wing's patches (and planted bug) on, always undone. BadInput for what the wing
     cannot express or an unknown mutant, before SGLang is imported."""
-    geom = sglang_geometry(scenario)
+    geom = sglang_geometry(scenario, tree_core)
     undo = runtime.patched(geom.page, mutant)
     try:
         from harness.sglang.env import build
         from harness.sglang.scheduler import MiniScheduler
 
-        trace = Trace(vllm_version=f"sglang {importlib.metadata.version('sglang')}", mutant=mutant,
-                      vllm_kind="sglang", unjudged=dict(UNJUDGED))
         env = build(geom)
+        if env.cache._tree_core_backend != geom.tree_core:  # SGLang falls back to Python where Rust cannot run
+            raise BadInput(f"SGLang built its {env.cache._tree_core_backend} tree core where {geom.tree_core} was "
+                           "asked (srt/mem_cache/unified_cache/tree_core_registry.py _rust_fallback_reason)")
+        trace = Trace(vllm_version=f"sglang {importlib.metadata.version('sglang')} ({geom.tree_core} tree core)",
+                      mutant=mutant, vllm_kind="sglang", unjudged=dict(UNJUDGED))
         _run(scenario, env, MiniScheduler(env), trace)
         return trace
     finally:
@@ -49,7 +48,7 @@ def _run(scenario: Scenario, env, sched, trace: Trace) -> None:
 
     prompts = scenario.prompt_tokens()
     pending = sorted(scenario.requests, key=lambda r: r.arrival_step)
-    reqs, seen = {}, {}
+    reqs, seen, idle, reason = {}, {}, 0, "step-limit"
     for step in range(scenario.max_steps):
         for spec in [s for s in pending if s.arrival_step <= step]:
             reqs[spec.id] = make_req(spec.id, prompts[spec.id], spec.max_tokens)
@@ -58,17 +57,37 @@ def _run(scenario: Scenario, env, sched, trace: Trace) -> None:
             sched.waiting_queue.append(reqs[spec.id])
             pending.remove(spec)
         batch = sched.get_next_batch_to_run()
+        trace.steps_run = step + 1
         if batch is None:
-            if not pending and not sched.waiting_queue and sched.chunked_req is None:
+            idle += 1
+            if not pending and sched.running_batch.is_empty():  # nothing runs, nothing arrives: nothing changes
+                reason = "stuck" if sched.waiting_queue or sched.chunked_req is not None else "done"
                 break
             continue
+        idle = 0
         sched.process_batch_result(batch, sched.run_batch(batch, trace, step))
         sched.last_batch = batch
-        trace.steps_run = step + 1
         _record_cache(env, trace, step, reqs, seen)
-    unfinished = sorted(rid for rid, r in reqs.items() if not r.finished()) + [s.id for s in pending]
-    if unfinished:
-        trace.unjudged["liveness"] += f" (unfinished at step {trace.steps_run}: {', '.join(unfinished)})"
+    _judge_end(scenario, env, trace, reqs, pending, reason, idle)
+
+
+def _judge_end(scenario: Scenario, env, trace: Trace, reqs: dict, pending: list, reason: str, idle: int) -> None:
+    """The run end for the liveness oracle, KV pages as its blocks (the Mamba slots are sized for every request:
+    geometry.py), and, once every request finished, the pools for pool accounting."""
+    from harness.sglang.env import pool_snapshot
+
+    g, page = env.geom, env.geom.page
+    unfinished = {rid: ("running" if r.kv.req_pool_idx is not None else "waiting")
+                  for rid, r in reqs.items() if not r.finished()}
+    tokens = {r.id: r.prompt.num_tokens + r.max_tokens for r in scenario.requests}
+    trace.end = RunEnd(reason if unfinished or pending else "done", trace.steps_run, idle, unfinished, tokens, 0,
+                       g.kv_size // page + 1, (page, g.cache_chunk), 0, mamba_cache_mode=scenario.geometry.mamba_cache_mode,
+                       pages={rid: -(-n // page) for rid, n in tokens.items()},
+                       finished=tuple(rid for rid, r in reqs.items() if r.finished()))
+    if unfinished or pending:
+        trace.unjudged["pool-accounting"] = f"requests unfinished at step {trace.steps_run}: the pools are not judged"
+    else:
+        trace.pool_end = pool_snapshot(env)
 
 
 def _record_cache(env, trace: Trace, step: int, reqs: dict, seen: dict) -> None:
@@ -77,7 +96,7 @@ def _record_cache(env, trace: Trace, step: int, reqs: dict, seen: dict) -> None:
     seqs = {rid: list(r.origin_input_ids) + list(r.output_ids) for rid, r in reqs.items()}
     from harness.sglang.env import tree_values
 
-    for nid, path, slot in tree_values(env):
+    for nid, path, slot in tree_values(env, seqs.values()):
         state = env.io.read(slot)
         if seen.get(nid) == (slot, state):
             continue

@@ -5,11 +5,13 @@ Imports SGLang: import it only after `runtime.patched` (harness/sglang/driver.py
 
 from __future__ import annotations
 
+from array import array
 from types import SimpleNamespace
 
 import torch
 from sglang.srt.disaggregation.utils import DisaggregationMode
 from sglang.srt.managers.scheduler_components.batch_result_processor import SchedulerBatchResultProcessor
+from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
 from sglang.srt.model_executor.model_runner import ModelRunner
 from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
@@ -87,7 +89,7 @@ def build(geom) -> SimpleNamespace:
                       enable_mamba_extra_buffer=geom.extra, mamba_cache_size=geom.mamba_slots,
                       kv_size=geom.kv_size, max_num_reqs=geom.max_reqs, max_context_len=geom.max_context)
     cache, alloc, rtp = fixtures.build_fixture(cfg, mamba_cache_chunk_size=geom.cache_chunk,
-                                               tree_core_backend="python")
+                                               tree_core_backend=geom.tree_core)
     _publish_server_args(geom)
     model_config = SimpleNamespace(vocab_size=VOCAB_SIZE, is_encoder_decoder=False, is_multimodal=False,
                                    hf_text_config=SimpleNamespace(mamba_chunk_size=geom.cache_chunk),
@@ -106,16 +108,38 @@ def build(geom) -> SimpleNamespace:
                            io=StateIO(rtp.mamba_pool))
 
 
-def tree_values(env):
-    """(node id, path tokens, Mamba slot) of every node holding a device Mamba value (the tree's inspection
-    helpers)."""
+def tree_values(env, sequences):
+    """(node id, path tokens, Mamba slot) of every node on the path of one of `sequences` (every request's tokens:
+    the tree holds nothing else) that holds a device Mamba value. Read through the production TreeCore interface
+    (srt/mem_cache/unified_cache/unified_tree_core_interface.py: the read-only `match_full_device_prefix`, then
+    `collect_path_info` and `get_component_device_value`), the same on the Python and the Rust core: the wheel
+    ships no Rust inspection binding to list nodes with."""
     core = env.cache.tree_core
-    for nid in core.get_all_node_ids():
-        val = core.get_component_device_value(nid, ComponentType.MAMBA)
-        if val is None:
-            continue
-        path, cur = [], nid
-        while cur is not None:
-            path = list(core.get_node_token_ids(cur)) + path
-            cur = core.get_parent_node_id(cur)
-        yield nid, path, int(val.reshape(-1)[0])
+    ends = {}
+    for seq in sequences:
+        _, nid, _ = core.match_full_device_prefix(RadixKey(array("q", seq)))
+        ends.setdefault(nid, list(seq))
+    seen = set()
+    for (end, seq), path in zip(ends.items(), core.collect_path_info(list(ends)), strict=True):
+        for node in path:
+            if node.node_id in seen:
+                continue
+            seen.add(node.node_id)
+            val = core.get_component_device_value(node.node_id, ComponentType.MAMBA)
+            if val is not None:
+                yield node.node_id, seq[:node.path_end], int(val.reshape(-1)[0])
+
+
+def pool_snapshot(env) -> dict:
+    """SGLang's pools at the end, for `harness.oracles.pool_accounting`: the KV allocator's free pages against the
+    pages the tree's FULL values hold, the Mamba allocator's free slots against the tree's Mamba values (ids from 1:
+    slot 0 and page 0 are SGLang's padding targets), the request rows; and what the tree still has locked."""
+    page, cache, rtp = env.geom.page, env.cache, env.rtp
+    mamba = rtp.mamba_allocator
+    return {"slot_pools": {
+        "kv pages": {"size": env.alloc.size // page, "free": env.alloc.get_all_free_pages().tolist(),
+                     "cached": sorted({i // page for i in cache.all_values_flatten().tolist()}),
+                     "locked": cache.full_protected_size()},
+        "mamba slots": {"size": mamba.size, "free": mamba.free_slots.tolist(),
+                        "cached": cache.all_mamba_values_flatten().tolist(), "locked": cache.mamba_protected_size()},
+        "request rows": {"size": rtp.size, "free": list(rtp.free_slots), "cached": [], "locked": 0}}}

@@ -38,6 +38,7 @@ class SglangGeometry:
     mamba_slots: int
     max_reqs: int
     max_context: int
+    tree_core: str = "rust"  # the radix tree's core: "rust" (SGLang's default, the bundled binding) or "python"
 
     @property
     def extra(self) -> bool:
@@ -63,8 +64,14 @@ def _refuse(scenario: Scenario) -> None:
                 raise BadInput(f"scenario field requests[{i}].{name}: not expressible on the SGLang wing")
 
 
-def sglang_geometry(scenario: Scenario) -> SglangGeometry:
-    """The SGLang configuration of a scenario (the table above); BadInput for what it cannot express."""
+TREE_CORES = ("rust", "python")  # SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND's values; rust is SGLang's default
+
+
+def sglang_geometry(scenario: Scenario, tree_core: str = "rust") -> SglangGeometry:
+    """The SGLang configuration of a scenario (the table above) on the radix tree core `tree_core`; BadInput for
+    what it cannot express."""
+    if tree_core not in TREE_CORES:
+        raise BadInput(f"unknown SGLang tree core {tree_core!r} (known: {', '.join(TREE_CORES)})")
     _refuse(scenario)
     g = scenario.geometry
     extra = g.mamba_cache_mode == "align"
@@ -82,4 +89,4 @@ def sglang_geometry(scenario: Scenario) -> SglangGeometry:
     return SglangGeometry(
         strategy="extra_buffer" if extra else "no_buffer", page=page, cache_chunk=g.mamba_block_size,
         budget=g.token_budget, kv_size=max(512, -(-2 * total // page) * page), mamba_slots=max(20, reqs * per_req),
-        max_reqs=reqs, max_context=max(256, longest + 2 * page))
+        max_reqs=reqs, max_context=max(256, longest + 2 * page), tree_core=tree_core)

@@ -68,6 +68,13 @@ SLIPS = {
         "srt/managers/schedule_batch.py:3163",
         "an interior tracked state's seqlen loses its +1, so the track plan takes another h row than the "
         "checkpoint it records"),
+    "sglang-finished-keeps-unused-track-slot": Slip(
+        "sglang.srt.mem_cache.unified_cache.components.mamba", "MambaComponent", "cleanup_after_caching_req",
+        "keep_idx = prepared_keep_idx if mamba_value_inserted else None",
+        "keep_idx = prepared_keep_idx",
+        "srt/mem_cache/unified_cache/components/mamba.py:712",
+        "a finished request whose tracked state the tree already held keeps that tracking slot back from the "
+        "free list: the slot is neither free nor cached (a Mamba slot leak)"),
 }
 MUTANTS = {COW_DROPPED: "a prefix hit's Mamba state is not copied into the new working slot: "
                         "MambaComponent.finalize_match_result_in_cache drops mamba_cow_src_index and clears instead",
@@ -114,6 +121,14 @@ def patched(page: int, mutant: str | None = None) -> Callable[[], None]:
 
     # SGLang pins host tensors; the CPU torch has no pinned allocator, and pinning changes no value
     undos.append(patch_attr(torch.Tensor, "pin_memory", lambda self, *a, **k: self, by="sglang:pin-memory"))
+    from sglang.srt.mem_cache.rust_tree_core import extension
+
+    # the fixture's Rust core is SGLang's test inspector, built on an inspection variant of the binding that the
+    # wheel does not ship (it would be compiled from the repository's Rust workspace): the inspector runs on the
+    # production binding instead; the wing reads the tree through the production interface only (env.tree_values)
+    load = extension.load_tree_core_extension
+    undos.append(patch_attr(extension, "load_tree_core_extension", lambda *, inspection=False: load(),
+                            by="sglang:rust-core-production-binding"))
     from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
     from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
     from sglang.srt.mem_cache.unified_cache.components.mamba import MambaComponent

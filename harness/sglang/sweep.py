@@ -41,7 +41,7 @@ def projected(seed: int) -> Scenario:
 
 
 def run_sweep(first_seed: int, count: int | None, minutes: float | None, mutant: str | None,
-              artifacts: Path) -> dict:
+              artifacts: Path, tree_core: str = "rust") -> dict:
     """Replay and judge seeds from `first_seed` until `count` ran or `minutes` passed; each scenario with findings
     is written to `artifacts` (finding-SEED.json: the scenario and its findings) before it is printed."""
     from harness.oracles import judge
@@ -53,7 +53,7 @@ def run_sweep(first_seed: int, count: int | None, minutes: float | None, mutant:
     while (count is None or seed < first_seed + count) and (deadline is None or time.monotonic() < deadline):
         try:
             scenario = projected(seed)
-            findings = judge(replay(scenario, mutant))
+            findings = judge(replay(scenario, mutant, tree_core))
         except BadInput:  # a geometry the wing refuses (a Mamba block off the page grid): not SGLang's
             summary["not_expressible"] += 1
             seed += 1
@@ -62,7 +62,7 @@ def run_sweep(first_seed: int, count: int | None, minutes: float | None, mutant:
         if findings:
             summary["with_findings"] += 1
             path = write_json_atomic(artifacts / f"finding-{seed}.json", {
-                "kind": "hybrid-harness-sglang-finding", "seed": seed, "mutant": mutant,
+                "kind": "hybrid-harness-sglang-finding", "seed": seed, "mutant": mutant, "tree_core": tree_core,
                 "scenario": scenario_to_json(scenario),
                 "findings": [{k: v for k, v in f.to_json().items() if k != "excerpt"} for f in findings]})
             for sig in {f.signature for f in findings}:
