@@ -29,7 +29,6 @@
 from __future__ import annotations
 
 from collections import Counter
-
 from dataclasses import asdict, dataclass, field
 
 from harness.trace import Trace

@@ -1,6 +1,8 @@
-"""`python -m harness.sglang SCENARIO.json [--mutant NAME] [--json]`: replay on SGLang's own code, judge, print.
-`python -m harness.sglang sweep [--count N | --minutes M] [--seed S] [--mutant NAME] [--artifacts DIR]`: generated
-scenarios (harness/sglang/sweep.py), each one with findings written to DIR before it is printed.
+"""`python -m harness.sglang SCENARIO.json [--mutant NAME] [--tree-core C] [--strategy S] [--json]`: replay on
+SGLang's own code, judge, print (a sweep's finding file replays with the run it recorded).
+`python -m harness.sglang sweep [--count N | --minutes M] [--seed S] [--mutant NAME] [--tree-core C] [--strategy S]
+[--artifacts DIR]`: generated scenarios (harness/sglang/sweep.py), each one with findings written to DIR before it
+is printed.
 
 Exit 0: no finding; 1: findings; 2: bad input (the scenario, a field the wing cannot express, an unknown mutant;
 message on stderr); 3: an unexpected harness error (never reported as an SGLang bug).
@@ -18,17 +20,20 @@ import traceback
 from harness.errors import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_HARNESS_ERROR, EXIT_OK, BadInput
 
 
+def _run_options(ap) -> None:
+    ap.add_argument("--mutant", help="the planted bug to run with (harness/sglang/runtime.py MUTANTS)")
+    ap.add_argument("--tree-core", default="rust", help="the radix tree's core: rust (SGLang's default) or python")
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m harness.sglang", description=__doc__.splitlines()[0])
-    ap.add_argument("scenario", help="a scenario JSON file (docs/scenario-format.md)")
-    ap.add_argument("--mutant", help="the planted bug to run with (harness/sglang/runtime.py MUTANTS)")
+    ap.add_argument("scenario", help="a scenario JSON file (docs/scenario-format.md), or a finding the sweep wrote "
+                                     "(replayed as it ran: its mutant, tree core and strategy)")
+    _run_options(ap)
+    ap.add_argument("--strategy", default="extra_buffer", help="--mamba-radix-cache-strategy: extra_buffer or "
+                                                               "no_buffer (page size 1)")
     ap.add_argument("--json", action="store_true", help="print the findings as a JSON list")
-    _tree_core_option(ap)
     return ap
-
-
-def _tree_core_option(ap) -> None:
-    ap.add_argument("--tree-core", default="rust", help="the radix tree's core: rust (SGLang's default) or python")
 
 
 def _print(trace, findings, as_json: bool) -> None:
@@ -48,27 +53,52 @@ def _sweep_parser() -> argparse.ArgumentParser:
     ap.add_argument("--count", type=int, default=None, help="scenarios to run (default: until --minutes pass)")
     ap.add_argument("--minutes", type=float, default=None)
     ap.add_argument("--seed", type=int, default=0, help="the first generator seed")
-    ap.add_argument("--mutant", help="the planted bug to run with (harness/sglang/runtime.py MUTANTS)")
+    _run_options(ap)
+    ap.add_argument("--strategy", default="alternate", help="extra_buffer, no_buffer, or alternate (even seeds "
+                                                            "extra_buffer, odd no_buffer)")
     ap.add_argument("--artifacts", default="artifacts/fuzz-sglang", help="where findings are written")
-    _tree_core_option(ap)
     return ap
 
 
 def _sweep(argv) -> int:
     from pathlib import Path
 
+    from harness.sglang.geometry import SglangRun
     from harness.sglang.sweep import run_sweep
 
     args = _sweep_parser().parse_args(argv)
     if args.count is None and args.minutes is None:
         args.minutes = 2.0
     started = time.monotonic()
-    summary = run_sweep(args.seed, args.count, args.minutes, args.mutant, Path(args.artifacts), args.tree_core)
+    run = SglangRun(args.mutant, args.tree_core, "extra_buffer" if args.strategy == "alternate" else args.strategy)
+    summary = run_sweep(args.seed, args.count, args.minutes, run.check(), Path(args.artifacts),
+                        alternate=args.strategy == "alternate")
     elapsed = time.monotonic() - started
-    print(f"sweep (SGLang wing, {args.tree_core} tree core, mutant {args.mutant}): seeds {summary['seeds'][0]}..{summary['seeds'][1]}, "
-          f"{summary['ran']} replayed ({summary['ran'] / elapsed:.1f}/s), {summary['not_expressible']} not "
-          f"expressible, {summary['with_findings']} with findings {summary['signatures'] or ''}")
+    print(f"sweep (SGLang wing, {args.tree_core} tree core, {args.strategy}, mutant {args.mutant}): seeds "
+          f"{summary['seeds'][0]}..{summary['seeds'][1]}, {summary['ran']} replayed ({summary['ran'] / elapsed:.1f}/s), "
+          f"{summary['not_expressible']} not expressible, {summary['with_findings']} with findings "
+          f"{summary['signatures'] or ''}")
     return EXIT_FINDING if summary["with_findings"] else EXIT_OK
+
+
+def _replay_file(args):
+    """The scenario and run a file names: a scenario with the command line's run, or a sweep's finding with its own."""
+    from pathlib import Path
+
+    from harness.scenario import load_scenario, parse_scenario
+    from harness.sglang.geometry import SglangRun
+    from harness.sglang.sweep import FINDING_KIND
+
+    try:
+        doc = json.loads(Path(args.scenario).read_text())
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{args.scenario}: {exc}") from None
+    if isinstance(doc, dict) and doc.get("kind") == FINDING_KIND:
+        try:
+            return parse_scenario(doc["scenario"]), SglangRun(**doc["run"])
+        except (KeyError, TypeError) as exc:
+            raise BadInput(f"{args.scenario}: a malformed SGLang finding ({exc!r})") from None
+    return load_scenario(args.scenario), SglangRun(args.mutant, args.tree_core, args.strategy)
 
 
 def main(argv=None) -> int:
@@ -79,12 +109,11 @@ def main(argv=None) -> int:
         del os.environ["CUDA_VISIBLE_DEVICES"]  # imports test_utils.py, whose line 246 indexes its first character
     try:
         from harness.oracles import judge
-        from harness.scenario import load_scenario
         from harness.sglang.driver import replay
 
         if sweep:
             return _sweep(argv[1:])
-        trace = replay(load_scenario(args.scenario), args.mutant, args.tree_core)
+        trace = replay(*_replay_file(args))
         findings = judge(trace)
     except BadInput as exc:
         print(f"bad input: {exc}", file=sys.stderr)

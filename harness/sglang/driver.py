@@ -1,4 +1,4 @@
-"""`replay(scenario, mutant)`: one scenario on SGLang's own scheduler-side code (harness/sglang/__init__.py says
+"""`replay(scenario, run)`: one scenario on SGLang's own scheduler-side code (harness/sglang/__init__.py says
 what is SGLang's and what is mirrored), recorded as the project's `Trace` for `harness.oracles.judge`.
 
 Recorded: a `Read` per request per extend/decode (the kernel's initial state), and after every step a `CacheCheck`
@@ -15,18 +15,19 @@ import importlib.metadata
 from harness.errors import BadInput, HarnessError
 from harness.scenario import Scenario
 from harness.sglang import runtime
-from harness.sglang.geometry import sglang_geometry
+from harness.sglang.geometry import SglangRun, sglang_geometry
 from harness.states import chain
 from harness.trace import CacheCheck, RunEnd, Trace
 
 UNJUDGED = {"live-column": "the SGLang wing records no block-table rows"}
 
 
-def replay(scenario: Scenario, mutant: str | None = None, tree_core: str = "rust") -> Trace:
+def replay(scenario: Scenario, run: SglangRun | None = None) -> Trace:
     """Replay `scenario` with the wing's patches (and planted bug) on, always undone. BadInput for what the wing
     cannot express or an unknown mutant, before SGLang is imported."""
-    geom = sglang_geometry(scenario, tree_core)
-    undo = runtime.patched(geom.page, mutant)
+    run = run or SglangRun()
+    geom = sglang_geometry(scenario, run)
+    undo = runtime.patched(geom.page, run.mutant)
     try:
         from harness.sglang.env import build
         from harness.sglang.scheduler import MiniScheduler
@@ -35,8 +36,8 @@ def replay(scenario: Scenario, mutant: str | None = None, tree_core: str = "rust
         if env.cache._tree_core_backend != geom.tree_core:  # SGLang falls back to Python where Rust cannot run
             raise BadInput(f"SGLang built its {env.cache._tree_core_backend} tree core where {geom.tree_core} was "
                            "asked (srt/mem_cache/unified_cache/tree_core_registry.py _rust_fallback_reason)")
-        trace = Trace(vllm_version=f"sglang {importlib.metadata.version('sglang')} ({geom.tree_core} tree core)",
-                      mutant=mutant, vllm_kind="sglang", unjudged=dict(UNJUDGED))
+        trace = Trace(vllm_version=f"sglang {importlib.metadata.version('sglang')} ({geom.tree_core} tree core, "
+                                   f"{geom.strategy})", mutant=run.mutant, vllm_kind="sglang", unjudged=dict(UNJUDGED))
         _run(scenario, env, MiniScheduler(env), trace)
         return trace
     finally:

@@ -2,8 +2,9 @@
 
 | scenario field          | SGLang setting                                                                  |
 |-------------------------|---------------------------------------------------------------------------------|
-| mamba_cache_mode align  | mamba_radix_cache_strategy "extra_buffer", page_size = attn_block_size          |
-| mamba_cache_mode none   | mamba_radix_cache_strategy "no_buffer", page_size 1 (SGLang's no_buffer page)   |
+| mamba_cache_mode align  | the radix cache with the run's mamba_radix_cache_strategy (`--strategy`):       |
+|                         | extra_buffer: page_size = attn_block_size; no_buffer: page_size 1 (SGLang's rule:|
+|                         | srt/arg_groups/mamba_hook.py:157)                                               |
 | mamba_block_size        | mamba_track_interval and the Mamba cache chunk (`_mamba_cache_chunk_size`)      |
 | token_budget            | chunked_prefill_size (PrefillAdder's chunk budget); a multiple of the page, as   |
 |                         | SGLang's server-argument validation requires                                    |
@@ -15,7 +16,8 @@
 
 Refused (BadInput naming the field): num_speculative_tokens > 0, eagle_block_drop, mtp_modules,
 lookahead_hashes, hidden_state_layers, prefix_cache_retention_interval, the scheduler knobs, a real `model`,
-mamba_cache_mode "all", events, a request's external hit, explicit chunks or prefix_cache_hit_limit.
+mamba_cache_mode "all" and "none" (prefix caching off is SGLang's --disable-radix-cache, a ChunkCache the wing does
+not build), events, a request's external hit, explicit chunks or prefix_cache_hit_limit.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def _refuse(scenario: Scenario) -> None:
              "mtp_modules": g.mtp_modules > 0, "lookahead_hashes": g.lookahead_hashes,
              "hidden_state_layers": g.hidden_state_layers > 0, "model": g.model is not None,
              "prefix_cache_retention_interval": g.prefix_cache_retention_interval is not None,
-             "mamba_cache_mode": g.mamba_cache_mode == "all"}
+             "mamba_cache_mode": g.mamba_cache_mode != "align"}
     flags.update({knob: getattr(g, knob) is not None for knob in SCHEDULER_KNOBS})
     for name, bad in flags.items():
         if bad:
@@ -65,16 +67,35 @@ def _refuse(scenario: Scenario) -> None:
 
 
 TREE_CORES = ("rust", "python")  # SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND's values; rust is SGLang's default
+STRATEGIES = ("no_buffer", "extra_buffer")  # --mamba-radix-cache-strategy; no_buffer is SGLang's default
 
 
-def sglang_geometry(scenario: Scenario, tree_core: str = "rust") -> SglangGeometry:
-    """The SGLang configuration of a scenario (the table above) on the radix tree core `tree_core`; BadInput for
-    what it cannot express."""
-    if tree_core not in TREE_CORES:
-        raise BadInput(f"unknown SGLang tree core {tree_core!r} (known: {', '.join(TREE_CORES)})")
+@dataclass(frozen=True)
+class SglangRun:
+    """How one replay runs, beside its scenario: the planted bug (harness/sglang/runtime.py MUTANTS), the radix
+    tree's core and the Mamba radix-cache strategy."""
+    mutant: str | None = None
+    tree_core: str = "rust"
+    strategy: str = "extra_buffer"
+
+    def check(self) -> SglangRun:
+        for name, value, known in (("tree core", self.tree_core, TREE_CORES),
+                                   ("Mamba strategy", self.strategy, STRATEGIES)):
+            if value not in known:
+                raise BadInput(f"unknown SGLang {name} {value!r} (known: {', '.join(known)})")
+        return self
+
+    def describe(self) -> str:
+        return f"{self.tree_core} tree core, {self.strategy}, mutant {self.mutant}"
+
+
+def sglang_geometry(scenario: Scenario, run: SglangRun | None = None) -> SglangGeometry:
+    """The SGLang configuration of a scenario (the table above) for `run` (its tree core and Mamba strategy);
+    BadInput for what it cannot express."""
+    run = (run or SglangRun()).check()
     _refuse(scenario)
     g = scenario.geometry
-    extra = g.mamba_cache_mode == "align"
+    extra = run.strategy == "extra_buffer"
     page = g.attn_block_size if extra else 1
     if g.mamba_block_size % page:
         raise BadInput(f"scenario field geometry.mamba_block_size={g.mamba_block_size}: must be a multiple of the "
@@ -87,6 +108,6 @@ def sglang_geometry(scenario: Scenario, tree_core: str = "rust") -> SglangGeomet
     reqs = max(MAX_RUNNING, len(scenario.requests))
     per_req = 8 if extra else 2  # a working slot, tracking slots (extra_buffer) and cached states
     return SglangGeometry(
-        strategy="extra_buffer" if extra else "no_buffer", page=page, cache_chunk=g.mamba_block_size,
+        strategy=run.strategy, page=page, cache_chunk=g.mamba_block_size,
         budget=g.token_budget, kv_size=max(512, -(-2 * total // page) * page), mamba_slots=max(20, reqs * per_req),
-        max_reqs=reqs, max_context=max(256, longest + 2 * page), tree_core=tree_core)
+        max_reqs=reqs, max_context=max(256, longest + 2 * page), tree_core=run.tree_core)

@@ -75,6 +75,13 @@ SLIPS = {
         "srt/mem_cache/unified_cache/components/mamba.py:712",
         "a finished request whose tracked state the tree already held keeps that tracking slot back from the "
         "free list: the slot is neither free nor cached (a Mamba slot leak)"),
+    "sglang-no-buffer-stash-args-swapped": Slip(
+        "sglang.srt.mem_cache.unified_cache.components.mamba", "MambaComponent", "prepare_for_caching_req",
+        "translate(req.kv.mamba_pool_idx.unsqueeze(0)),\n                translate(mamba_value_donated),",
+        "translate(mamba_value_donated),\n                translate(req.kv.mamba_pool_idx.unsqueeze(0)),",
+        "srt/mem_cache/unified_cache/components/mamba.py:677-678",
+        "no_buffer's stash of an unfinished request copies the freshly allocated slot over the request's working "
+        "slot, not the working state into the slot the tree keeps"),
 }
 MUTANTS = {COW_DROPPED: "a prefix hit's Mamba state is not copied into the new working slot: "
                         "MambaComponent.finalize_match_result_in_cache drops mamba_cow_src_index and clears instead",

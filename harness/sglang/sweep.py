@@ -3,7 +3,7 @@ to disk before they are reported.
 
 Each scenario is `harness.generate.random_scenario(seed)` projected onto what the wing expresses
 (harness/sglang/geometry.py): no drafter, retention, scheduler knobs, events, external hits, explicit chunks or hit
-limits; Mamba cache mode "all" read as "align"; the token budget rounded down to a multiple of the page, as SGLang's
+limits; Mamba cache modes "all" and "none" read as "align"; the token budget rounded down to a multiple of the page, as SGLang's
 server arguments require (srt/arg_groups/validation_hook.py:244 in 0.5.23). The prompts, their shared prefixes,
 arrivals and output lengths stay the generator's. A generator sweep, not yet a coverage-guided campaign.
 """
@@ -11,11 +11,13 @@ arrivals and output lengths stay the generator's. A generator sweep, not yet a c
 from __future__ import annotations
 
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from harness.artifacts import write_json_atomic
 from harness.errors import BadInput
 from harness.scenario import OPTIONAL_GEOMETRY, OPTIONAL_REQUEST, Scenario, parse_scenario, scenario_to_json
+from harness.sglang.geometry import SglangRun
 
 
 def projected(seed: int) -> Scenario:
@@ -28,9 +30,8 @@ def projected(seed: int) -> Scenario:
              hidden_state_layers=0, model=None)
     for name in OPTIONAL_GEOMETRY:
         g.pop(name, None)
-    if g.get("mamba_cache_mode") == "all":
-        g["mamba_cache_mode"] = "align"
-    page = g["attn_block_size"] if g.get("mamba_cache_mode", "align") == "align" else 1
+    g["mamba_cache_mode"] = "align"  # the wing's one mode: prefix caching on (geometry.py)
+    page = g["attn_block_size"]  # extra_buffer's page (no_buffer's, 1, divides it)
     g["token_budget"] = max(page, g["token_budget"] // page * page)
     doc["events"] = []
     for r in doc["requests"]:
@@ -40,10 +41,14 @@ def projected(seed: int) -> Scenario:
     return parse_scenario(doc)
 
 
-def run_sweep(first_seed: int, count: int | None, minutes: float | None, mutant: str | None,
-              artifacts: Path, tree_core: str = "rust") -> dict:
+FINDING_KIND = "hybrid-harness-sglang-finding"
+
+
+def run_sweep(first_seed: int, count: int | None, minutes: float | None, run: SglangRun, artifacts: Path,
+              alternate: bool = False) -> dict:
     """Replay and judge seeds from `first_seed` until `count` ran or `minutes` passed; each scenario with findings
-    is written to `artifacts` (finding-SEED.json: the scenario and its findings) before it is printed."""
+    is written to `artifacts` (finding-SEED.json: the scenario, the run and its findings) before it is printed.
+    `alternate`: odd seeds run SGLang's no_buffer strategy, even ones `run`'s."""
     from harness.oracles import judge
     from harness.sglang.driver import replay
 
@@ -53,7 +58,8 @@ def run_sweep(first_seed: int, count: int | None, minutes: float | None, mutant:
     while (count is None or seed < first_seed + count) and (deadline is None or time.monotonic() < deadline):
         try:
             scenario = projected(seed)
-            findings = judge(replay(scenario, mutant, tree_core))
+            seed_run = replace(run, strategy="no_buffer") if alternate and seed % 2 else run
+            findings = judge(replay(scenario, seed_run))
         except BadInput:  # a geometry the wing refuses (a Mamba block off the page grid): not SGLang's
             summary["not_expressible"] += 1
             seed += 1
@@ -62,7 +68,7 @@ def run_sweep(first_seed: int, count: int | None, minutes: float | None, mutant:
         if findings:
             summary["with_findings"] += 1
             path = write_json_atomic(artifacts / f"finding-{seed}.json", {
-                "kind": "hybrid-harness-sglang-finding", "seed": seed, "mutant": mutant, "tree_core": tree_core,
+                "kind": FINDING_KIND, "seed": seed, "run": asdict(seed_run),
                 "scenario": scenario_to_json(scenario),
                 "findings": [{k: v for k, v in f.to_json().items() if k != "excerpt"} for f in findings]})
             for sig in {f.signature for f in findings}:
