@@ -68,3 +68,65 @@ def test_speculation_is_bad_input(tmp_path):
     (tmp_path / "spec.json").write_text(json.dumps(doc))
     out = wing(str(tmp_path / "spec.json"))
     assert out.returncode == 2 and "num_speculative_tokens" in out.stderr, out.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_the_rust_and_the_python_tree_core_give_the_same_findings():
+    """Both cores read back through the production TreeCore interface (harness/sglang/env.py tree_values)."""
+    found = {}
+    for core in ("rust", "python"):
+        out = wing(str(CHUNKED), "--mutant", "sglang-cow-source-dropped", "--tree-core", core, "--json")
+        assert out.returncode == 1, out.stdout + out.stderr[-3000:]
+        found[core] = json.loads(out.stdout)
+    assert found["rust"] == found["python"]
+
+
+@pytest.mark.slow
+def test_no_buffer_is_clean_on_stock_and_its_stash_slip_is_a_provenance_finding():
+    stock = wing(str(CHUNKED), "--strategy", "no_buffer")
+    assert stock.returncode == 0, stock.stdout + stock.stderr[-3000:]
+    slip = wing(str(CHUNKED), "--strategy", "no_buffer", "--mutant", "sglang-no-buffer-stash-args-swapped", "--json")
+    assert slip.returncode == 1, slip.stdout + slip.stderr[-3000:]
+    assert {f["oracle"] for f in json.loads(slip.stdout)} >= {"provenance"}
+
+
+@pytest.mark.slow
+def test_a_leaked_mamba_slot_is_a_pool_accounting_finding_and_its_finding_file_replays(tmp_path):
+    out = wing("sweep", "--count", "6", "--strategy", "extra_buffer", "--mutant",
+               "sglang-finished-keeps-unused-track-slot", "--artifacts", str(tmp_path))
+    assert out.returncode == 1, out.stdout + out.stderr[-3000:]
+    path = sorted(tmp_path.glob("finding-*.json"))[0]
+    kept = json.loads(path.read_text())
+    assert kept["run"]["mutant"] == "sglang-finished-keeps-unused-track-slot"
+    assert any(f["signature"] == "pool-accounting" and "mamba slots" in f["actual"] for f in kept["findings"])
+    again = wing(str(path), "--json")  # a fresh process, from the file alone: its run comes with it
+    assert again.returncode == 1, again.stdout + again.stderr[-3000:]
+    assert [f["actual"] for f in json.loads(again.stdout)] == [f["actual"] for f in kept["findings"]]
+
+
+@pytest.mark.parametrize("args,named", [(["--tree-core", "java"], "tree core"),
+                                        (["--strategy", "big_buffer"], "Mamba strategy")])
+def test_an_unknown_run_option_is_bad_input(args, named):
+    out = wing(str(SHARED), *args)
+    assert out.returncode == 2 and named in out.stderr, out.stderr[-3000:]
+
+
+def test_prefix_caching_off_and_a_corrupt_finding_are_bad_input(tmp_path):
+    doc = json.loads(SHARED.read_text())
+    doc["geometry"]["mamba_cache_mode"] = "none"
+    (tmp_path / "none.json").write_text(json.dumps(doc))
+    out = wing(str(tmp_path / "none.json"))
+    assert out.returncode == 2 and "mamba_cache_mode" in out.stderr, out.stderr[-3000:]
+    (tmp_path / "bad.json").write_text(json.dumps({"kind": "hybrid-harness-sglang-finding", "run": {"x": 1}}))
+    out = wing(str(tmp_path / "bad.json"))
+    assert out.returncode == 2 and "malformed" in out.stderr, out.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["extra_buffer", "no_buffer"])
+def test_decode_outgrowing_the_kv_pool_retracts_as_sglang_does_and_stays_clean(strategy):
+    """SGLang's own update_running_batch retracts (the wing runs the real Scheduler: harness/sglang/scheduler.py);
+    the retracted request is prefilled again and every oracle, liveness and pool accounting included, is clean."""
+    out = wing(str(DATA / "sglang-decode-retraction.json"), "--strategy", strategy)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "Retract requests. #retracted_reqs: 1" in out.stderr

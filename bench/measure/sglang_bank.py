@@ -23,10 +23,11 @@ sys.path.insert(0, str(ROOT))
 SGLANG_PYTHON = ROOT / ".venv-sglang" / "bin" / "python"
 # tried and dropped (0 of 300: the sweep never reaches the code), kept so no one tries them blind again
 DROPPED = """Tried and dropped (0 of 300, the sweep never reaches the code):
-- `mamba.py:677-678` (no_buffer unfinished caching copies the fresh slot over the working slot): the generator's
-  scenarios all project to `mamba_cache_mode` align (extra_buffer), so the no_buffer branch never runs in a sweep.
 - `mamba.py:602` (`_select_finished_checkpoint` overshoot fallback names the latest ping-pong slot): 0 of 300;
-  the overshoot fallback is not reached (or not distinguishable) in these scenarios."""
+  the overshoot fallback is not reached (or not distinguishable) in these scenarios.
+
+Reached since the sweep alternates the Mamba strategy (odd seeds no_buffer): `mamba.py:677-678`, no_buffer's stash
+copy, was 0 of 300 when every seed ran extra_buffer; it is the bank's `sglang-no-buffer-stash-args-swapped` now."""
 
 
 def sweep(count: int, mutant: str | None) -> dict:

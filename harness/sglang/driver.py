@@ -30,7 +30,7 @@ def replay(scenario: Scenario, run: SglangRun | None = None) -> Trace:
     undo = runtime.patched(geom.page, run.mutant)
     try:
         from harness.sglang.env import build
-        from harness.sglang.scheduler import MiniScheduler
+        from harness.sglang.scheduler import RealScheduler
 
         env = build(geom)
         if env.cache._tree_core_backend != geom.tree_core:  # SGLang falls back to Python where Rust cannot run
@@ -38,7 +38,7 @@ def replay(scenario: Scenario, run: SglangRun | None = None) -> Trace:
                            "asked (srt/mem_cache/unified_cache/tree_core_registry.py _rust_fallback_reason)")
         trace = Trace(vllm_version=f"sglang {importlib.metadata.version('sglang')} ({geom.tree_core} tree core, "
                                    f"{geom.strategy})", mutant=run.mutant, vllm_kind="sglang", unjudged=dict(UNJUDGED))
-        _run(scenario, env, MiniScheduler(env), trace)
+        _run(scenario, env, RealScheduler(env), trace)
         return trace
     finally:
         undo()
@@ -72,6 +72,13 @@ def _run(scenario: Scenario, env, sched, trace: Trace) -> None:
     _judge_end(scenario, env, trace, reqs, pending, reason, idle)
 
 
+def _pages_to_admit(tokens: int, page: int) -> int:
+    """The fewest KV pages with which SGLang admits a request of `tokens` (prompt + max_new_tokens) alone: its
+    PrefillAdder adds a page per request for allocation rounding (srt/managers/schedule_policy.py:733-737) and asks
+    for strictly less than what remains (add_one_req :1412 and _check_prefill_budget)."""
+    return -(-(tokens + page + 1) // page)
+
+
 def _judge_end(scenario: Scenario, env, trace: Trace, reqs: dict, pending: list, reason: str, idle: int) -> None:
     """The run end for the liveness oracle, KV pages as its blocks (the Mamba slots are sized for every request:
     geometry.py), and, once every request finished, the pools for pool accounting."""
@@ -82,8 +89,9 @@ def _judge_end(scenario: Scenario, env, trace: Trace, reqs: dict, pending: list,
                   for rid, r in reqs.items() if not r.finished()}
     tokens = {r.id: r.prompt.num_tokens + r.max_tokens for r in scenario.requests}
     trace.end = RunEnd(reason if unfinished or pending else "done", trace.steps_run, idle, unfinished, tokens, 0,
-                       g.kv_size // page + 1, (page, g.cache_chunk), 0, mamba_cache_mode=scenario.geometry.mamba_cache_mode,
-                       pages={rid: -(-n // page) for rid, n in tokens.items()},
+                       g.kv_size // page + 1, (page, g.cache_chunk), 0,
+                       mamba_cache_mode=scenario.geometry.mamba_cache_mode,
+                       pages={rid: _pages_to_admit(n, page) for rid, n in tokens.items()},
                        finished=tuple(rid for rid, r in reqs.items() if r.finished()))
     if unfinished or pending:
         trace.unjudged["pool-accounting"] = f"requests unfinished at step {trace.steps_run}: the pools are not judged"

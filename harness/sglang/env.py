@@ -19,6 +19,7 @@ from sglang.test.kits.unified_radix_cache import fixtures
 from sglang.test.kits.unified_radix_cache.config import CacheConfig
 
 from harness.scenario import VOCAB_SIZE
+from harness.sglang.geometry import MAX_RUNNING
 from harness.states import ZERO_STATE, State
 
 WORD_BITS, WORDS = 14, 4  # 14-bit int16 patterns are finite bf16 values: copy_from/clear_slots move them exactly
@@ -59,13 +60,16 @@ class StateIO:
         return self.states[sid] if sid < len(self.states) else None
 
 
-class _Null:
-    """Metrics / streamer / beam stand-in: every method is a no-op."""
+class NoOp:
+    """A stand-in (metrics, streamers, IPC) whose listed fields are real values and every other attribute is a
+    do-nothing method."""
 
     def __init__(self, **fields) -> None:
         self.__dict__.update(fields)
 
     def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
         return lambda *a, **k: None
 
 
@@ -79,6 +83,9 @@ def _publish_server_args(geom) -> None:
     sa.disable_overlap_schedule = True
     sa.device = "cpu"
     sa.chunked_prefill_size = geom.budget
+    # what Scheduler.__init__ publishes when it is unset (scheduler.py:1237-1243, pp size 1): the micro-batch bound
+    # get_num_allocatable_reqs reads (:4034) on the wing's __new__ Scheduler (harness/sglang/scheduler.py)
+    sa.pp_max_micro_batch_size = MAX_RUNNING
     set_global_server_args_for_scheduler(sa)
 
 
@@ -100,10 +107,10 @@ def build(geom) -> SimpleNamespace:
     brp = SchedulerBatchResultProcessor(
         is_generation=True, disaggregation_mode=DisaggregationMode.NULL, enable_overlap=False,
         enable_overlap_mlx=False, model_config=model_config, token_to_kv_pool_allocator=alloc, tree_cache=cache,
-        hisparse_coordinator=None, req_to_token_pool=rtp, decode_offload_manager=None, metrics_collector=_Null(),
-        metrics_reporter=_Null(num_generated_tokens=0, forward_ct_decode=0), draft_worker=None, model_worker=None,
-        logprob_result_processor=_Null(), output_streamer=_Null(),
-        beam_coordinator=_Null(commit_decode=lambda b: set()), abort_request=lambda *a, **k: None)
+        hisparse_coordinator=None, req_to_token_pool=rtp, decode_offload_manager=None, metrics_collector=NoOp(),
+        metrics_reporter=NoOp(num_generated_tokens=0, forward_ct_decode=0), draft_worker=None, model_worker=None,
+        logprob_result_processor=NoOp(), output_streamer=NoOp(),
+        beam_coordinator=NoOp(commit_decode=lambda b: set()), abort_request=lambda *a, **k: None)
     return SimpleNamespace(geom=geom, cache=cache, alloc=alloc, rtp=rtp, mc=model_config, mr=runner, brp=brp,
                            io=StateIO(rtp.mamba_pool))
 
@@ -117,12 +124,15 @@ def tree_values(env, sequences):
     core = env.cache.tree_core
     ends = {}
     for seq in sequences:
-        _, nid, _ = core.match_full_device_prefix(RadixKey(array("q", seq)))
-        ends.setdefault(nid, list(seq))
+        matched, nid, _ = core.match_full_device_prefix(RadixKey(array("q", seq)))
+        if matched > ends.get(nid, (None, -1))[1]:  # of the sequences ending in one node, the one matching most
+            ends[nid] = (list(seq), matched)
     seen = set()
-    for (end, seq), path in zip(ends.items(), core.collect_path_info(list(ends)), strict=True):
+    for (seq, matched), path in zip(ends.values(), core.collect_path_info(list(ends)), strict=True):
         for node in path:
-            if node.node_id in seen:
+            # a match may end inside its last node (the rest of that node is another sequence's tokens): that node is
+            # read with the sequence it matches whole
+            if node.node_id in seen or node.path_end > matched:
                 continue
             seen.add(node.node_id)
             val = core.get_component_device_value(node.node_id, ComponentType.MAMBA)

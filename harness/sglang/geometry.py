@@ -8,8 +8,9 @@
 | mamba_block_size        | mamba_track_interval and the Mamba cache chunk (`_mamba_cache_chunk_size`)      |
 | token_budget            | chunked_prefill_size (PrefillAdder's chunk budget); a multiple of the page, as   |
 |                         | SGLang's server-argument validation requires                                    |
-| num_blocks              | not mapped: fixed generous pools (kv_size, Mamba slots, request slots), no      |
-|                         | eviction is exercised                                                           |
+| num_blocks              | the KV pool: (num_blocks - 1) x attn_block_size tokens (the blocks vLLM's pool  |
+|                         | holds beside its null block), whole pages; eviction and retraction under it are |
+|                         | SGLang's. The Mamba slots and request rows stay generous (every request's own)  |
 | max_model_len           | not mapped: max_context_len = the longest request + 2 pages (at least 256)      |
 | prefill_checkpoint      | not mapped: SGLang always stashes a chunked prefix (checkpoint_kv_cache)        |
 | temperature, acceptance | not mapped: greedy, no speculation; tokens are the harness's token rule         |
@@ -103,11 +104,11 @@ def sglang_geometry(scenario: Scenario, run: SglangRun | None = None) -> SglangG
     if g.token_budget % page:  # SGLang's own rule (srt/arg_groups/validation_hook.py:244 in 0.5.23)
         raise BadInput(f"scenario field geometry.token_budget={g.token_budget}: SGLang requires chunked_prefill_size "
                        f"divisible by page_size ({page})")
-    total = sum(r.prompt.num_tokens + r.max_tokens for r in scenario.requests)
     longest = max(r.prompt.num_tokens + r.max_tokens for r in scenario.requests)
     reqs = max(MAX_RUNNING, len(scenario.requests))
     per_req = 8 if extra else 2  # a working slot, tracking slots (extra_buffer) and cached states
     return SglangGeometry(
         strategy=run.strategy, page=page, cache_chunk=g.mamba_block_size,
-        budget=g.token_budget, kv_size=max(512, -(-2 * total // page) * page), mamba_slots=max(20, reqs * per_req),
+        budget=g.token_budget, kv_size=(g.num_blocks - 1) * g.attn_block_size // page * page,
+        mamba_slots=max(20, reqs * per_req),
         max_reqs=reqs, max_context=max(256, longest + 2 * page), tree_core=run.tree_core)

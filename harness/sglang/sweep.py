@@ -3,10 +3,9 @@ to disk before they are reported.
 
 Each scenario is `harness.generate.random_scenario(seed)` projected onto what the wing expresses
 (harness/sglang/geometry.py): no drafter, retention, scheduler knobs, events, external hits, explicit chunks or hit
-limits; Mamba cache modes "all" and "none" read as "align"; the token budget rounded down to a multiple of the page, as SGLang's
-server arguments require (srt/arg_groups/validation_hook.py:244 in 0.5.23). The prompts, their shared prefixes,
-arrivals and output lengths stay the generator's. A generator sweep, not yet a coverage-guided campaign.
-"""
+limits; Mamba cache modes "all" and "none" read as "align"; the token budget rounded down to a multiple of the page,
+as SGLang's server arguments require (srt/arg_groups/validation_hook.py:244 in 0.5.23). The prompts, their shared
+prefixes, arrivals and output lengths stay the generator's. A generator sweep, not yet a coverage-guided campaign."""
 
 from __future__ import annotations
 
