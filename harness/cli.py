@@ -34,6 +34,11 @@ def _config(args: argparse.Namespace, recorded: dict | None = None, **given):
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    if args.engine == "sglang":  # the SGLang wing, in its own venv and process: its exit code is the run's
+        from harness.engines import sglang_wing
+
+        return sglang_wing(args.scenario, *(["--mutant", args.mutant] if args.mutant else []),
+                           *(["--json"] if args.json else [])).returncode
     from harness.artifacts import finding_artifact, write_finding
     from harness.replay import replay
     from harness.verdict import judge_scenario, masking_issues
@@ -431,6 +436,23 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     return EXIT_FINDING if result.differing else EXIT_OK
 
 
+def _cmd_engines(args: argparse.Namespace) -> int:
+    """One scenario on vLLM's engine tier and on the SGLang wing (harness/engines.py)."""
+    from harness.engines import compare, print_comparison
+    from harness.scenario import load_scenario
+    from harness.vllm_adapter import check_supported, installed_version
+
+    check_supported(installed_version())
+    scenario = load_scenario(args.scenario)
+    result, code = compare(args.scenario, scenario, _config(args, tier="engine", mutant=args.mutant),
+                           args.sglang_mutant)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print_comparison(result)
+    return code
+
+
 def _checkpoints(mode: str) -> bool:
     """--checkpoints (sweep, fuzz, diff): `auto` (and `on`) generates prefill checkpoint geometries where the
     release has them, on every tier (the engine tier's V1 and V2 workers export them as vLLM's Mamba2 builder
@@ -545,6 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     return parser({"run": _cmd_run, "sweep": _cmd_sweep, "fuzz": _cmd_fuzz, "minimize": _cmd_minimize,
                    "regression": _cmd_regression, "report": _cmd_report, "mutants": _cmd_mutants, "diff": _cmd_diff,
+                   "engines": _cmd_engines,
                    "known": _cmd_known, "bisect": _cmd_bisect, "report_bug": _cmd_report_bug,
                    "workload": _cmd_workload, "version": _cmd_version, "witness_serve": _cmd_witness_serve})
 

@@ -76,6 +76,9 @@ def build_parser(commands: dict) -> argparse.ArgumentParser:
     run.add_argument("scenario", help="scenario JSON, or a finding artifact JSON")
     run.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     run.add_argument("--mutant", help="apply a named run-time patch of vLLM first")
+    run.add_argument("--engine", choices=("vllm", "sglang"), default="vllm",
+                     help="sglang: replay on the SGLang wing in its own venv (python -m harness.sglang; `make venv "
+                     "ENGINE=sglang`), --mutant naming one of its planted SGLang bugs")
     run.add_argument("--artifacts", default="artifacts", help="where finding artifacts are written (default: artifacts/)")
     run.add_argument("--tier", choices=TIERS, help="symbolic (default; a finding artifact's own tier), model (a "
                      "tiny hybrid LM on real state tensors, judged against an uncached reference), engine (vLLM's "
@@ -168,6 +171,14 @@ def build_parser(commands: dict) -> argparse.ArgumentParser:
                      "supported, except --runner v1, which does not simulate them)")
     _engine_flags(dif)
     dif.set_defaults(func=commands["diff"])
+    eng = sub.add_parser("engines", help="one scenario on vLLM's engine tier and on the SGLang wing (its own venv): "
+                         "each engine's findings and the prefix its cache served each request; exit 0 both clean, "
+                         "1 findings on either, 2 a field one engine cannot express")
+    eng.add_argument("scenario")
+    eng.add_argument("--mutant", help="a planted vLLM bug for the vLLM side")
+    eng.add_argument("--sglang-mutant", help="a planted SGLang bug for the SGLang side (harness/sglang/runtime.py)")
+    eng.add_argument("--json", action="store_true", help="the comparison as JSON on stdout")
+    eng.set_defaults(func=commands["engines"])
     known = sub.add_parser("known", help="list the known issues, or check each repro still shows its issue on the "
                            "installed release and its fix removes it (exit 1: a known bug stopped reproducing)")
     known.add_argument("action", choices=("list", "check"))

@@ -162,6 +162,8 @@ class Trace:
     copies: list[tuple[int, int, int]] = field(default_factory=list)  # (step, src, dst)
     exception: VllmException | None = None
     pool_end: dict | None = None
+    # tokens each request's first admission started from: what the prefix cache (and a connector) served it
+    served: dict[str, int] = field(default_factory=dict)
     unjudged: dict = field(default_factory=dict)  # oracle -> why it could not judge this trace
     steps_run: int = 0
     prefixes: dict[str, list[int]] = field(default_factory=dict)  # request -> prefix fingerprints (fps[n])
@@ -200,7 +202,7 @@ class Trace:
         for rid, fps in self.prefixes.items():
             if n < len(fps) and fps[n] == fp:
                 return f"{rid}[:{n}]"
-        return f"a {n}-token prefix no request has (unverified draft tokens)"
+        return f"a {n}-token prefix no request has (tokens run on a wrong start state, or unverified drafts)"
 
     def excerpt(self, step: int, request: str | None = None, radius: int = 1) -> list[dict]:
         """The calls and rows around a step (for a finding), as JSON-ready dicts."""

@@ -30,20 +30,23 @@ Reached since the sweep alternates the Mamba strategy (odd seeds no_buffer): `ma
 copy, was 0 of 300 when every seed ran extra_buffer; it is the bank's `sglang-no-buffer-stash-args-swapped` now."""
 
 
-def sweep(count: int, mutant: str | None) -> dict:
+def sweep(count: int, mutant: str | None, tree_core: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET")}
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [str(SGLANG_PYTHON), "-m", "harness.sglang", "sweep", "--count", str(count), "--artifacts", tmp,
+               "--tree-core", tree_core,
                *(["--mutant", mutant] if mutant else [])]
         started = time.monotonic()
         out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
         wall = time.monotonic() - started
-    seeds = [int(m) for m in re.findall(r"^seed (\d+): ", out.stdout, re.M)]
+    kills = [(int(seed), float(at)) for seed, at in re.findall(r"^seed (\d+) \(\+([\d.]+) s\): ", out.stdout, re.M)]
+    seeds = [seed for seed, _ in kills]
     signatures: dict[str, int] = {}
-    for line in re.findall(r"^seed \d+: (.*) \(", out.stdout, re.M):
+    for line in re.findall(r"^seed \d+ \(\+[\d.]+ s\): (.*) \(", out.stdout, re.M):
         for sig in line.split(", "):
             signatures[sig] = signatures.get(sig, 0) + 1
     return {"exit": out.returncode, "with_findings": len(seeds), "first": min(seeds) if seeds else None,
+            "first_s": min(at for _, at in kills) if kills else None,
             "signatures": signatures, "wall": wall, "tail": out.stderr[-300:]}
 
 
@@ -58,26 +61,30 @@ def main() -> int:
     if not SGLANG_PYTHON.exists():
         print(f"no SGLang venv at {SGLANG_PYTHON}: make venv-sglang", file=sys.stderr)
         return 2
-    rows = ["| mutant | bug class | SGLang file:line | exit | scenarios with findings | first seed | signatures | "
-            "wall (s) |", "|---|---|---|---|---|---|---|---|"]
-    for mutant in [None, *MUTANTS]:
-        r = sweep(args.count, mutant)
+    rows = ["| mutant | tree core | bug class | SGLang file:line | exit | scenarios with findings | first seed | "
+            "time to kill (s) | signatures | wall (s) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for mutant, core in [(None, "rust"), (None, "python"), *((m, "rust") for m in MUTANTS)]:
+        r = sweep(args.count, mutant, core)
         slip = SLIPS.get(mutant)
         where = slip.where if slip else ("srt/mem_cache/unified_cache/components/mamba.py (a wrapper of "
                                          "finalize_match_result_in_cache)" if mutant else "-")
         bug = (MUTANTS[mutant] if mutant else "none (must show nothing)").replace("|", "/")
         sigs = ", ".join(f"`{s}` {n}" for s, n in sorted(r["signatures"].items()))
-        rows.append(f"| `{mutant or 'stock'}` | {bug} | {where} | {r['exit']} | {r['with_findings']} of {args.count} "
-                    f"| {'-' if r['first'] is None else r['first']} | {sigs or '-'} | {r['wall']:.1f} |")
+        first = ("-", "-") if r["first"] is None else (r["first"], f"{r['first_s']:.1f}")
+        rows.append(f"| `{mutant or 'stock'}` | {core} | {bug} | {where} | {r['exit']} | {r['with_findings']} of "
+                    f"{args.count} | {first[0]} | {first[1]} | {sigs or '-'} | {r['wall']:.1f} |")
         print(rows[-1], file=sys.stderr)
     text = "\n".join([
         "# The SGLang wing's mutant bank (SGLang 0.5.23)", "",
         stamp(f"python bench/measure/sglang_bank.py --count {args.count} --out {args.out}"), "",
-        f"Each row: `python -m harness.sglang sweep --count {args.count} [--mutant M]` in `.venv-sglang` (generated "
-        "seeds from 0, projected onto what the wing expresses: harness/sglang/sweep.py), the mutant a run-time patch "
+        f"Each row: `python -m harness.sglang sweep --count {args.count} --tree-core C [--mutant M]` in `.venv-sglang` "
+        "(generated seeds from 0, projected onto what the wing expresses: harness/sglang/sweep.py; the Mamba strategy "
+        "alternates, even seeds extra_buffer, odd no_buffer; `make fuzz ENGINE=sglang` is this sweep for 2 minutes), "
+        "the mutant a run-time patch "
         "of SGLang's own code (harness/sglang/runtime.py `MUTANTS`: the slips recompile one SGLang method from its "
         "source with one line, or one call's argument order, changed), undone after each run. Exit 1: findings were "
-        "kept. First seed: time to kill, in scenarios. **The stock row must show nothing.**", "",
+        "kept. First seed and time to kill: the first scenario with a finding and the seconds from the sweep's start to "
+        "it (SGLang's import, 7-20 s, comes before). **The stock rows must show nothing.**", "",
         *rows, "", DROPPED, ""])
     args.out.write_text(text)
     print(f"wrote {args.out}")

@@ -364,8 +364,9 @@ class EngineDriver:
 
     def _record_hit_limits(self, so, step: int) -> None:
         """What a request with a prefix-cache hit limit starts from each time it is (re)admitted: the hit-limit
-        oracle's input."""
+        oracle's input; and what each request's first admission started from (`trace.served`)."""
         for new in so.scheduled_new_reqs:
+            self.trace.served.setdefault(new.req_id, new.num_computed_tokens)  # the first admission's start
             limit = self.reqs[new.req_id].spec.prefix_cache_hit_limit
             if limit is not None:
                 self.trace.hit_limited.append((step, new.req_id, limit, new.num_computed_tokens))

@@ -33,10 +33,16 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--strategy", default="extra_buffer", help="--mamba-radix-cache-strategy: extra_buffer or "
                                                                "no_buffer (page size 1)")
     ap.add_argument("--json", action="store_true", help="print the findings as a JSON list")
+    ap.add_argument("--summary", action="store_true", help="print what `hybrid-harness engines` compares (JSON)")
     return ap
 
 
-def _print(trace, findings, as_json: bool) -> None:
+def _print(trace, findings, as_json: bool, as_summary: bool = False) -> None:
+    if as_summary:
+        from harness.engines import summary
+
+        print(json.dumps(summary(trace, findings)))
+        return
     if as_json:
         print(json.dumps([{k: v for k, v in f.to_json().items() if k != "excerpt"} for f in findings], indent=1))
         return
@@ -123,7 +129,7 @@ def main(argv=None) -> int:
         traceback.print_exc()
         print("harness error (not an SGLang finding)", file=sys.stderr)
         return EXIT_HARNESS_ERROR
-    _print(trace, findings, args.json)
+    _print(trace, findings, args.json, args.summary)
     return EXIT_FINDING if findings else EXIT_OK
 
 

@@ -66,6 +66,8 @@ def _run(scenario: Scenario, env, sched, trace: Trace) -> None:
                 break
             continue
         idle = 0
+        for req in batch.reqs if batch.forward_mode.is_extend() else ():
+            trace.served.setdefault(req.rid, req.prefix_len)  # the first admission's radix-cache hit
         sched.process_batch_result(batch, sched.run_batch(batch, trace, step))
         sched.last_batch = batch
         _record_cache(env, trace, step, reqs, seen)

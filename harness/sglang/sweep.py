@@ -51,7 +51,8 @@ def run_sweep(first_seed: int, count: int | None, minutes: float | None, run: Sg
     from harness.oracles import judge
     from harness.sglang.driver import replay
 
-    deadline = time.monotonic() + 60 * minutes if minutes else None
+    started = time.monotonic()
+    deadline = started + 60 * minutes if minutes else None
     summary = {"ran": 0, "not_expressible": 0, "with_findings": 0, "signatures": {}}
     seed = first_seed
     while (count is None or seed < first_seed + count) and (deadline is None or time.monotonic() < deadline):
@@ -72,7 +73,8 @@ def run_sweep(first_seed: int, count: int | None, minutes: float | None, run: Sg
                 "findings": [{k: v for k, v in f.to_json().items() if k != "excerpt"} for f in findings]})
             for sig in {f.signature for f in findings}:
                 summary["signatures"][sig] = summary["signatures"].get(sig, 0) + 1
-            print(f"seed {seed}: {', '.join(sorted({f.signature for f in findings}))} ({path})")
+            print(f"seed {seed} (+{time.monotonic() - started:.1f} s): "
+                  f"{', '.join(sorted({f.signature for f in findings}))} ({path})")
         seed += 1
     summary["seeds"] = [first_seed, seed - 1]
     return summary

@@ -1,0 +1,53 @@
+"""`hybrid-harness engines` (one scenario on vLLM's engine tier and on the SGLang wing) and `run --engine sglang`:
+the SGLang side runs in its own venv and process (harness/engines.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.cli import main
+from harness.engines import SGLANG_PYTHON
+from testlib import SCENARIOS
+
+DATA = SCENARIOS.parent / "tests" / "data"
+SHARED = DATA / "sglang-shared-prefix.json"
+
+
+@pytest.fixture(autouse=True)
+def _sglang_venv():
+    if not SGLANG_PYTHON.exists():
+        pytest.skip(f"no SGLang venv at {SGLANG_PYTHON} (make venv-sglang builds it)")
+    try:
+        from harness.engine.scheduler import EngineDriver  # noqa: F401 - the vLLM side needs the engine tier
+    except ImportError as exc:
+        pytest.skip(f"this release has no engine tier: {exc}")
+
+
+@pytest.mark.slow
+def test_both_engines_clean_serve_the_same_whole_prompt_hit(capsys):
+    assert main(["engines", str(SHARED), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["vllm"]["findings"] == [] and result["sglang"]["findings"] == []
+    # c shares a's whole 40-token prompt, a block (8) and page multiple: both caches serve all of it
+    assert result["served"] == {"a": {"vllm": 0, "sglang": 0}, "c": {"vllm": 40, "sglang": 40}}
+
+
+@pytest.mark.slow
+def test_a_planted_sglang_bug_is_red_on_the_sglang_side_only(capsys):
+    assert main(["engines", str(SHARED), "--sglang-mutant", "sglang-cow-source-dropped", "--json"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["vllm"]["findings"] == []
+    assert any(h.startswith("[provenance]") for h in result["sglang"]["findings"])
+
+
+def test_a_field_sglang_cannot_express_is_bad_input_naming_it(capsys):
+    assert main(["engines", str(SCENARIOS / "seed-external-hit-same-block.json")]) == 2
+    assert "requests[0].external" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_run_engine_sglang_is_the_wings_exit_code():
+    assert main(["run", str(SHARED), "--engine", "sglang"]) == 0
+    assert main(["run", str(SHARED), "--engine", "sglang", "--mutant", "sglang-cow-source-dropped"]) == 1
