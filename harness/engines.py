@@ -31,7 +31,7 @@ def sglang_wing(*args: str, capture: bool = False) -> subprocess.CompletedProces
         raise BadInput(f"--engine sglang needs the SGLang wing's venv at {SGLANG_PYTHON}: make venv ENGINE=sglang")
     env = {k: v for k, v in os.environ.items() if k not in _NOT_FOR_SGLANG}
     return subprocess.run([str(SGLANG_PYTHON), "-m", "harness.sglang", *args], cwd=ROOT, env=env, text=True,
-                          capture_output=capture)
+                          check=False, capture_output=capture)
 
 
 def state_reads(trace) -> dict[str, list[int | None]]:

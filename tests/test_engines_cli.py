@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from testlib import SCENARIOS
 
 from harness.cli import main
 from harness.engines import SGLANG_PYTHON
-from testlib import SCENARIOS
 
 DATA = SCENARIOS.parent / "tests" / "data"
 SHARED = DATA / "sglang-shared-prefix.json"

@@ -95,7 +95,7 @@ def test_a_leaked_mamba_slot_is_a_pool_accounting_finding_and_its_finding_file_r
     out = wing("sweep", "--count", "6", "--strategy", "extra_buffer", "--mutant",
                "sglang-finished-keeps-unused-track-slot", "--artifacts", str(tmp_path))
     assert out.returncode == 1, out.stdout + out.stderr[-3000:]
-    path = sorted(tmp_path.glob("finding-*.json"))[0]
+    path = min(tmp_path.glob("finding-*.json"))
     kept = json.loads(path.read_text())
     assert kept["run"]["mutant"] == "sglang-finished-keeps-unused-track-slot"
     assert any(f["signature"] == "pool-accounting" and "mamba slots" in f["actual"] for f in kept["findings"])
@@ -130,3 +130,21 @@ def test_decode_outgrowing_the_kv_pool_retracts_as_sglang_does_and_stays_clean(s
     out = wing(str(DATA / "sglang-decode-retraction.json"), "--strategy", strategy)
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     assert "Retract requests. #retracted_reqs: 1" in out.stderr
+
+
+@pytest.mark.slow
+def test_an_abort_event_is_sglangs_own_abort_and_the_pools_come_back():
+    """b is aborted mid-decode (Scheduler.abort_request), d before it arrives (it never does): the run ends done
+    and pool accounting, which judges only runs whose requests all finished or were aborted, is clean."""
+    out = wing(str(DATA / "sglang-abort.json"), "--summary")
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    reads = json.loads(out.stdout)["state_reads"]
+    assert "d" not in reads and 0 < len(reads["b"]) < 20 and len(reads["a"]) == len(reads["c"]) == 10
+
+
+def test_a_preempt_event_is_bad_input(tmp_path):
+    doc = json.loads(SHARED.read_text())
+    doc["events"] = [{"step": 2, "kind": "preempt", "request": "a"}]
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    out = wing(str(tmp_path / "p.json"))
+    assert out.returncode == 2 and "events[0].kind" in out.stderr, out.stderr[-3000:]

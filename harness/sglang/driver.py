@@ -15,7 +15,7 @@ import importlib.metadata
 from harness.errors import BadInput, HarnessError
 from harness.scenario import Scenario
 from harness.sglang import runtime
-from harness.sglang.geometry import SglangRun, sglang_geometry
+from harness.sglang.geometry import SglangRun, scenario_id, sglang_geometry
 from harness.states import chain
 from harness.trace import CacheCheck, RunEnd, Trace
 
@@ -49,7 +49,7 @@ def _run(scenario: Scenario, env, sched, trace: Trace) -> None:
 
     prompts = scenario.prompt_tokens()
     pending = sorted(scenario.requests, key=lambda r: r.arrival_step)
-    reqs, seen, idle, reason = {}, {}, 0, "step-limit"
+    reqs, seen, idle, reason, aborted = {}, {}, 0, "step-limit", set()
     for step in range(scenario.max_steps):
         for spec in [s for s in pending if s.arrival_step <= step]:
             reqs[spec.id] = make_req(spec.id, prompts[spec.id], spec.max_tokens)
@@ -57,6 +57,11 @@ def _run(scenario: Scenario, env, sched, trace: Trace) -> None:
             trace.prompt_tokens[spec.id] = len(prompts[spec.id])
             sched.waiting_queue.append(reqs[spec.id])
             pending.remove(spec)
+        for event in [e for e in scenario.events if e.step == step and e.request not in aborted]:
+            aborted.add(event.request)  # a request aborted before it arrives never does, as on vLLM's tiers
+            if event.request in reqs:
+                sched.abort(event.request)
+            pending = [s for s in pending if s.id != event.request]
         batch = sched.get_next_batch_to_run()
         trace.steps_run = step + 1
         if batch is None:
@@ -67,11 +72,12 @@ def _run(scenario: Scenario, env, sched, trace: Trace) -> None:
             continue
         idle = 0
         for req in batch.reqs if batch.forward_mode.is_extend() else ():
-            trace.served.setdefault(req.rid, req.prefix_len)  # the first admission's radix-cache hit
+            trace.served.setdefault(scenario_id(req), req.prefix_len)  # the first admission's radix-cache hit
         sched.process_batch_result(batch, sched.run_batch(batch, trace, step))
         sched.last_batch = batch
         _record_cache(env, trace, step, reqs, seen)
-    _judge_end(scenario, env, trace, reqs, pending, reason, idle)
+    _judge_end(scenario, env, trace, {rid: r for rid, r in reqs.items() if rid not in aborted}, pending, reason,
+               idle)
 
 
 def _pages_to_admit(tokens: int, page: int) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from sglang.srt.layers.attention.mamba.prefill_track_metadata import build_prefill_track_plan
 
+from harness.sglang.geometry import scenario_id
 from harness.states import ZERO_STATE, State, chain
 from harness.tokens import true_token
 from harness.trace import Read, Trace
@@ -28,7 +29,7 @@ def fold(state: State | None, tokens) -> State | None:
 
 def _fps(trace: Trace, req) -> list[int]:
     """The request's prefix fingerprints, extended over the outputs SGLang has recorded so far."""
-    fps = trace.prefixes[req.rid]
+    fps = trace.prefixes[scenario_id(req)]
     seq = list(req.origin_input_ids) + list(req.output_ids)
     if len(seq) + 1 > len(fps):
         chain(fps, seq[len(fps) - 1:])
@@ -39,7 +40,7 @@ def _read(env, trace: Trace, step: int, req, fed: int) -> State | None:
     slot = int(req.kv.mamba_pool_idx)
     got = env.io.read(slot) if fed > 0 else ZERO_STATE
     fps = _fps(trace, req)
-    trace.reads.append(Read(step, req.rid, "initial", 1, 0, slot, got, got, (fed, fps[fed])))
+    trace.reads.append(Read(step, scenario_id(req), "initial", 1, 0, slot, got, got, (fed, fps[fed])))
     return got
 
 

@@ -18,7 +18,8 @@
 Refused (BadInput naming the field): num_speculative_tokens > 0, eagle_block_drop, mtp_modules,
 lookahead_hashes, hidden_state_layers, prefix_cache_retention_interval, the scheduler knobs, a real `model`,
 mamba_cache_mode "all" and "none" (prefix caching off is SGLang's --disable-radix-cache, a ChunkCache the wing does
-not build), events, a request's external hit, explicit chunks or prefix_cache_hit_limit.
+not build), `preempt` events (an `abort` event is SGLang's Scheduler.abort_request), a request's external hit,
+explicit chunks or prefix_cache_hit_limit.
 """
 
 from __future__ import annotations
@@ -29,6 +30,18 @@ from harness.errors import BadInput
 from harness.scenario import SCHEDULER_KNOBS, Scenario
 
 MAX_RUNNING = 8  # PrefillAdder's max_running_requests, as the prototype ran it
+# SGLang aborts every request whose rid starts with the one named (Scheduler.abort_request, scheduler.py:5677-5688):
+# each scenario id gets this end in its rid, so aborting "a" never aborts "ab"
+RID_END = "\x00"
+
+
+def sglang_rid(request_id: str) -> str:
+    return request_id + RID_END
+
+
+def scenario_id(req) -> str:
+    """The scenario's id of an SGLang request (`Req.rid` less RID_END)."""
+    return req.rid[:-len(RID_END)]
 
 
 @dataclass(frozen=True)
@@ -59,8 +72,9 @@ def _refuse(scenario: Scenario) -> None:
     for name, bad in flags.items():
         if bad:
             raise BadInput(f"scenario field geometry.{name}={getattr(g, name)!r}: not expressible on the SGLang wing")
-    if scenario.events:
-        raise BadInput("scenario field events: preempt/abort events are not expressible on the SGLang wing")
+    for i, event in enumerate(scenario.events):
+        if event.kind != "abort":  # vLLM's forced preemption (reset_prefix_cache) has no SGLang counterpart
+            raise BadInput(f"scenario field events[{i}].kind={event.kind!r}: not expressible on the SGLang wing")
     for i, req in enumerate(scenario.requests):
         for name in ("external", "chunks", "prefix_cache_hit_limit"):
             if getattr(req, name) is not None:

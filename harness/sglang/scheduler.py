@@ -33,6 +33,7 @@ from types import SimpleNamespace
 from sglang.srt.beam_search.coordinator import BeamCoordinator
 from sglang.srt.constrained.grammar_manager import GrammarManager
 from sglang.srt.disaggregation.utils import DisaggregationMode
+from sglang.srt.managers.io_struct import AbortReq
 from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
 from sglang.srt.managers.schedule_policy import SchedulePolicy
 from sglang.srt.managers.scheduler import PAUSE_WINDOWS_MAX, Scheduler
@@ -48,7 +49,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from harness.scenario import VOCAB_SIZE
 from harness.sglang.env import NoOp
 from harness.sglang.forward import simulated_forward
-from harness.sglang.geometry import MAX_RUNNING
+from harness.sglang.geometry import MAX_RUNNING, sglang_rid
 
 
 def make_req(rid: str, tokens: list[int], max_new: int) -> Req:
@@ -57,7 +58,7 @@ def make_req(rid: str, tokens: list[int], max_new: int) -> Req:
     users' requests do; the model config names no EOS token, so every request still runs to `max_new`."""
     sp = SamplingParams(temperature=0, max_new_tokens=max_new)
     sp.normalize(None)
-    return Req(rid=rid, origin_input_text="", origin_input_ids=array("q", tokens), sampling_params=sp,
+    return Req(rid=sglang_rid(rid), origin_input_text="", origin_input_ids=array("q", tokens), sampling_params=sp,
                vocab_size=VOCAB_SIZE)
 
 
@@ -90,6 +91,8 @@ def _flags(s: Scheduler) -> None:
     s.decode_offload_manager = None  # update_running_batch :4480
     s.load_snapshot_writer = None  # publish_load_snapshot :875
     s.enable_fpm = False  # process_batch_result :5113
+    s.mm_receiver = None  # abort_request :5682 (no multimodal receiver)
+    s.enable_continuous_input_polling = False  # _collect_inflight_batches :5670 (abort_request's running reqs)
     s.return_health_check_ipcs = deque()  # maybe_send_health_check_signal :5183 (no probe pending)
 
 
@@ -222,6 +225,10 @@ class RealScheduler:
             self.s._sched_idled = True  # :2052 (on_idle only self-checks)
             self.s.last_batch = None  # :2056
         return plan.batch_to_run
+
+    def abort(self, request_id: str) -> None:
+        """SGLang's own abort of one request, as the tokenizer's AbortReq reaches it (scheduler.py:5675)."""
+        self.s.abort_request(AbortReq(rid=sglang_rid(request_id)))
 
     def run_batch(self, batch, trace, step: int):
         return run_batch(self.s, self.env, batch, trace, step)

@@ -2,10 +2,11 @@
 to disk before they are reported.
 
 Each scenario is `harness.generate.random_scenario(seed)` projected onto what the wing expresses
-(harness/sglang/geometry.py): no drafter, retention, scheduler knobs, events, external hits, explicit chunks or hit
-limits; Mamba cache modes "all" and "none" read as "align"; the token budget rounded down to a multiple of the page,
-as SGLang's server arguments require (srt/arg_groups/validation_hook.py:244 in 0.5.23). The prompts, their shared
-prefixes, arrivals and output lengths stay the generator's. A generator sweep, not yet a coverage-guided campaign."""
+(harness/sglang/geometry.py): no drafter, retention, scheduler knobs, preempt events, external hits, explicit chunks
+or hit limits; Mamba cache modes "all" and "none" read as "align"; the token budget rounded down to a multiple of
+the page, as SGLang's server arguments require (srt/arg_groups/validation_hook.py:244 in 0.5.23). The prompts, their
+shared prefixes, arrivals, output lengths and abort events stay the generator's. A generator sweep, not yet a
+coverage-guided campaign."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def projected(seed: int) -> Scenario:
     g["mamba_cache_mode"] = "align"  # the wing's one mode: prefix caching on (geometry.py)
     page = g["attn_block_size"]  # extra_buffer's page (no_buffer's, 1, divides it)
     g["token_budget"] = max(page, g["token_budget"] // page * page)
-    doc["events"] = []
+    doc["events"] = [e for e in doc.get("events", []) if e["kind"] == "abort"]  # SGLang has no forced preemption
     for r in doc["requests"]:
         r.update(external=None, chunks=None, acceptance=[])
         for name in OPTIONAL_REQUEST:
