@@ -21,8 +21,8 @@
 # TIER=model                fuzz/sweep the model tier (tiny hybrid LM on real state tensors) instead
 # TIER=engine               fuzz/sweep the engine tier (vLLM's own Scheduler, connector and model runner) alone
 # TIER=symbolic             fuzz the symbolic tier alone (the default of sweep)
-# ENGINE=sglang             make venv / fuzz for the SGLang wing instead (its own venv, .venv-sglang): a generator
-#                            sweep on SGLang 0.5.23's own radix cache and scheduler-side code (harness/sglang/)
+# ENGINE=sglang             make venv / fuzz for the SGLang wing instead (its own venv, .venv-sglang): a coverage-
+#                            guided campaign on SGLang 0.5.23's own scheduler and radix cache (harness/sglang/)
 # TORCH=, TORCH_INDEX=       the torch build (default the CPU wheel from PyTorch's CPU index); a GPU machine:
 #                            make venv TORCH=2.13.0 TORCH_INDEX=https://pypi.org/simple (PyPI's Linux wheel is CUDA)
 VLLM ?= 0.34.0
@@ -103,11 +103,11 @@ bench: venv
 # the campaign's own exit status (0 clean, 1 findings, 2 bad input, 3 harness error) is kept in
 # $(FUZZ_DIR)/exit-code: make exits 2 whenever a recipe fails (.github/scripts/expect_campaign.py reads it)
 ifeq ($(ENGINE),sglang)
-# make fuzz ENGINE=sglang: the SGLang wing's generator sweep for MINUTES (harness/sglang/sweep.py; FUZZ_ARGS='--mutant
-# sglang-cow-source-dropped' plants its bug), in its own venv
+# make fuzz ENGINE=sglang: the SGLang wing's coverage-guided campaign for MINUTES (harness/sglang/campaign.py;
+# FUZZ_ARGS='--mutant sglang-cow-source-dropped' plants a bug, '--tree-core python' the other core), in its own venv
 fuzz: venv-sglang
 	mkdir -p artifacts/fuzz-sglang
-	env -u CUDA_VISIBLE_DEVICES .venv-sglang/bin/python -m harness.sglang sweep --minutes $(MINUTES) --seed $(SEED) --artifacts artifacts/fuzz-sglang $(FUZZ_ARGS); \
+	env -u CUDA_VISIBLE_DEVICES .venv-sglang/bin/python -m harness.sglang campaign --minutes $(MINUTES) --seed $(SEED) --artifacts artifacts/fuzz-sglang $(FUZZ_ARGS); \
 	code=$$?; echo $$code > artifacts/fuzz-sglang/exit-code; exit $$code
 else
 fuzz: venv

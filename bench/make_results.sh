@@ -125,7 +125,7 @@ if part scheduler; then
 fi
 if part scheduler || part sglang; then
   # issue 46: the SGLang wing's bank of planted SGLang bugs, a generator sweep each (needs `make venv-sglang`)
-  "$PY" $M/sglang_bank.py --count 300 --out $R/sglang_bank.md
+  "$PY" $M/sglang_bank.py --count 300 --campaign-minutes 2 --out $R/sglang_bank.md
 fi
 if part upstream; then
   # issue 38: the known issue x release table (each release in its own process: its venv, else its unpacked wheel,

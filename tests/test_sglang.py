@@ -148,3 +148,21 @@ def test_a_preempt_event_is_bad_input(tmp_path):
     (tmp_path / "p.json").write_text(json.dumps(doc))
     out = wing(str(tmp_path / "p.json"))
     assert out.returncode == 2 and "events[0].kind" in out.stderr, out.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_short_campaign_is_clean_on_stock_and_keeps_a_planted_bug_with_its_input(tmp_path):
+    from harness.genome import decode
+    from harness.scenario import scenario_to_json
+    from harness.sglang.sweep import project
+
+    stock = wing("campaign", "--minutes", "0.3", "--opening", "16", "--artifacts", str(tmp_path / "stock"))
+    assert stock.returncode == 0, stock.stdout[-3000:] + stock.stderr[-3000:]
+    planted = wing("campaign", "--minutes", "0.3", "--opening", "16", "--mutant", "sglang-no-buffer-stash-args-swapped",
+                   "--artifacts", str(tmp_path / "m"))
+    assert planted.returncode == 1, planted.stdout[-3000:] + planted.stderr[-3000:]
+    kept = json.loads(min((tmp_path / "m").glob("finding-*.json")).read_text())
+    # the input bytes alone decode to the scenario kept (the genome and the projection are the wing's only decoders)
+    assert scenario_to_json(project(decode(bytes.fromhex(kept["input"])))) == kept["scenario"]
+    again = wing(str(min((tmp_path / "m").glob("finding-*.json"))))
+    assert again.returncode == 1, again.stdout + again.stderr[-3000:]

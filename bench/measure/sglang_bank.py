@@ -37,17 +37,32 @@ def sweep(count: int, mutant: str | None, tree_core: str) -> dict:
                "--tree-core", tree_core,
                *(["--mutant", mutant] if mutant else [])]
         started = time.monotonic()
-        out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
+        out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600, check=False)
         wall = time.monotonic() - started
-    kills = [(int(seed), float(at)) for seed, at in re.findall(r"^seed (\d+) \(\+([\d.]+) s\): ", out.stdout, re.M)]
+    kills = [(int(seed), float(at)) for seed, at in re.findall(r"^seed (\d+) \(\+([\d.]+) s\): ", out.stdout, re.MULTILINE)]
     seeds = [seed for seed, _ in kills]
     signatures: dict[str, int] = {}
-    for line in re.findall(r"^seed \d+ \(\+[\d.]+ s\): (.*) \(", out.stdout, re.M):
+    for line in re.findall(r"^seed \d+ \(\+[\d.]+ s\): (.*) \(", out.stdout, re.MULTILINE):
         for sig in line.split(", "):
             signatures[sig] = signatures.get(sig, 0) + 1
     return {"exit": out.returncode, "with_findings": len(seeds), "first": min(seeds) if seeds else None,
             "first_s": min(at for _, at in kills) if kills else None,
             "signatures": signatures, "wall": wall, "tail": out.stderr[-300:]}
+
+
+def campaign(minutes: float, mutant: str | None) -> dict:
+    """A coverage-guided campaign (`python -m harness.sglang campaign`, the body of `make fuzz ENGINE=sglang`)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET")}
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [str(SGLANG_PYTHON), "-m", "harness.sglang", "campaign", "--minutes", str(minutes), "--artifacts", tmp,
+               *(["--mutant", mutant] if mutant else [])]
+        out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600, check=False)
+    kills = re.findall(r"^HH finding after (\d+) inputs \(\+([\d.]+) s\)", out.stdout, re.MULTILINE)
+    return {"exit": out.returncode, "kept": len(kills), "first": kills[0] if kills else None}
+
+
+def _kill(first) -> str:
+    return "-" if first is None else f"{first[1]} s ({first[0]} inputs)"
 
 
 def main() -> int:
@@ -57,12 +72,14 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--count", type=int, default=300)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "sglang_bank.md")
+    ap.add_argument("--campaign-minutes", type=float, default=2.0, help="each row's campaign (0: none)")
     args = ap.parse_args()
     if not SGLANG_PYTHON.exists():
         print(f"no SGLang venv at {SGLANG_PYTHON}: make venv-sglang", file=sys.stderr)
         return 2
     rows = ["| mutant | tree core | bug class | SGLang file:line | exit | scenarios with findings | first seed | "
-            "time to kill (s) | signatures | wall (s) |", "|---|---|---|---|---|---|---|---|---|---|"]
+            "time to kill (s) | signatures | wall (s) | campaign exit | campaign kept | campaign time to kill |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for mutant, core in [(None, "rust"), (None, "python"), *((m, "rust") for m in MUTANTS)]:
         r = sweep(args.count, mutant, core)
         slip = SLIPS.get(mutant)
@@ -71,12 +88,15 @@ def main() -> int:
         bug = (MUTANTS[mutant] if mutant else "none (must show nothing)").replace("|", "/")
         sigs = ", ".join(f"`{s}` {n}" for s, n in sorted(r["signatures"].items()))
         first = ("-", "-") if r["first"] is None else (r["first"], f"{r['first_s']:.1f}")
+        c = campaign(args.campaign_minutes, mutant) if args.campaign_minutes and core == "rust" else None
+        camp = "| - | - | - |" if c is None else f"| {c['exit']} | {c['kept']} | {_kill(c['first'])} |"
         rows.append(f"| `{mutant or 'stock'}` | {core} | {bug} | {where} | {r['exit']} | {r['with_findings']} of "
-                    f"{args.count} | {first[0]} | {first[1]} | {sigs or '-'} | {r['wall']:.1f} |")
+                    f"{args.count} | {first[0]} | {first[1]} | {sigs or '-'} | {r['wall']:.1f} {camp}")
         print(rows[-1], file=sys.stderr)
     text = "\n".join([
         "# The SGLang wing's mutant bank (SGLang 0.5.23)", "",
-        stamp(f"python bench/measure/sglang_bank.py --count {args.count} --out {args.out}"), "",
+        stamp(f"python bench/measure/sglang_bank.py --count {args.count} --campaign-minutes {args.campaign_minutes} "
+              f"--out {args.out}"), "",
         f"Each row: `python -m harness.sglang sweep --count {args.count} --tree-core C [--mutant M]` in `.venv-sglang` "
         "(generated seeds from 0, projected onto what the wing expresses: harness/sglang/sweep.py; the Mamba strategy "
         "alternates, even seeds extra_buffer, odd no_buffer; `make fuzz ENGINE=sglang` is this sweep for 2 minutes), "
@@ -84,7 +104,10 @@ def main() -> int:
         "of SGLang's own code (harness/sglang/runtime.py `MUTANTS`: the slips recompile one SGLang method from its "
         "source with one line, or one call's argument order, changed), undone after each run. Exit 1: findings were "
         "kept. First seed and time to kill: the first scenario with a finding and the seconds from the sweep's start to "
-        "it (SGLang's import, 7-20 s, comes before). **The stock rows must show nothing.**", "",
+        "it (SGLang's import, 7-20 s, comes before). Campaign: `python -m harness.sglang campaign --minutes "
+        f"{args.campaign_minutes} [--mutant M]` (`make fuzz ENGINE=sglang`: coverage-guided, harness/sglang/campaign.py), "
+        "its exit, the findings it kept (one per new set of signatures) and the first one's time from the worker's "
+        "start (after SGLang's import) and inputs run. **The stock rows must show nothing.**", "",
         *rows, "", DROPPED, ""])
     args.out.write_text(text)
     print(f"wrote {args.out}")

@@ -1,5 +1,7 @@
 """`python -m harness.sglang SCENARIO.json [--mutant NAME] [--tree-core C] [--strategy S] [--json]`: replay on
 SGLang's own code, judge, print (a sweep's finding file replays with the run it recorded).
+`python -m harness.sglang campaign [--minutes M] [--seed S] [--mutant NAME] [--tree-core C] [--artifacts DIR]`: a
+coverage-guided atheris campaign (harness/sglang/campaign.py; `make fuzz ENGINE=sglang`).
 `python -m harness.sglang sweep [--count N | --minutes M] [--seed S] [--mutant NAME] [--tree-core C] [--strategy S]
 [--artifacts DIR]`: generated scenarios (harness/sglang/sweep.py), each one with findings written to DIR before it
 is printed.
@@ -88,6 +90,29 @@ def _sweep(argv) -> int:
     return EXIT_FINDING if summary["with_findings"] else EXIT_OK
 
 
+def _campaign(argv, worker: bool) -> int:
+    from pathlib import Path
+
+    from harness.sglang.campaign import run_campaign
+    from harness.sglang.campaign import worker as fuzz_worker
+    from harness.sglang.geometry import SglangRun
+
+    ap = argparse.ArgumentParser(prog=f"python -m harness.sglang {'fuzz-worker' if worker else 'campaign'}",
+                                 description="a coverage-guided atheris campaign (harness/sglang/campaign.py)")
+    ap.add_argument("--minutes", type=float, default=2.0)
+    ap.add_argument("--seconds", type=int, default=None, help="(the worker's budget)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--opening", type=int, default=64, help="generator scenarios run first, uninstrumented")
+    ap.add_argument("--artifacts", default="artifacts/fuzz-sglang", help="where findings are written")
+    _run_options(ap)
+    args = ap.parse_args(argv)
+    run = SglangRun(args.mutant, args.tree_core).check()
+    if worker:
+        fuzz_worker(run, Path(args.artifacts), args.seconds or round(60 * args.minutes), args.seed, args.opening)
+        return EXIT_OK
+    return run_campaign(run, Path(args.artifacts), args.minutes, args.seed, args.opening)
+
+
 def _replay_file(args):
     """The scenario and run a file names: a scenario with the command line's run, or a sweep's finding with its own."""
     from pathlib import Path
@@ -110,16 +135,18 @@ def _replay_file(args):
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    sweep = bool(argv) and argv[0] == "sweep"
-    args = None if sweep else _parser().parse_args(argv)
+    command = argv[0] if argv and argv[0] in ("sweep", "campaign", "fuzz-worker") else None
+    args = None if command else _parser().parse_args(argv)
     if os.environ.get("CUDA_VISIBLE_DEVICES") == "":  # vLLM's process set-up leaves it empty; SGLang's fixture
         del os.environ["CUDA_VISIBLE_DEVICES"]  # imports test_utils.py, whose line 246 indexes its first character
     try:
         from harness.oracles import judge
         from harness.sglang.driver import replay
 
-        if sweep:
+        if command == "sweep":
             return _sweep(argv[1:])
+        if command:
+            return _campaign(argv[1:], worker=command == "fuzz-worker")
         trace = replay(*_replay_file(args))
         findings = judge(trace)
     except BadInput as exc:

@@ -24,7 +24,12 @@ def projected(seed: int) -> Scenario:
     """The generator's scenario `seed` as the SGLang wing can replay it (the module docstring)."""
     from harness.generate import random_scenario
 
-    doc = scenario_to_json(random_scenario(seed, checkpoints=False))
+    return project(random_scenario(seed, checkpoints=False))
+
+
+def project(scenario: Scenario) -> Scenario:
+    """`scenario` as the SGLang wing can replay it (the module docstring): what it cannot express dropped."""
+    doc = scenario_to_json(scenario)
     g = doc["geometry"]
     g.update(num_speculative_tokens=0, eagle_block_drop=False, mtp_modules=0, lookahead_hashes=False,
              hidden_state_layers=0, model=None)
