@@ -5,7 +5,8 @@ libFuzzer loop, which ends the process itself) for the time asked and then reads
 code is the campaign's: 0 nothing kept, 1 findings kept (each written to disk before it is printed), 3 the worker
 failed. Inputs are the project's genome (harness/genome.py: the same bytes the vLLM campaigns mutate, decoded with
 the default budget) projected onto what the wing expresses (harness/sglang/sweep.py `project`); the Mamba strategy
-is the input's first byte's parity (no_buffer when odd), so the search reaches both. The first 2 x `opening`
+is the parity of the input's CRC-32 (no_buffer when odd), so the search reaches both (a byte of the input would
+not: every generator input starts with the same magic). The first 2 x `opening`
 inputs are the generator's scenarios (a sweep, instrumented), then libFuzzer's mutations, half structure-aware
 (`genome.mutate`), some fresh generator scenarios. Coverage: SGLang's radix cache, pools, scheduler-side
 managers and the wing itself, instrumented function by function after SGLang is imported (the Rust tree core is
@@ -19,6 +20,7 @@ import random
 import subprocess
 import sys
 import time
+import zlib
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -50,7 +52,7 @@ class Target:
         self.inputs += 1
         try:
             scenario = project(decode(data))
-            run = replace(self.run, strategy="no_buffer") if data[:1] and data[0] % 2 else self.run
+            run = replace(self.run, strategy="no_buffer") if zlib.crc32(data) % 2 else self.run
             findings = judge(replay(scenario, run))
         except BadInput:  # a geometry the wing refuses (a Mamba block off the page grid): not SGLang's
             return
