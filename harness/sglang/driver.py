@@ -1,11 +1,12 @@
-"""`replay(scenario, run)`: one scenario on SGLang's own scheduler-side code (harness/sglang/__init__.py says
-what is SGLang's and what is mirrored), recorded as the project's `Trace` for `harness.oracles.judge`.
+"""`replay(scenario, run)`: one scenario on SGLang's own code (harness/sglang/__init__.py says what is SGLang's),
+recorded as the project's `Trace` for `harness.oracles.judge`.
 
-Recorded: a `Read` per request per extend/decode (the kernel's initial state), and after every step a `CacheCheck`
+Recorded: a `Read` per request per extend/decode (the kernel's initial state); after every step a `CacheCheck`
 per radix-tree node holding a Mamba value that is new or changed (the node's path is the first tokens of some
-request's sequence, its `prefix_owner`). `Trace.prefixes[rid]` are the fingerprints of the request's prompt then
-its generated tokens. Not recorded (named in `Trace.unjudged`): allocator calls and rows (live-column), the pool
-at the end (pool-accounting) and the run end (liveness).
+request's sequence, its `prefix_owner`); what each request's first admission was served from cache
+(`Trace.served`); the run end (liveness) and, once every request finished or was aborted, SGLang's pools
+(pool accounting). `Trace.prefixes[rid]` are the fingerprints of the request's prompt then its generated tokens.
+Not recorded (named in `Trace.unjudged`): block-table rows (live-column).
 """
 
 from __future__ import annotations
