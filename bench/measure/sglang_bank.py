@@ -99,7 +99,7 @@ def main() -> int:
               f"--out {args.out}"), "",
         f"Each row: `python -m harness.sglang sweep --count {args.count} --tree-core C [--mutant M]` in `.venv-sglang` "
         "(generated seeds from 0, projected onto what the wing expresses: harness/sglang/sweep.py; the Mamba strategy "
-        "alternates, even seeds extra_buffer, odd no_buffer; `make fuzz ENGINE=sglang` is this sweep for 2 minutes), "
+        "alternates, even seeds extra_buffer, odd no_buffer; the sweep is the generator half of the campaign below), "
         "the mutant a run-time patch "
         "of SGLang's own code (harness/sglang/runtime.py `MUTANTS`: the slips recompile one SGLang method from its "
         "source with one line, or one call's argument order, changed), undone after each run. Exit 1: findings were "
