@@ -25,13 +25,14 @@ SGLANG_PYTHON = ROOT / ".venv-sglang" / "bin" / "python"
 _NOT_FOR_SGLANG = ("CUDA_VISIBLE_DEVICES", "VLLM_TARGET_DEVICE", "TRITON_INTERPRET", "HH_VLLM")
 
 
-def sglang_wing(*args: str, capture: bool = False) -> subprocess.CompletedProcess:
-    """`python -m harness.sglang ARGS` in the SGLang venv; BadInput when that venv is missing."""
+def sglang_wing(*args: str, capture: bool = False, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """`python -m harness.sglang ARGS` in the SGLang venv, without this process's vLLM set-up (the one way the
+    CLI, the tests and the bench start the wing); BadInput when that venv is missing."""
     if not SGLANG_PYTHON.exists():
         raise BadInput(f"--engine sglang needs the SGLang wing's venv at {SGLANG_PYTHON}: make venv ENGINE=sglang")
     env = {k: v for k, v in os.environ.items() if k not in _NOT_FOR_SGLANG}
     return subprocess.run([str(SGLANG_PYTHON), "-m", "harness.sglang", *args], cwd=ROOT, env=env, text=True,
-                          check=False, capture_output=capture)
+                          check=False, capture_output=capture, timeout=timeout)
 
 
 def state_reads(trace) -> dict[str, list[int | None]]:

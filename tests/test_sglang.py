@@ -4,14 +4,14 @@ venv-sglang`), run here as a subprocess (the import wall between the two engines
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from harness.engines import SGLANG_PYTHON, sglang_wing
+
 ROOT = Path(__file__).resolve().parent.parent
-SGLANG_PYTHON = ROOT / ".venv-sglang" / "bin" / "python"
 DATA = ROOT / "tests" / "data"
 SHARED = DATA / "sglang-shared-prefix.json"
 CHUNKED = DATA / "sglang-shared-prefix-chunked.json"
@@ -20,11 +20,7 @@ CHUNKED = DATA / "sglang-shared-prefix-chunked.json"
 def wing(*args: str) -> subprocess.CompletedProcess:
     if not SGLANG_PYTHON.exists():
         pytest.skip(f"no SGLang venv at {SGLANG_PYTHON} (make venv-sglang builds it)")
-    # not the vLLM process set-up this session's conftest made (harness/vllm_env.py): SGLang's venv is its own
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("CUDA_VISIBLE_DEVICES", "VLLM_TARGET_DEVICE", "TRITON_INTERPRET", "HH_VLLM")}
-    return subprocess.run([str(SGLANG_PYTHON), "-m", "harness.sglang", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600, env=env)
+    return sglang_wing(*args, capture=True, timeout=600)
 
 
 @pytest.mark.slow

@@ -10,9 +10,7 @@ the signatures and the wall time. Stock must show nothing: a finding there is th
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,7 +18,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-SGLANG_PYTHON = ROOT / ".venv-sglang" / "bin" / "python"
 # tried and dropped (0 of 300: the sweep never reaches the code), kept so no one tries them blind again
 DROPPED = """Tried and dropped (0 of 300, the sweep never reaches the code):
 - `mamba.py:602` (`_select_finished_checkpoint` overshoot fallback names the latest ping-pong slot): 0 of 300;
@@ -31,13 +28,12 @@ copy, was 0 of 300 when every seed ran extra_buffer; it is the bank's `sglang-no
 
 
 def sweep(count: int, mutant: str | None, tree_core: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET")}
+    from harness.engines import sglang_wing
+
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [str(SGLANG_PYTHON), "-m", "harness.sglang", "sweep", "--count", str(count), "--artifacts", tmp,
-               "--tree-core", tree_core,
-               *(["--mutant", mutant] if mutant else [])]
         started = time.monotonic()
-        out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600, check=False)
+        out = sglang_wing("sweep", "--count", str(count), "--artifacts", tmp, "--tree-core", tree_core,
+                          *(["--mutant", mutant] if mutant else []), capture=True, timeout=3600)
         wall = time.monotonic() - started
     kills = [(int(seed), float(at)) for seed, at in re.findall(r"^seed (\d+) \(\+([\d.]+) s\): ", out.stdout, re.MULTILINE)]
     seeds = [seed for seed, _ in kills]
@@ -52,11 +48,11 @@ def sweep(count: int, mutant: str | None, tree_core: str) -> dict:
 
 def campaign(minutes: float, mutant: str | None) -> dict:
     """A coverage-guided campaign (`python -m harness.sglang campaign`, the body of `make fuzz ENGINE=sglang`)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET")}
+    from harness.engines import sglang_wing
+
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [str(SGLANG_PYTHON), "-m", "harness.sglang", "campaign", "--minutes", str(minutes), "--artifacts", tmp,
-               *(["--mutant", mutant] if mutant else [])]
-        out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600, check=False)
+        out = sglang_wing("campaign", "--minutes", str(minutes), "--artifacts", tmp,
+                          *(["--mutant", mutant] if mutant else []), capture=True, timeout=3600)
     kills = re.findall(r"^HH finding after (\d+) inputs \(\+([\d.]+) s\)", out.stdout, re.MULTILINE)
     return {"exit": out.returncode, "kept": len(kills), "first": kills[0] if kills else None}
 
@@ -66,6 +62,7 @@ def _kill(first) -> str:
 
 
 def main() -> int:
+    from harness.engines import SGLANG_PYTHON
     from harness.sglang.runtime import MUTANTS, SLIPS
     from harness.stamp import stamp
 

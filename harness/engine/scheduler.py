@@ -289,7 +289,7 @@ class EngineDriver:
                 r.arrived = True
                 self._call(r.id, "add_request", sched.add_request, r.vreq)
         so = self.so = self._call("", "schedule", sched.schedule)
-        self._record_hit_limits(so, step)
+        self._record_admissions(so, step)
         self._record_reservations(step)
         self._check_output(so)
         self._check_chunks(so)
@@ -362,7 +362,7 @@ class EngineDriver:
         ids, sampled_ids = self._call("", "get_output", self.worker.collect, pending) if pending is not None else ([], [])
         self._update(so, step, ids, sampled_ids)
 
-    def _record_hit_limits(self, so, step: int) -> None:
+    def _record_admissions(self, so, step: int) -> None:
         """What a request with a prefix-cache hit limit starts from each time it is (re)admitted: the hit-limit
         oracle's input; and what each request's first admission started from (`trace.served`)."""
         for new in so.scheduled_new_reqs:

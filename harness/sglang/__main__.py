@@ -46,7 +46,9 @@ def _print(trace, findings, as_json: bool, as_summary: bool = False) -> None:
         print(json.dumps(summary(trace, findings)))
         return
     if as_json:
-        print(json.dumps([{k: v for k, v in f.to_json().items() if k != "excerpt"} for f in findings], indent=1))
+        from harness.sglang.sweep import findings_json
+
+        print(json.dumps(findings_json(findings), indent=1))
         return
     for f in findings:
         print(f"FINDING {f.signature} step {f.step} request {f.request}: expected {f.expected}; actual {f.actual}")

@@ -21,13 +21,13 @@ import subprocess
 import sys
 import time
 import zlib
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 from harness.artifacts import write_json_atomic
 from harness.errors import EXIT_FINDING, EXIT_HARNESS_ERROR, EXIT_OK, BadInput
 from harness.sglang.geometry import SglangRun
-from harness.sglang.sweep import FINDING_KIND, project
+from harness.sglang.sweep import finding_record, project
 
 # what libFuzzer's edges come from (packages, instrumented after import: harness/state_coverage.py)
 COVERED = ("harness.sglang", "sglang.srt.mem_cache", "sglang.srt.managers.schedule_batch",
@@ -46,7 +46,6 @@ class Target:
     def __call__(self, data: bytes) -> None:
         from harness.genome import decode
         from harness.oracles import judge
-        from harness.scenario import scenario_to_json
         from harness.sglang.driver import replay
 
         self.inputs += 1
@@ -61,9 +60,7 @@ class Target:
             return
         self.kept.add(signatures)
         name = f"finding-{len(self.kept)}-{hash(signatures) & 0xFFFFFF:06x}.json"
-        path = write_json_atomic(self.artifacts / name, {
-            "kind": FINDING_KIND, "input": data.hex(), "run": asdict(run), "scenario": scenario_to_json(scenario),
-            "findings": [{k: v for k, v in f.to_json().items() if k != "excerpt"} for f in findings]})
+        path = write_json_atomic(self.artifacts / name, finding_record(scenario, run, findings, input=data.hex()))
         print(f"HH finding after {self.inputs} inputs (+{time.monotonic() - self.started:.1f} s): "
               f"{', '.join(sorted(signatures))} ({path})", flush=True)
 

@@ -5,8 +5,8 @@ Each scenario is `harness.generate.random_scenario(seed)` projected onto what th
 (harness/sglang/geometry.py): no drafter, retention, scheduler knobs, preempt events, external hits, explicit chunks
 or hit limits; Mamba cache modes "all" and "none" read as "align"; the token budget rounded down to a multiple of
 the page, as SGLang's server arguments require (srt/arg_groups/validation_hook.py:244 in 0.5.23). The prompts, their
-shared prefixes, arrivals, output lengths and abort events stay the generator's. A generator sweep, not yet a
-coverage-guided campaign."""
+shared prefixes, arrivals, output lengths and abort events stay the generator's. The coverage-guided campaign
+(harness/sglang/campaign.py) projects its inputs the same way (`project`)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,18 @@ def project(scenario: Scenario) -> Scenario:
 FINDING_KIND = "hybrid-harness-sglang-finding"
 
 
+def findings_json(findings) -> list[dict]:
+    """The findings as the wing writes and prints them (no excerpt: the wing records no calls or rows)."""
+    return [{k: v for k, v in f.to_json().items() if k != "excerpt"} for f in findings]
+
+
+def finding_record(scenario: Scenario, run: SglangRun, findings, **where) -> dict:
+    """A kept finding's file: what replays it (`python -m harness.sglang FILE`: the scenario and the run) and where
+    it came from (`where`: the sweep's seed, the campaign's input bytes)."""
+    return {"kind": FINDING_KIND, **where, "run": asdict(run), "scenario": scenario_to_json(scenario),
+            "findings": findings_json(findings)}
+
+
 def run_sweep(first_seed: int, count: int | None, minutes: float | None, run: SglangRun, artifacts: Path,
               alternate: bool = False) -> dict:
     """Replay and judge seeds from `first_seed` until `count` ran or `minutes` passed; each scenario with findings
@@ -73,10 +85,8 @@ def run_sweep(first_seed: int, count: int | None, minutes: float | None, run: Sg
         summary["ran"] += 1
         if findings:
             summary["with_findings"] += 1
-            path = write_json_atomic(artifacts / f"finding-{seed}.json", {
-                "kind": FINDING_KIND, "seed": seed, "run": asdict(seed_run),
-                "scenario": scenario_to_json(scenario),
-                "findings": [{k: v for k, v in f.to_json().items() if k != "excerpt"} for f in findings]})
+            path = write_json_atomic(artifacts / f"finding-{seed}.json",
+                                     finding_record(scenario, seed_run, findings, seed=seed))
             for sig in {f.signature for f in findings}:
                 summary["signatures"][sig] = summary["signatures"].get(sig, 0) + 1
             print(f"seed {seed} (+{time.monotonic() - started:.1f} s): "
