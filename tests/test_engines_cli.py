@@ -25,26 +25,28 @@ def _sglang_venv():
         pytest.skip(f"this release has no engine tier: {exc}")
 
 
+# capfd, not capsys: vLLM's V1 runner (the default on 0.26-0.31) initialises its process group under
+# suppress_stdout, which asks sys.stdout for a file descriptor (vllm/utils/system_utils.py)
 @pytest.mark.slow
-def test_both_engines_clean_serve_the_same_whole_prompt_hit(capsys):
+def test_both_engines_clean_serve_the_same_whole_prompt_hit(capfd):
     assert main(["engines", str(SHARED), "--json"]) == 0
-    result = json.loads(capsys.readouterr().out)
+    result = json.loads(capfd.readouterr().out)
     assert result["vllm"]["findings"] == [] and result["sglang"]["findings"] == []
     # c shares a's whole 40-token prompt, a block (8) and page multiple: both caches serve all of it
     assert result["served"] == {"a": {"vllm": 0, "sglang": 0}, "c": {"vllm": 40, "sglang": 40}}
 
 
 @pytest.mark.slow
-def test_a_planted_sglang_bug_is_red_on_the_sglang_side_only(capsys):
+def test_a_planted_sglang_bug_is_red_on_the_sglang_side_only(capfd):
     assert main(["engines", str(SHARED), "--sglang-mutant", "sglang-cow-source-dropped", "--json"]) == 1
-    result = json.loads(capsys.readouterr().out)
+    result = json.loads(capfd.readouterr().out)
     assert result["vllm"]["findings"] == []
     assert any(h.startswith("[provenance]") for h in result["sglang"]["findings"])
 
 
-def test_a_field_sglang_cannot_express_is_bad_input_naming_it(capsys):
+def test_a_field_sglang_cannot_express_is_bad_input_naming_it(capfd):
     assert main(["engines", str(SCENARIOS / "seed-external-hit-same-block.json")]) == 2
-    assert "requests[0].external" in capsys.readouterr().err
+    assert "requests[0].external" in capfd.readouterr().err
 
 
 @pytest.mark.slow
