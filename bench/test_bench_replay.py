@@ -6,6 +6,7 @@ from harness.generate import random_scenario
 from harness.verdict import judge_scenario
 from harness.oracles import judge
 from harness.replay import replay
+from harness.run_config import RunConfig
 from harness.vllm_adapter import installed_version
 
 SEED_BUG_RELEASE = installed_version().startswith(("0.26.", "0.27."))  # they ship the seed bug
@@ -18,7 +19,8 @@ def _nothing_new(scenarios, verdicts, tier):
         return
     for sc, findings in zip(scenarios, verdicts):
         if findings:
-            assert not judge_scenario(sc, findings, None, tier).is_new, [f.headline() for f in findings]
+            verdict = judge_scenario(sc, findings, config=RunConfig(tier=tier))
+            assert not verdict.is_new, [f.headline() for f in findings]
 
 
 def _replayed(trace):
@@ -53,7 +55,7 @@ def test_replay_model_scenarios(benchmark, info):
     info(tier="model", scenarios=len(MODEL_SCENARIOS))
 
     def run():
-        return [_replayed(replay(sc, tier="model")) for sc in MODEL_SCENARIOS]
+        return [_replayed(replay(sc, config=RunConfig(tier="model"))) for sc in MODEL_SCENARIOS]
 
     _nothing_new(MODEL_SCENARIOS, _every_scenario_ran(MODEL_SCENARIOS, benchmark.pedantic(run, rounds=3, iterations=1)),
                  "model")

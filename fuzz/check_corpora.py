@@ -28,17 +28,16 @@ FOLDERS = {"symbolic": ["fuzz/corpus/symbolic", "fuzz/regressions"], "model": ["
 def verdict_of(path: Path, tier: str) -> str:
     """'clean', or 'known ID[,ID]' (the known issues stock vLLM shows), or 'NEW ...' (never expected)."""
     from harness.genome import decode, release_budget
-    from harness.verdict import replay_and_judge
-    from harness.replay import runs_model
-
     from harness.run_config import RunConfig
+    from harness.verdict import replay_and_judge
 
-    runner = RunConfig.of(tier=tier).engine.runner  # the replays' runner: mode none decodes only for vLLM's runners
-    scenario = decode(path.read_bytes(), release_budget(small=runs_model(tier), tier=tier, runner=runner))
-    _, _, fixed = replay_and_judge(scenario, None, tier, known_fixes=True)
+    config = RunConfig(tier=tier)
+    runner = config.engine.runner  # the replays' runner: mode none decodes only for vLLM's runners
+    scenario = decode(path.read_bytes(), release_budget(small=config.runs_model, tier=tier, runner=runner))
+    _, _, fixed = replay_and_judge(scenario, config=config.but(known_fixes=True))
     if fixed is not None and fixed.is_new:
         return "NEW " + ", ".join(fixed.new)
-    _, _, stock = replay_and_judge(scenario, None, tier, known_fixes=False)
+    _, _, stock = replay_and_judge(scenario, config=config.but(known_fixes=False))
     if stock is None:
         return "clean"
     if stock.is_new:  # new on stock though the fixed system is clean: a fix hides it, the verdict is wrong

@@ -143,16 +143,16 @@ def compare(mirror_trace, engine_trace) -> list[Difference]:
     return diffs
 
 
-def diff(scenario: Scenario, mutant: str | None = None, *, config=None) -> DiffReport:
+def diff(scenario: Scenario, *, config=None) -> DiffReport:
     """Replay the scenario on the mirrored (symbolic; model with `--forward model`) and the engine tier under
-    `config` (harness.run_config.RunConfig; `mutant` changes it) and report what differs.
+    `config` (harness.run_config.RunConfig, its tier set to engine) and report what differs.
     BadInput from either tier propagates (a scenario one tier cannot express is not a disagreement); a
     mutant must already be applied by the caller (as for `replay`)."""
     from harness.oracles import judge
     from harness.replay import replay
     from harness.run_config import RunConfig
 
-    engine = RunConfig.of(config, mutant=mutant, tier="engine")
+    engine = (config or RunConfig()).but(tier="engine")
     # both tiers get the scenario as read: align mode's one block size is the scenario model's rule (Geometry)
     engine_trace = replay(scenario, config=engine)
     # --forward model: the mirrored loop with the same forward backend (the model tier), tokens and all

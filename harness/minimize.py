@@ -89,11 +89,11 @@ def _candidates(doc: dict, steps: int) -> Iterator[dict]:
                     yield edit(lambda q, n=new: q["prompt"].update(length=n))
 
 
-def minimize(scenario: Scenario, signature: str, mutant: str | None = None, *, seconds: float = 120.0,
-             tier: str | None = None, new_only: bool = False, config: RunConfig | None = None) -> Scenario:
-    """Shrink while `signature` still fires under `config` (`mutant` / `tier` change it; the caller applies the
-    mutant). With new_only: while it stays new, so a new finding never shrinks into a known issue's repro."""
-    config = RunConfig.of(config, mutant=mutant, tier=tier)
+def minimize(scenario: Scenario, signature: str, *, seconds: float = 120.0, new_only: bool = False,
+             config: RunConfig | None = None) -> Scenario:
+    """Shrink while `signature` still fires under `config` (default: RunConfig's defaults). With new_only: while
+    it stays new, so a new finding never shrinks into a known issue's repro."""
+    config = config or RunConfig()
     doc = scenario_to_json(scenario)
     sigs, steps = _signatures(doc, config, new_only)
     if signature not in sigs:

@@ -1,6 +1,6 @@
 """Model tier: the same replay, with a tiny hybrid LM running on real state tensors paged by vLLM's blocks.
 
-A forward backend, not a tier of its own: `harness.replay.replay(..., tier="model")` plugs `ModelBackend`
+A forward backend, not a tier of its own: `harness.replay.replay` under a model-tier `RunConfig` plugs `ModelBackend`
 into the symbolic driver, and the engine tier with `--forward model` into its mirror worker and its hooks
 (harness/engine/scheduler.py; it imports no tier). The worker shadow still decides every read, write and copy
 (and the symbolic oracles still judge them); `ModelBackend` performs the same page moves on a `TensorPool`

@@ -50,28 +50,26 @@ class MutantResult:
                 f"{'trials ' + ', '.join(map(str, self.disagreements)) if self.disagreements else 'none'} |")
 
 
-def kills(doc: dict, mutant: str | None = None, tier: str | None = None, *, config: RunConfig | None = None) -> str | None:
+def kills(doc: dict, *, config: RunConfig) -> str | None:
     """The kill rule: the first signature this scenario shows with the mutant applied that no known fix
     explains and that stock vLLM does not show, else (revealed, as a fixed-system campaign calls it new) one the
     mutant shows with every known fix applied that the fixed system without it does not; None if neither. The
-    caller has no mutant applied.
-    `mutant` / `tier` change `config` (RunConfig.of)."""
-    cfg = RunConfig.of(config, mutant=mutant, tier=tier)
+    caller has no mutant applied; the mutant is `config.mutant`."""
     scenario = parse_scenario(doc)
-    issues = issues_for(cfg.tier, cfg.engine.runner)
+    issues = issues_for(config.tier, config.engine.runner)
 
     def signatures(name, fixed):
         fixes = tuple(k.id for k in issues) if fixed else ()
-        return witness_signatures(scenario, cfg.but(mutant=name, fixes=fixes))
+        return witness_signatures(scenario, config.but(mutant=name, fixes=fixes))
 
-    findings = judge_replay(scenario, cfg)[1]
-    new = set(judge_scenario(scenario, findings, config=cfg).unexplained) if findings else set()
+    findings = judge_replay(scenario, config)[1]
+    new = set(judge_scenario(scenario, findings, config=config).unexplained) if findings else set()
     shown = new - signatures(None, False) if new else set()
     if shown or not issues:
         return min(shown, default=None)
     # revealed (what a campaign on the fixed system calls new): with every known fix applied the patch shows a
     # signature the fixed system without it does not, while on stock a known bug fires first
-    fixed = signatures(cfg.mutant, True)
+    fixed = signatures(config.mutant, True)
     return min(fixed - signatures(None, True), default=None) if fixed else None
 
 

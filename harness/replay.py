@@ -1,4 +1,4 @@
-"""One `replay(scenario, mutant, tier)` above the tiers; the tiers do not import each other.
+"""One `replay(scenario, config=...)` above the tiers; the tiers do not import each other.
 
 - `symbolic`: the mirrored scheduler loop (harness/driver.py) on vLLM's real KVCacheManager, with the V1
   worker shadow and symbolic states;
@@ -19,13 +19,13 @@ from harness.errors import BadInput
 from harness.run_config import TIERS, RunConfig
 
 
-def replay(scenario, mutant: str | None = None, tier: str | None = None, model=None, *, config: RunConfig | None = None):
-    """Run the scenario on the configured tier and return its trace, with exactly the configuration's mutant and
-    fixes in force (harness/patching.py). `mutant` / `tier` change `config` (default: RunConfig's defaults);
-    `model`: a HybridLM object for the model tier (default: the configuration's model)."""
+def replay(scenario, *, config: RunConfig | None = None, model=None):
+    """Run the scenario on `config`'s tier (default: RunConfig's defaults) and return its trace, with exactly the
+    configuration's mutant and fixes in force (harness/patching.py); `model`: a HybridLM object for the model
+    tier (default: the configuration's model)."""
     from harness.patching import patched
 
-    cfg = RunConfig.of(config, mutant=mutant, tier=tier)
+    cfg = config or RunConfig()
     with patched(cfg):
         return _run(scenario, cfg, model)
 
@@ -72,10 +72,4 @@ def _run(scenario, cfg: RunConfig, model):
     raise BadInput(f"unknown tier {tier!r}: choose one of {', '.join(TIERS)}")
 
 
-def runs_model(tier: str, config: RunConfig | None = None) -> bool:
-    """Whether the tier runs the tiny LM under `config` (the model tier, or the engine tier with the model
-    forward): such replays get the model tier's smaller scenarios and record the model."""
-    return RunConfig.of(config, tier=tier).runs_model
-
-
-__all__ = ["TIERS", "replay", "runs_model"]
+__all__ = ["TIERS", "replay"]

@@ -122,12 +122,6 @@ class RunConfig:
         model tier's smaller scenarios (sweeps, fuzz budgets) and record the model."""
         return self.tier == "model" or (self.tier == "engine" and self.engine.forward == "model")
 
-    @classmethod
-    def of(cls, config: RunConfig | None = None, **changes) -> RunConfig:
-        """`config` (default: the defaults) with the changes given that are not None: how a function taking
-        both a config and the older `mutant=` / `tier=` arguments reads them."""
-        return (config or cls()).but(**{k: v for k, v in changes.items() if v is not None})
-
     def but(self, **changes) -> RunConfig:
         """This configuration with some fields changed; `runner=`, `forward=` ... change the engine options."""
         engine = {k: changes.pop(k) for k in list(changes) if k in CHOICES}

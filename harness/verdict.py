@@ -170,12 +170,11 @@ def _signature_replays(scenario, config: RunConfig, done: dict | None = None, ba
     return replay_signatures
 
 
-def judge_scenario(scenario, findings, mutant: str | None = None, tier: str | None = None, *,
-                   config: RunConfig | None = None, issues=None, base=()) -> Verdict:
-    """Classify a replayed scenario's findings (of a replay under `config` with `base`'s fixes only). `mutant` /
-    `tier` change `config` (harness.run_config.RunConfig.of); `issues`: the candidates (default: the tier's);
-    `base`: known issues whose fixes every replay keeps (what lies behind a crash that masks the rest)."""
-    cfg = RunConfig.of(config, mutant=mutant, tier=tier).but(fixes=())
+def judge_scenario(scenario, findings, *, config: RunConfig | None = None, issues=None, base=()) -> Verdict:
+    """Classify a replayed scenario's findings (of a replay under `config`, default RunConfig's defaults, with
+    `base`'s fixes only). `issues`: the candidates (default: the tier's); `base`: known issues whose fixes every
+    replay keeps (what lies behind a crash that masks the rest)."""
+    cfg = (config or RunConfig()).but(fixes=())
     base_ids = set(_ids(base))
     candidates = issues_for(cfg.tier, cfg.engine.runner) if issues is None else issues
     return classify([f.signature for f in findings], _signature_replays(scenario, cfg, base=tuple(base)),
@@ -192,14 +191,13 @@ def masking_issues(verdict: Verdict | None, tier: str) -> list:
     return [k for k in cpu_kernel_issues() if k.id in ids]
 
 
-def replay_and_judge(scenario, mutant: str | None = None, tier: str | None = None, known_fixes: bool | None = None,
-                     *, config: RunConfig | None = None, issues=None, judged: dict | None = None):
+def replay_and_judge(scenario, *, config: RunConfig | None = None, issues=None, judged: dict | None = None):
     """Replay and judge one input; returns (trace, findings, verdict or None when nothing fired).
 
-    known_fixes=True (campaigns' and sweeps' default: fuzz the fixed system): the replay runs with every
-    applicable known issue's fix applied, so known bugs neither fire nor mask new ones; only a finding of the
-    fixed system is confirmed on the system as shipped (`confirm_on_stock`). known_fixes=False: the replay runs
-    on stock and its findings are classified by the fixes (`judge_scenario`).
+    `config` (default: RunConfig's defaults) with known_fixes (campaigns' and sweeps' default: fuzz the fixed
+    system): the replay runs with every applicable known issue's fix applied, so known bugs neither fire nor mask
+    new ones; only a finding of the fixed system is confirmed on the system as shipped (`confirm_on_stock`).
+    Without known_fixes: the replay runs on stock and its findings are classified by the fixes (`judge_scenario`).
 
     `judged` (a campaign worker's): verdicts by the set of signatures a replay showed. A set judged before is
     not judged again (its replays with fixes, on stock, on the engine tier): the first input's verdict stands
@@ -207,7 +205,7 @@ def replay_and_judge(scenario, mutant: str | None = None, tier: str | None = Non
     input showing any other signature beside it (a second bug) is judged in full."""
     from harness.witness import judge_replay
 
-    cfg = RunConfig.of(config, mutant=mutant, tier=tier, known_fixes=known_fixes).but(fixes=())
+    cfg = (config or RunConfig()).but(fixes=())
     if issues is None:
         issues = issues_for(cfg.tier, cfg.engine.runner)
     fixed = list(issues) if cfg.known_fixes else []
@@ -240,8 +238,7 @@ def judge_input(scenario, config: RunConfig, *, report_known: bool = True, issue
     return trace, findings, verdict
 
 
-def confirm_on_engine(scenario, verdict: Verdict, mutant: str | None = None, *,
-                      config: RunConfig | None = None) -> Verdict:
+def confirm_on_engine(scenario, verdict: Verdict, *, config: RunConfig | None = None) -> Verdict:
     """The symbolic tier mirrors vLLM's scheduler loop and V1 runner by hand; before its new finding is called
     a vLLM bug, the same scenario runs on the engine tier: vLLM's own Scheduler and connector with the model
     runner vLLM picks (the engine options'; the mutant, an allocator patch, applies there too), scheduled
@@ -250,7 +247,7 @@ def confirm_on_engine(scenario, verdict: Verdict, mutant: str | None = None, *,
     scenario the engine tier cannot express keeps the mirror's verdict, and says so."""
     from harness.errors import BadInput
 
-    cfg = RunConfig.of(config, mutant=mutant, tier="engine", known_fixes=True)
+    cfg = (config or RunConfig()).but(tier="engine", known_fixes=True)
     if cfg.engine.async_scheduling == "auto":
         # the mirrored loop schedules synchronously: the same input on vLLM's own Scheduler runs as the mirror
         # runs it (as `diff` compares). vLLM's async decision makes another schedule, which may not reach the

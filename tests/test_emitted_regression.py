@@ -14,6 +14,7 @@ from harness.mutants import REGISTRY
 from harness.oracles import judge
 from harness.regression import emit_regression
 from harness.replay import replay
+from harness.run_config import RunConfig
 from harness.scenario import parse_scenario
 from testlib import ROOT, mutant, run_emitted
 
@@ -35,7 +36,7 @@ def test_emitted_regression_fails_with_the_mutant_and_passes_on_stock(name):
     try:
         scenario = parse_scenario(doc["scenario"])
         with mutant(name):
-            sigs = {f.signature for f in judge(replay(scenario, name))}
+            sigs = {f.signature for f in judge(replay(scenario, config=RunConfig(mutant=name)))}
     except (BadInput, AttributeError, RuntimeError) as exc:  # geometry or patch target missing in this release
         pytest.skip(f"{name} does not apply to this vLLM release: {exc}")
     if doc["signature"] not in sigs:

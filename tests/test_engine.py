@@ -227,7 +227,7 @@ def test_multi_module_mtp_and_lookahead_hashes_are_the_engine_tiers():
     sc = _scenario([{"id": "a", "prompt": {"length": 20, "seed": 1}, "max_tokens": 3}], num_speculative_tokens=2,
                    eagle_block_drop=True, mtp_modules=2)
     with pytest.raises(BadInput, match="geometry.mtp_modules: vLLM's own scheduler code"):
-        replay(sc, None, "symbolic")
+        replay(sc, config=RunConfig(tier="symbolic"))
     with pytest.raises(BadInput, match="need eagle_block_drop"):
         _scenario([], num_speculative_tokens=2, mtp_modules=2)
 
@@ -363,7 +363,7 @@ def test_a_failed_load_is_engine_tier_only():
     from harness.scenario import parse_scenario
 
     with pytest.raises(BadInput, match="engine tier only"):
-        replay(parse_scenario(FAILED_LOAD), None, "symbolic")
+        replay(parse_scenario(FAILED_LOAD), config=RunConfig(tier="symbolic"))
 
 
 def test_known_issues_rejudged_on_the_engine_tier(capsys):

@@ -61,7 +61,7 @@ def model_forward():
 
 def _engine(scenario, mutant=None, config=MODEL_FORWARD):
     with mutant_applied(mutant):
-        trace = replay(scenario, mutant, config=config)
+        trace = replay(scenario, config=config.but(mutant=mutant) if mutant else config)
         return trace, judge(trace)
 
 

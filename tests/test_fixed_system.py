@@ -42,9 +42,9 @@ def _symbolic_repros():
 @pytest.mark.parametrize("issue", _symbolic_repros(), ids=lambda k: k.id)
 def test_known_repro_is_clean_on_the_fixed_system_and_known_on_stock(issue):
     scenario = load_scenario(ROOT / issue.repro)
-    _, findings, verdict = replay_and_judge(scenario, None, "symbolic", known_fixes=True)
+    _, findings, verdict = replay_and_judge(scenario, config=RunConfig(tier="symbolic", known_fixes=True))
     assert verdict is None and findings == []
-    _, findings, verdict = replay_and_judge(scenario, None, "symbolic", known_fixes=False)
+    _, findings, verdict = replay_and_judge(scenario, config=RunConfig(tier="symbolic", known_fixes=False))
     assert findings and not verdict.is_new and issue.id in set(verdict.known.values())
 
 
@@ -56,7 +56,7 @@ def test_a_mutant_on_known_issues_inputs_is_never_credited_to_them():
     for issue in repros:
         scenario = load_scenario(ROOT / issue.repro)
         with mutant(LEAK):
-            _, _, verdict = replay_and_judge(scenario, LEAK, "symbolic", known_fixes=True)
+            _, _, verdict = replay_and_judge(scenario, config=RunConfig(tier="symbolic", mutant=LEAK, known_fixes=True))
         assert verdict is None or (verdict.is_new and "pool-accounting" not in verdict.known), (issue.id, verdict)
         new += verdict is not None
     # where the only repro is the admission undercount (0.26-0.27), the leak never happens on the fixed system
@@ -118,9 +118,9 @@ def test_a_mutant_shown_only_on_the_schedule_the_fixes_make_is_revealed():
     issues = issues_for("symbolic")
     assert judge(replay(scenario)) == []  # the fixed system as shipped, without the mutant
     with mutant(name):
-        assert judge(replay(scenario, name)) == []  # stock with the mutant: nothing
+        assert judge(replay(scenario, config=RunConfig(mutant=name))) == []  # stock with the mutant: nothing
         with fixes_applied(issues):
-            fixed = judge(replay(scenario, name))
+            fixed = judge(replay(scenario, config=RunConfig(mutant=name)))
         verdict = confirm_on_stock(scenario, fixed, issues, config=RunConfig(mutant=name))
         _, _, unnamed = replay_and_judge(scenario, config=RunConfig())  # the bug as vLLM's own: no mutant named
     for v in (verdict, unnamed):
@@ -147,7 +147,7 @@ def test_sweep_and_target_judge_alike_with_fixes_on_and_off():
     for seed in range(40):
         scenario = random_scenario(seed, checkpoints=supports_prefill_checkpoints())
         for fixed in (True, False):
-            _, _, verdict = replay_and_judge(scenario, None, "symbolic", known_fixes=fixed)
+            _, _, verdict = replay_and_judge(scenario, config=RunConfig(tier="symbolic", known_fixes=fixed))
             assert verdict is None or not verdict.is_new, (seed, fixed, verdict)
 
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from harness.genome import MAX_REQUESTS, decode, mutate, random_bytes, release_budget
 from harness.verdict import judge_scenario
 from harness.oracles import judge
+from harness.run_config import RunConfig
 from harness.replay import replay
 from harness.scenario import parse_scenario, scenario_to_json
 
@@ -36,7 +37,7 @@ def test_replay_of_any_decoded_scenario_completes_without_harness_error(data):
     findings = judge(trace)
     if findings and not seed_bug_release:  # stock vLLM: whatever fires is a known issue, recognised by its fix
         # (0.26.0-0.27.1 ship the seed bug itself, which the harness reports as new)
-        verdict = judge_scenario(scenario, findings, None, "symbolic")
+        verdict = judge_scenario(scenario, findings, config=RunConfig(tier="symbolic"))
         assert not verdict.is_new, (verdict.to_json(), [f.headline() for f in findings])
 
 

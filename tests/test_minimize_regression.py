@@ -6,6 +6,7 @@ from harness.minimize import minimize
 from harness.oracles import judge
 from harness.regression import emit_regression
 from harness.replay import replay
+from harness.run_config import RunConfig
 from harness.scenario import load_scenario
 
 from testlib import SCENARIOS, mutant, run_emitted, seed_bug_release
@@ -15,11 +16,11 @@ MUTANT = None if seed_bug_release else "seed-unmarked-early-return"
 
 
 def _minimized():
-    scenario = load_scenario(SEED)
+    scenario, config = load_scenario(SEED), RunConfig(mutant=MUTANT)
     with mutant(MUTANT):
-        sig = judge(replay(scenario, MUTANT))[0].signature
-        small = minimize(scenario, sig, MUTANT, seconds=60)
-        trace = replay(small, MUTANT)
+        sig = judge(replay(scenario, config=config))[0].signature
+        small = minimize(scenario, sig, seconds=60, config=config)
+        trace = replay(small, config=config)
         sigs = {f.signature for f in judge(trace)}
     return sig, small, trace, sigs
 

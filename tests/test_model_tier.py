@@ -17,6 +17,7 @@ from harness.model_tier import ModelBackend, OutputRecord
 from harness.oracles import LOGIT_TOLERANCE, judge, output_summary, output_symptom
 from harness.replay import replay
 from harness.scenario import load_scenario, parse_scenario
+from harness.run_config import RunConfig
 from models import kernels
 from models.drafter import ngram_propose
 from models.hybrid import HybridLM, ModelConfig, contiguous_kv
@@ -82,7 +83,7 @@ def test_layer_skip_drafter_proposes_again_on_the_same_tokens():
 @pytest.mark.skipif(seed_bug_release, reason="vLLM 0.26.0-0.27.1 carry the seed bug: b resumes from a wrong "
                     "state (test_seed_bug_diverges_the_second_request)")
 def test_seed_scenario_matches_reference_on_stock():
-    trace = replay(load_scenario(SCENARIOS / "seed-external-hit-same-block.json"), tier="model")
+    trace = replay(load_scenario(SCENARIOS / "seed-external-hit-same-block.json"), config=RunConfig(tier="model"))
     assert judge(trace) == []
     s = output_summary(trace)
     assert s["generations"] == 2 and s["diverged"] == 0 and s["max_logit_diff"] < LOGIT_TOLERANCE
@@ -92,7 +93,8 @@ def test_seed_bug_diverges_the_second_request():
     """The seed bug (stock 0.26.0-0.27.1, a mutant of later releases): b resumes from a[:15] for a[:14]."""
     name = None if seed_bug_release else "seed-unmarked-early-return"
     with mutant(name):
-        trace = replay(load_scenario(SCENARIOS / "seed-external-hit-same-block.json"), name, "model")
+        trace = replay(load_scenario(SCENARIOS / "seed-external-hit-same-block.json"),
+                       config=RunConfig(tier="model", mutant=name))
     out = by_oracle(judge(trace), "output")
     assert [f.request for f in out] == ["b"]
     rec = {r.request: r for r in trace.outputs}
@@ -103,7 +105,7 @@ def test_seed_bug_diverges_the_second_request():
 @needs_checkpoints
 def test_checkpoint_midblock_start_changes_tokens():
     """The stock 0.33.0 prefill-checkpoint issue is visible to users: request c's token differs."""
-    trace = replay(load_scenario(SCENARIOS / "checkpoint-midblock-start.json"), tier="model")
+    trace = replay(load_scenario(SCENARIOS / "checkpoint-midblock-start.json"), config=RunConfig(tier="model"))
     out = by_oracle(judge(trace), "output")
     assert [f.request for f in out] == ["c"] and "cached tokens" in out[0].actual
 
@@ -152,7 +154,7 @@ def test_speculative_decoding_accepts_by_verification():
 def test_sweep_of_geometries_has_no_false_alarm():
     worst = 0.0
     for seed in range(12):
-        trace = replay(random_scenario(seed, checkpoints=False, small=True), tier="model")
+        trace = replay(random_scenario(seed, checkpoints=False, small=True), config=RunConfig(tier="model"))
         assert judge(trace) == [], seed
         worst = max(worst, output_summary(trace)["max_logit_diff"])
     assert worst < LOGIT_TOLERANCE
@@ -273,5 +275,5 @@ def test_local_training_lowers_the_loss_and_caches(tmp_path, monkeypatch):
     again = train.trained_model(steps=3)  # loaded, not retrained
     assert torch.equal(first.lm_head, again.lm_head) and not torch.equal(first.lm_head, MODEL.lm_head)
     # a trained model on stock vLLM still matches its uncached reference
-    trace = replay(load_scenario(SCENARIOS / "workload-chat.json"), tier="model", model=again)
+    trace = replay(load_scenario(SCENARIOS / "workload-chat.json"), config=RunConfig(tier="model"), model=again)
     assert judge(trace) == [] and output_summary(trace)["generations"] == 12

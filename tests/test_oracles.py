@@ -172,13 +172,14 @@ def test_liveness_trips_on_an_admission_that_over_reserves(tier):
     from harness.generate import random_scenario
     from harness.oracles import judge
     from harness.replay import replay
+    from harness.run_config import RunConfig
     from testlib import mutant
 
     scenario = random_scenario(18, checkpoints=False)
-    stock = replay(scenario, tier=tier)  # (0.26-0.27 show their seed bug here; no stall)
+    stock = replay(scenario, config=RunConfig(tier=tier))  # (0.26-0.27 show their seed bug here; no stall)
     assert stock.end.reason == "done" and not [f for f in judge(stock) if f.oracle == "liveness"]
     with mutant("mamba-admission-uncapped"):
-        trace = replay(scenario, "mamba-admission-uncapped", tier=tier)
+        trace = replay(scenario, config=RunConfig(tier=tier, mutant="mamba-admission-uncapped"))
     assert "liveness:stuck" in [f.signature for f in judge(trace)], judge(trace)
 
 
@@ -191,10 +192,12 @@ def test_a_step_that_only_preempts_is_not_a_stall(tier):
     and nothing changed (harness.trace.run_steps, each tier's `_progress`)."""
     from harness.oracles import judge
     from harness.replay import replay
+    from harness.run_config import RunConfig
     from harness.scenario import load_scenario
     from testlib import ROOT
 
-    trace = replay(load_scenario(ROOT / "tests" / "data" / "no-stall-after-self-preemption.json"), tier=tier)
+    trace = replay(load_scenario(ROOT / "tests" / "data" / "no-stall-after-self-preemption.json"),
+                   config=RunConfig(tier=tier))
     assert trace.end.reason == "done" and not [f for f in judge(trace) if f.oracle == "liveness"]
 
 

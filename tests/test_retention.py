@@ -93,7 +93,7 @@ def test_the_retention_oracle_catches_a_dropped_replay_boundary(name):
     scenario = parse_scenario(doc)
     assert judge(replay(scenario)) == []
     with mutant(name):
-        found = judge(replay(scenario, mutant=name))
+        found = judge(replay(scenario, config=RunConfig(mutant=name)))
     assert [f.signature for f in found] == ["retention:replay-boundary"]
     assert "a[:8]" in found[0].expected
 

@@ -52,6 +52,7 @@ def test_seed_bug_is_a_known_issue_recognised_by_its_fix():
     request on the early return), applied as the fix, removes them all. Later releases have the line: the issue
     does not apply there, and the seed mutant's findings stay new."""
     from harness.known_issues import known_issue_by_id
+    from harness.run_config import RunConfig
     from harness.verdict import replay_and_judge
     from testlib import fixes_applied
     from harness.scenario import load_scenario
@@ -60,12 +61,13 @@ def test_seed_bug_is_a_known_issue_recognised_by_its_fix():
     assert issue.applicable() == seed_bug_release
     scenario = load_scenario(SCENARIOS / SEED)
     if seed_bug_release:
-        _, _, verdict = replay_and_judge(scenario, known_fixes=False)
+        _, _, verdict = replay_and_judge(scenario, config=RunConfig(known_fixes=False))
         assert not verdict.is_new and set(verdict.known.values()) == {issue.id}, verdict.to_json()
         with fixes_applied([issue]):
             _, findings = run(SEED)
         assert findings == []
     else:
         with mutant("seed-unmarked-early-return"):
-            _, _, verdict = replay_and_judge(scenario, "seed-unmarked-early-return", known_fixes=False)
+            _, _, verdict = replay_and_judge(
+                scenario, config=RunConfig(mutant="seed-unmarked-early-return", known_fixes=False))
         assert verdict.is_new and "live-column:RUNNING" in verdict.unexplained

@@ -41,7 +41,7 @@ def test_each_known_issue_repro_shows_it_and_its_fix_removes_it(issue):
     with fixes_applied([issue]):
         _, fixed = run(ROOT / issue.repro)
     assert fixed == [], f"with the fix of {issue.id}: {[f.signature for f in fixed]}"
-    verdict = judge_scenario(load_scenario(ROOT / issue.repro), findings, None, "symbolic")
+    verdict = judge_scenario(load_scenario(ROOT / issue.repro), findings, config=RunConfig(tier="symbolic"))
     assert not verdict.is_new and set(verdict.known.values()) == {issue.id}
 
 
@@ -63,7 +63,8 @@ def test_a_new_finding_sharing_an_input_with_a_known_one_is_new():
     from testlib import mutant
 
     with mutant(LEAK):
-        verdict = judge_scenario(load_scenario(ROOT / "scenarios" / scenario), mutated, LEAK, "symbolic")
+        verdict = judge_scenario(load_scenario(ROOT / "scenarios" / scenario), mutated,
+                                 config=RunConfig(tier="symbolic", mutant=LEAK))
     assert verdict.is_new and verdict.unexplained == ["pool-accounting"]
     assert verdict.known == {"provenance:initial-after-accepted-reset": "v1-readd-resets-num-accepted"}
 
@@ -164,9 +165,9 @@ def test_minimizing_a_new_finding_keeps_it_new():
 
     scenario = load_scenario(ROOT / "scenarios" / "spec-unscheduled-accepted-reset.json")
     with mutant(LEAK):
-        small = minimize(scenario, "pool-accounting", LEAK, seconds=30, new_only=True)
-        findings = judge(replay(small, LEAK))
-        verdict = judge_scenario(small, findings, LEAK, "symbolic")
+        small = minimize(scenario, "pool-accounting", seconds=30, new_only=True, config=RunConfig(mutant=LEAK))
+        findings = judge(replay(small, config=RunConfig(mutant=LEAK)))
+        verdict = judge_scenario(small, findings, config=RunConfig(tier="symbolic", mutant=LEAK))
     assert "pool-accounting" in verdict.unexplained
     assert len(small.requests) <= len(scenario.requests)
 
@@ -275,9 +276,9 @@ def test_a_fix_leaves_schedules_outside_its_bug_as_they_are(issue_id):
     compared = 0
     for seed in range(40):
         sc = random_scenario(seed, checkpoints=False)
-        stock = replay(sc, None, "symbolic")
+        stock = replay(sc, config=RunConfig(tier="symbolic"))
         with fixes_applied([issue]):
-            fixed = replay(sc, None, "symbolic")
+            fixed = replay(sc, config=RunConfig(tier="symbolic"))
         assert [astuple(r) for r in stock.rows] == [astuple(r) for r in fixed.rows], seed
         assert stock.copies == fixed.copies, seed
         compared += 1

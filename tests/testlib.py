@@ -12,6 +12,7 @@ import pytest
 from harness.mutants import mutant_applied
 from harness.oracles import judge
 from harness.replay import replay
+from harness.run_config import RunConfig
 from harness.scenario import load_scenario, parse_scenario
 from harness.vllm_adapter import installed_version, supports_prefill_checkpoints
 
@@ -47,7 +48,7 @@ def run(scenario, mutant_name: str | None = None):
     elif isinstance(scenario, dict):
         scenario = parse_scenario(scenario)
     with mutant(mutant_name):
-        trace = replay(scenario, mutant_name)
+        trace = replay(scenario, config=RunConfig(mutant=mutant_name))
     return trace, judge(trace)
 
 

@@ -134,12 +134,13 @@ def check_model(be, device: str) -> dict:
     """The model-tier seed scenario twice on the float32 model with the GPU backend."""
     from harness.replay import replay
     from harness.oracles import output_summary
+    from harness.run_config import RunConfig
     from harness.scenario import load_scenario
     from models.hybrid import HybridLM, ModelConfig
     runs = []
     for _ in range(2):
         t0 = time.monotonic()
-        trace = replay(load_scenario(SCENARIO), tier="model",
+        trace = replay(load_scenario(SCENARIO), config=RunConfig(tier="model"),
                        model=HybridLM(ModelConfig(device=device, dtype="float32"), backend=be))
         runs.append({"summary": output_summary(trace), "exception": None if trace.exception is None
                      else str(trace.exception), "seconds": round(time.monotonic() - t0, 2)})

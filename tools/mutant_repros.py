@@ -40,11 +40,12 @@ def main() -> int:
     missing = []
     for name in args.only or list(REGISTRY):
         found = None
+        config = RunConfig(mutant=name)
         for seed in range(args.count):
             scenario = random_scenario(seed, checkpoints=supports_prefill_checkpoints(), retention=supports_retention())
             try:
-                fired = bool(judge(replay(scenario, name)))
-                sig = kills(scenario_to_json(scenario), name) if fired else None
+                fired = bool(judge(replay(scenario, config=config)))
+                sig = kills(scenario_to_json(scenario), config=config) if fired else None
             except HarnessError:
                 continue
             if sig:
@@ -56,7 +57,7 @@ def main() -> int:
             continue
         seed, sig, doc = found
         path = out / f"{name}.json"
-        kept = minimized_kill(doc, sig, path, seconds=60, config=RunConfig(mutant=name))
+        kept = minimized_kill(doc, sig, path, seconds=60, config=config)
         stored = json.loads(path.read_text())
         stored["scenario"]["name"] = f"kills mutant {name} ({sig}); generator seed {seed}, minimized"
         path.write_text(json.dumps(stored, indent=1) + "\n")

@@ -27,6 +27,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from harness.replay import replay
+    from harness.run_config import RunConfig
     from harness.errors import HarnessError
     from harness.generate import random_scenario
     from harness.genome import decode, random_bytes, release_budget
@@ -46,12 +47,13 @@ def main() -> None:
     rows = []
     for name in REGISTRY:
         counts = {}
+        config = RunConfig(mutant=name)
         for source, scenarios in sources.items():
             n = 0
             for sc in scenarios:
                 try:
-                    fired = bool(judge(replay(sc, name)))
-                    n += fired and kills(scenario_to_json(sc), name) is not None
+                    fired = bool(judge(replay(sc, config=config)))
+                    n += fired and kills(scenario_to_json(sc), config=config) is not None
                 except HarnessError:
                     continue
             counts[source] = n

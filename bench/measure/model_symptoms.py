@@ -17,6 +17,7 @@ from harness.generate import random_scenario
 from harness.mutants import REGISTRY
 from harness.oracles import judge, merge_output_summaries, output_summary
 from harness.replay import replay
+from harness.run_config import RunConfig
 from harness.stamp import stamp
 from harness.vllm_adapter import installed_version, load_vllm, supports_prefill_checkpoints
 
@@ -24,7 +25,7 @@ from harness.vllm_adapter import installed_version, load_vllm, supports_prefill_
 def sweep(scenarios, mutant: str | None) -> dict:
     total = {"scenarios_with_findings": 0, "symbolic_only": 0}
     for sc in scenarios:
-        trace = replay(sc, mutant, tier="model")
+        trace = replay(sc, config=RunConfig(tier="model", mutant=mutant))
         total = merge_output_summaries(total, output_summary(trace))
         findings = judge(trace)
         total["scenarios_with_findings"] += bool(findings)

@@ -37,13 +37,15 @@ def _kills_seed(name: str, seed: int) -> bool:
     from harness.generate import random_scenario
     from harness.verdict import replay_and_judge
     from harness.mutation import kills
+    from harness.run_config import RunConfig
     from harness.scenario import scenario_to_json
     from harness.vllm_adapter import supports_prefill_checkpoints, supports_retention
 
     scenario = random_scenario(seed, checkpoints=supports_prefill_checkpoints(), retention=supports_retention())
     try:
-        _, _, verdict = replay_and_judge(scenario, name, "symbolic", known_fixes=True)
-        return verdict is not None and verdict.is_new and kills(scenario_to_json(scenario), name) is not None
+        config = RunConfig(tier="symbolic", mutant=name, known_fixes=True)
+        _, _, verdict = replay_and_judge(scenario, config=config)
+        return verdict is not None and verdict.is_new and kills(scenario_to_json(scenario), config=config) is not None
     except (HarnessError, BadInput):
         return False
 

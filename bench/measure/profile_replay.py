@@ -23,6 +23,7 @@ from pathlib import Path
 from harness.generate import random_scenario
 from harness.oracles import judge
 from harness.replay import replay as replay_tier
+from harness.run_config import RunConfig
 from harness.vllm_adapter import Allocator, installed_version, supports_prefill_checkpoints
 
 # Adapter methods that are vLLM's own work as the engine does it (KVCacheManager construction and calls,
@@ -57,7 +58,7 @@ def main() -> None:
     small = args.tier == "model"  # the model tier's generator: shorter prompts (as `sweep --tier model`)
     checkpoints = supports_prefill_checkpoints()
     scenarios = [random_scenario(s, checkpoints=checkpoints, small=small) for s in range(args.seed, args.seed + args.count)]
-    replay = functools.partial(replay_tier, tier=args.tier)
+    replay = functools.partial(replay_tier, config=RunConfig(tier=args.tier))
     replay(scenarios[0])  # warm imports
 
     t0 = time.perf_counter()

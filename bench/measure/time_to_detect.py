@@ -43,14 +43,16 @@ def detects(doc: dict, mutant: str | None) -> bool:
     from harness.mutation import kills
     from harness.oracles import judge
     from harness.replay import replay
+    from harness.run_config import RunConfig
     from harness.scenario import parse_scenario
 
     if mutant:
-        return kills(doc, mutant) is not None
+        return kills(doc, config=RunConfig(mutant=mutant)) is not None
     scenario = parse_scenario(doc)
     findings = judge(replay(scenario))
     # the seed bug is a known issue on the releases that ship it: detected is a finding its fix explains
-    return bool(findings) and SEED_ISSUE in judge_scenario(scenario, findings, None, "symbolic").known.values()
+    verdict = judge_scenario(scenario, findings, config=RunConfig(tier="symbolic")) if findings else None
+    return verdict is not None and SEED_ISSUE in verdict.known.values()
 
 
 def fuzz_trial(trial: int, budget: float, mutant: str | None = None) -> tuple[float, float | None, int]:
@@ -84,9 +86,11 @@ def random_trials(trials: int, budget: float, mutant: str | None = None) -> tupl
     from harness.genome import decode, random_bytes, release_budget
     from harness.oracles import judge
     from harness.scenario import scenario_to_json
+    from harness.run_config import RunConfig
     from harness.vllm_adapter import load_vllm
 
     startup = load_vllm()
+    config = RunConfig(mutant=mutant)
     out = []
     for trial in range(trials):
         rng = random.Random(trial + 1)
@@ -94,7 +98,7 @@ def random_trials(trials: int, budget: float, mutant: str | None = None) -> tupl
         while time.monotonic() - t0 < budget:
             execs += 1
             scenario = decode(random_bytes(rng), release_budget())
-            findings = judge(replay(scenario, mutant))
+            findings = judge(replay(scenario, config=config))
             if findings and detects(scenario_to_json(scenario), mutant):
                 found = time.monotonic() - t0
                 break

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from harness.oracles import output_symptom, reference_output
 from harness.replay import replay
+from harness.run_config import RunConfig
 from harness.scenario import parse_scenario
 from harness.stamp import stamp
 from harness.vllm_adapter import installed_version, load_vllm
@@ -49,7 +50,7 @@ def main() -> None:
     for ta, tb in itertools.product(TEXTS, repeat=2):
         a = tok.encode(ta, bos=False)[:15]
         b = a[:14] + tok.encode(" " + tb, bos=False)[:6]
-        trace = replay(scenario(a, b), mutant, "model", model=model)
+        trace = replay(scenario(a, b), config=RunConfig(tier="model", mutant=mutant), model=model)
         rec = next(r for r in trace.outputs if r.request == "b")
         symptom = output_symptom(rec) or "match"
         counts[symptom] = counts.get(symptom, 0) + 1
