@@ -126,8 +126,6 @@ fi
 if part scheduler || part sglang; then
   # issue 46: the SGLang wing's bank of planted SGLang bugs, a generator sweep each (needs `make venv-sglang`)
   "$PY" $M/sglang_bank.py --count 300 --campaign-minutes 2 --out $R/sglang_bank.md
-  # SGLang's own unit tests as the peer of that bank (the test files: a local, uncommitted copy; see the script)
-  "$PY" $M/sglang_peer.py --tests artifacts/cache/sglang-tests --out $R/sglang_peer.md
 fi
 if part upstream; then
   # issue 38: the known issue x release table (each release in its own process: its venv, else its unpacked wheel,
