@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.artifacts import artifact_config
+from harness.artifacts import FindingArtifact
 from harness.errors import BadInput
 from harness.known_issues import KNOWN_ISSUES, ROOT, KnownIssue, known_issue_by_id
 
@@ -69,16 +69,17 @@ def resolve(target: str, tier: str | None = None, runner: str | None = None) -> 
         raise BadInput(f"bisect {target}: not a known issue id, finding or scenario file ({exc})") from None
     if not isinstance(doc, dict):
         raise BadInput(f"bisect {target}: not a JSON object")
-    config = artifact_config(doc) if "scenario" in doc else {}
-    if "config" not in doc:  # an older artifact: its tier and engine options only
+    found = FindingArtifact.from_json(doc, strict=False, where=str(doc_path)) if "scenario" in doc else None
+    config = found.config if found else {}
+    if not (found and found.has_config):  # an older artifact: its tier and engine options only
         config = {k: v for k, v in config.items() if k in ("tier", "engine")}
     if tier:
         config["tier"] = tier
     if runner:
         config.setdefault("engine", {})["runner"] = runner
     config.pop("mutant", None)  # bisect asks about stock releases
-    if "scenario" in doc:  # an artifact: its own signatures
-        sigs = {doc.get("signature")} | {f.get("signature") for f in doc.get("findings") or []}
+    if found:  # an artifact: its own signatures
+        sigs = {found.signature} | {f.get("signature") for f in found.findings}
         return Target(str(target), str(doc_path), config, signatures=tuple(sorted(s for s in sigs if s)))
     return Target(str(target), str(doc_path), config)
 

@@ -18,9 +18,13 @@ from __future__ import annotations
 import functools
 import json
 import re
+from typing import TYPE_CHECKING
 
 from harness.errors import BadInput
 from harness.known_issues import ROOT, KnownIssue, cpu_kernel_issues, known_issue_by_id
+
+if TYPE_CHECKING:
+    from harness.artifacts import FindingArtifact
 
 RESULTS = ROOT / "bench" / "results" / "known_releases.json"
 PATCHES = ROOT / "upstream" / "patches"
@@ -179,9 +183,9 @@ def open_issues() -> tuple[list[str], str]:
     return open_in(results, newest), newest
 
 
-def finding_of(issue: KnownIssue) -> dict:
+def finding_of(issue: KnownIssue) -> FindingArtifact:
     """Replay the issue's repro here (the installed release) on its tier: a finding artifact (not written)."""
-    from harness.artifacts import finding_artifact
+    from harness.artifacts import FindingArtifact
     from harness.bisect import issue_config
     from harness.oracles import judge
     from harness.release import vllm_source
@@ -200,11 +204,11 @@ def finding_of(issue: KnownIssue) -> dict:
     if not findings:
         raise BadInput(f"{issue.id}: its repro shows nothing on vLLM {vllm_source().describe()}")
     verdict = judge_scenario(scenario, findings, config=config, base=base)
-    artifact = finding_artifact(scenario, findings, vllm_source().version, config, verdict, trace)
+    artifact = FindingArtifact.of(scenario, findings, vllm_source().version, config, verdict, trace)
     if c["tier"] == "e2e":
         from harness.e2e_verdict import from_trace
 
-        artifact["e2e"] = {**from_trace(trace), "fixes": [k.id for k in base]}
+        artifact = artifact.but(e2e={**from_trace(trace), "fixes": [k.id for k in base]})
     return artifact
 
 
@@ -398,7 +402,7 @@ def test_record(issue: KnownIssue, version: str) -> dict | None:
                  if r["issue"] == issue.id and r["kind"] == "hand-sized"), None)
 
 
-def render(artifact: dict, issue: KnownIssue | None) -> str:
+def render(artifact: FindingArtifact, issue: KnownIssue | None) -> str:
     """One page (WORDS words of prose, LINES lines at most): what breaks and what a user sees, how common the
     configuration is (a user configuration vLLM's own config builder accepts), the regression range, prior art,
     the patch (fuzzed by the harness), the test. Where an open vLLM pull request already fixes it: a comment for
@@ -406,18 +410,18 @@ def render(artifact: dict, issue: KnownIssue | None) -> str:
     from harness.release import vllm_release, vllm_source
     from harness.scenario import parse_scenario
 
-    scenario = parse_scenario(artifact["scenario"])
-    on_e2e = artifact.get("tier") == "e2e"
+    scenario = parse_scenario(artifact.scenario)
+    on_e2e = artifact.tier == "e2e"
     run_as = _as_run(scenario, on_e2e)
-    sigs = sorted({f["signature"] for f in artifact["findings"]})
-    version = artifact.get("vllm_version") or vllm_source().version
+    sigs = sorted({f["signature"] for f in artifact.findings})
+    version = artifact.vllm_version or vllm_source().version
     patch_path = patch_for(issue, version) if issue else None
     patch_version = (patch_path.parent.name if patch_path.parent != PATCHES else "0.33.0") if patch_path else None
     rng, _ = ranges_from_results(issue) if issue else ("run `hybrid-harness bisect FINDING`", None)
     rng = rng.split(" (per release:")[0]
     if issue and issue.e2e_only:
         rng = f"{issue.releases} (tier e2e runs on vLLM's CPU builds only)"
-    title = issue.title if issue else artifact["signature"]
+    title = issue.title if issue else artifact.signature
     pr = issue.open_fix if issue else None
     head = ([f"# Comment for [{pr.ref}]({pr.url}): {pr.title}", "",
              f"_Evidence from [hybrid-harness](../../README.md) for the bug this pull request fixes "
@@ -435,16 +439,16 @@ def render(artifact: dict, issue: KnownIssue | None) -> str:
     md += ["## What breaks", "", (issue.brief or issue.summary + "." if issue else ""), "",
            "What a user sees: " + "; ".join(sorted(severity(sigs), key=lambda s: not s.startswith("wrong"))[:2])
            + "."]
-    seen = e2e_severity(artifact.get("e2e")) if on_e2e else ([f"- {e}"] if issue and (e := e2e_output(issue)) else [])
+    seen = e2e_severity(artifact.e2e) if on_e2e else ([f"- {e}"] if issue and (e := e2e_output(issue)) else [])
     md += [*(["", *seen] if seen else []), "", "## Who meets it", ""]
     if issue:
         who = issue.who or f"{issue.reached_by[0].upper()}{issue.reached_by[1:]}."
         md += [f"{who} Code in {runners}."]
     on_default, opt_in = _reach_lines(md, issue, scenario, run_as, on_e2e)
-    md += ["", "## Reproduce", "", f"`hybrid-harness run {issue.repro_for(artifact.get('tier') or 'symbolic')}"
-           + (f" --tier {artifact['tier']}" if artifact.get("tier") in ("engine", "e2e") else "") + "`"
+    md += ["", "## Reproduce", "", f"`hybrid-harness run {issue.repro_for(artifact.tier or 'symbolic')}"
+           + (f" --tier {artifact.tier}" if artifact.tier in ("engine", "e2e") else "") + "`"
            if issue else "`hybrid-harness run FINDING.json`", "", *steps(run_as), ""]
-    shown = {f["signature"]: f for f in reversed(artifact["findings"])}  # the first of each signature
+    shown = {f["signature"]: f for f in reversed(artifact.findings)}  # the first of each signature
     for f in list(reversed(shown.values()))[:2]:
         md += [f"- **{f['signature']}** at step {f['step']}: expected {f['expected']}; actual {f['actual']}."]
     md += ["", "## Regression range", "", rng, ""]
@@ -589,12 +593,12 @@ def report(target: str) -> tuple[str, str]:
         issue = known_issue_by_id(target)
         artifact = finding_of(issue)
     else:
-        from harness.fuzzing import read_finding
+        from harness.artifacts import FindingArtifact
 
-        artifact = read_finding(target)
-        ids = fixes_for(artifact.get("verdict"))
+        artifact = FindingArtifact.read(target)
+        ids = fixes_for(artifact.verdict)
         issue = ids[0] if len(ids) == 1 else None
-    return render(artifact, issue), issue.id if issue else artifact["signature"]
+    return render(artifact, issue), issue.id if issue else artifact.signature
 
 
 __all__ = ["open_issues", "patched_lines", "prose_words", "render", "report", "severity", "severity_rank"]

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.artifacts import artifact_verdict, read_artifact, write_json_atomic
+from harness.artifacts import FindingArtifact, write_json_atomic
 from harness.errors import BadInput
 from harness.verdict import new_signatures
 from harness.release import TREE_ENV, child_pythonpath, vllm_source
@@ -125,13 +125,13 @@ class Campaign:
     def _judged_here(self, folder: Path) -> bool:
         source = vllm_source()
         try:
-            doc = read_artifact(folder, strict=False)
+            found = FindingArtifact.read(folder, strict=False)
         except BadInput:
             return True  # unreadable: judged (and reported) as this campaign's, never silently dropped
-        return (doc.get("vllm_version", source.version) == source.version
-                and doc.get("vllm_commit") == source.commit
-                and (doc.get("mutant") or None) == (self.mutant or None)
-                and doc.get("tier", self.target) == self.target)
+        return ((found.vllm_version or source.version) == source.version
+                and found.vllm_commit == source.commit
+                and (found.mutant or None) == (self.mutant or None)
+                and (found.tier or self.target) == self.target)
 
     # -- workers ----------------------------------------------------------------------------------
     def _spawn(self, w: WorkerState) -> None:
@@ -294,7 +294,7 @@ class Campaign:
 
 def finding_verdict(folder: Path) -> dict:
     """A kept finding's verdict (harness.verdict.Verdict.to_json): which signatures are known, which new."""
-    return artifact_verdict(read_artifact(folder, strict=False))
+    return FindingArtifact.read(folder, strict=False).verdict_or_new
 
 
 class _Progress:

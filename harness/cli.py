@@ -39,7 +39,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         return sglang_wing(args.scenario, *(["--mutant", args.mutant] if args.mutant else []),
                            *(["--json"] if args.json else [])).returncode
-    from harness.artifacts import finding_artifact, write_finding
+    from harness.artifacts import FindingArtifact
     from harness.replay import replay
     from harness.verdict import judge_scenario, masking_issues
     from harness.witness import judged
@@ -72,10 +72,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     artifact_path = None
     if findings:
         stem = Path(args.scenario).stem
-        artifact = finding_artifact(scenario, findings, version, config, verdict, trace)
+        artifact = FindingArtifact.of(scenario, findings, version, config, verdict, trace)
         if e2e is not None:
-            artifact["e2e"] = e2e
-        artifact_path = write_finding(Path(args.artifacts), stem, artifact)
+            artifact = artifact.but(e2e=e2e)
+        artifact_path = artifact.write(Path(args.artifacts), stem)
     if args.json:
         print(json.dumps({
             "scenario": str(args.scenario), **vllm_source().as_json(), "mutant": args.mutant,
@@ -151,10 +151,10 @@ def _e2e(args, scenario, config, trace, verdict) -> dict | None:
 def _artifact(path: str) -> dict:
     """What a finding artifact recorded about how it was found (its `config`, else the `tier`, `model`,
     `mutant` and `engine` fields older artifacts carry); a plain scenario records nothing."""
-    from harness.artifacts import artifact_config, read_artifact
+    from harness.artifacts import FindingArtifact
 
     try:
-        return artifact_config(read_artifact(path))
+        return FindingArtifact.read(path).config
     except BadInput:
         return {}  # a plain scenario (or a broken file: load_scenario reports the problem)
 
@@ -294,35 +294,26 @@ def _fuzz(args: argparse.Namespace) -> int:
     return EXIT_FINDING if unknown else EXIT_OK
 
 
-def _recorded_config(artifact: dict, default):
-    """The configuration a kept finding recorded (its `config`), else the campaign's."""
-    from harness.run_config import RunConfig
-
-    return RunConfig.from_json(artifact) if isinstance(artifact.get("config"), dict) else default
-
-
 def _minimize_kept(folders, config) -> None:
-    from harness.artifacts import write_json_atomic
-    from harness.fuzzing import read_finding
+    from harness.artifacts import FindingArtifact, write_json_atomic
     from harness.known_issues import fixes_for
     from harness.minimize import minimize
     from harness.regression import emit_regression
     from harness.scenario import parse_scenario, scenario_to_json
 
     for folder in folders:
-        artifact = read_finding(folder)
+        artifact = FindingArtifact.read(folder)
         mutant = config.mutant
-        try:
-            small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], seconds=60,
-                             new_only=bool((artifact.get("verdict") or {}).get("new")),
-                             config=_recorded_config(artifact, config))
+        try:  # under the configuration the finding recorded, else the campaign's
+            small = minimize(parse_scenario(artifact.scenario), artifact.signature, seconds=60,
+                             new_only=artifact.is_new, config=artifact.run_config(config))
         except BadInput as exc:  # e.g. the finding no longer reproduces: keep it as found, say why
             print(f"  {folder.name}: not minimized: {exc}", file=sys.stderr)
             continue
-        write_json_atomic(folder / "minimized.json", dict(artifact, scenario=scenario_to_json(small)))
+        write_json_atomic(folder / "minimized.json", artifact.but(scenario=scenario_to_json(small)).as_json())
         # recorded without the mutant (and with the known fixes): the test passes where the bug is gone
         try:
-            test = emit_regression(small, artifact["signature"], mutant, fixes_for(artifact.get("verdict")))
+            test = emit_regression(small, artifact.signature, mutant, fixes_for(artifact.verdict))
         except BadInput as exc:  # the standalone test drives vLLM's allocator as the mirrored tier does: a
             # geometry only the engine tier runs (mode none or all, a real model's groups) has none
             print(f"  {folder.name}: no standalone regression test: {exc}", file=sys.stderr)
@@ -331,32 +322,30 @@ def _minimize_kept(folders, config) -> None:
 
 
 def _cmd_minimize(args: argparse.Namespace) -> int:
-    from harness.artifacts import write_json_atomic
-    from harness.fuzzing import read_finding
+    from harness.artifacts import FindingArtifact, write_json_atomic
     from harness.minimize import minimize
     from harness.scenario import parse_scenario, scenario_to_json
 
-    artifact = read_finding(args.finding)
-    config = _config(args, _artifact(args.finding))
-    small = minimize(parse_scenario(artifact["scenario"]), artifact["signature"], seconds=args.seconds,
-                     new_only=bool((artifact.get("verdict") or {}).get("new")), config=config)
-    out = dict(artifact, scenario=scenario_to_json(small))
-    write_json_atomic(Path(args.output), out)
+    artifact = FindingArtifact.read(args.finding)
+    config = _config(args, artifact.config)
+    small = minimize(parse_scenario(artifact.scenario), artifact.signature, seconds=args.seconds,
+                     new_only=artifact.is_new, config=config)
+    write_json_atomic(Path(args.output), artifact.but(scenario=scenario_to_json(small)).as_json())
     print(f"minimized to {len(small.requests)} request(s), {len(small.events)} event(s): {args.output}")
     return EXIT_OK
 
 
 def _cmd_regression(args: argparse.Namespace) -> int:
-    from harness.fuzzing import read_finding
+    from harness.artifacts import FindingArtifact
     from harness.known_issues import fixes_for
     from harness.regression import emit_regression
     from harness.scenario import parse_scenario
 
-    artifact = read_finding(args.finding)
+    artifact = FindingArtifact.read(args.finding)
     if args.style == "vllm":
         from harness.vllm_style import emit_vllm_test
 
-        issues = fixes_for(artifact.get("verdict"))
+        issues = fixes_for(artifact.verdict)
         if args.issue:
             issues = [k for k in issues if k.id == args.issue]
             if not issues:
@@ -365,8 +354,8 @@ def _cmd_regression(args: argparse.Namespace) -> int:
         Path(args.output).write_text(text)
         print(f"wrote {args.output} (its place in vLLM's tree: {where})")
         return EXIT_OK
-    text = emit_regression(parse_scenario(artifact["scenario"]), artifact["signature"], artifact.get("mutant"),
-                           fixes_for(artifact.get("verdict")))
+    text = emit_regression(parse_scenario(artifact.scenario), artifact.signature, artifact.mutant,
+                           fixes_for(artifact.verdict))
     Path(args.output).write_text(text)
     print(f"wrote {args.output}")
     return EXIT_OK

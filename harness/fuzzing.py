@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 
 import harness.engine  # noqa: F401 - vLLM's environment for its runners, set before vLLM loads (engine confirmation)
-from harness.artifacts import finding_artifact, write_json_atomic
+from harness.artifacts import FindingArtifact, write_json_atomic
 from harness.errors import BadInput, HarnessError
 from harness.genome import decode, generator_input, run_budget, without_checkpoints
 from harness.verdict import Verdict, confirm_on_e2e, judge_input, replay_and_judge
@@ -158,12 +158,12 @@ class Target:
         tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
         (tmp / "input.bin").write_bytes(data)
-        artifact = finding_artifact(scenario, findings, self.version, self.config, verdict, trace)
-        artifact["detection"] = {"execs": self.execs, "startup_s": self.startup_s,
-                                 "after_startup_s": round(time.monotonic() - self.first_exec, 3)}
-        if "e2e" not in artifact:  # a kept finding (never every input) replayed on vLLM's whole engine
-            artifact["e2e"] = confirm_on_e2e(scenario, self.config, verdict)
-        write_json_atomic(tmp / "finding.json", artifact)
+        artifact = FindingArtifact.of(scenario, findings, self.version, self.config, verdict, trace)
+        artifact = artifact.but(detection={"execs": self.execs, "startup_s": self.startup_s,
+                                           "after_startup_s": round(time.monotonic() - self.first_exec, 3)})
+        if artifact.e2e is None:  # a kept finding (never every input) replayed on vLLM's whole engine
+            artifact = artifact.but(e2e=confirm_on_e2e(scenario, self.config, verdict))
+        write_json_atomic(tmp / "finding.json", artifact.as_json())
         write_json_atomic(tmp / "scenario.json", scenario_to_json(scenario))
         try:
             os.rename(tmp, folder)
@@ -201,9 +201,3 @@ def opening_sweep(target: Target, seed: int, count: int, seconds: float, first: 
             target(without_checkpoints(data) if target.no_checkpoints and swept else data, swept=swept)
     return target.swept
 
-
-def read_finding(path: str | os.PathLike) -> dict:
-    """A kept finding (its folder or finding.json) or a `run` artifact (harness.artifacts.read_artifact)."""
-    from harness.artifacts import read_artifact
-
-    return read_artifact(path)

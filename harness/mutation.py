@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.artifacts import read_artifact, write_json_atomic
+from harness.artifacts import FindingArtifact, write_json_atomic
 from harness.campaign import Campaign
 from harness.errors import BadInput, HarnessError
 from harness.genome import decode, run_budget
@@ -73,20 +73,20 @@ def kills(doc: dict, *, config: RunConfig) -> str | None:
     return min(fixed - signatures(None, True), default=None) if fixed else None
 
 
-def _kill(findings_dir: Path, config: RunConfig) -> tuple[float | None, str, dict | None]:
+def _kill(findings_dir: Path, config: RunConfig) -> tuple[float | None, str, FindingArtifact | None]:
     """The earliest kept finding that kills the mutant."""
     best = (None, "", None)
     for path in sorted(findings_dir.glob("finding-*/finding.json")):
-        doc = read_artifact(path)
+        found = FindingArtifact.read(path)
         try:
-            sig = kills(doc["scenario"], config=config)
+            sig = kills(found.scenario, config=config)
         except (HarnessError, BadInput):
             continue
         if sig is None:
             continue
-        t = (doc.get("detection") or {}).get("after_startup_s")
+        t = found.detection.get("after_startup_s")
         if best[0] is None or (t is not None and t < best[0]):
-            best = (t, sig, doc)
+            best = (t, sig, found)
     return best
 
 
@@ -175,15 +175,15 @@ def check(names: list[str], *, budget_s: float, jobs: int, trials: int, work: Pa
             camp = Campaign(config=config, corpus=art / "corpus", artifacts=art, jobs=jobs, seconds=budget_s,
                             runs=None, seed=trial, seed_corpus=seed_corpus, progress=False, stop_on_new=not full_budget)
             summary = camp.run()
-            t, sig, doc = _kill(art / "findings", config)
+            t, sig, found = _kill(art / "findings", config)
             res.kill_times.append(t if sig else None)
             red = any(v["new"] for v in summary["verdicts"].values())  # what `hybrid-harness fuzz` exits 1 on
             if red != bool(sig):
                 res.disagreements.append(trial)
             if sig and not res.signature:
                 res.signature = sig
-                small = minimized_kill(doc["scenario"], sig, root / name / "minimized.json", config=config)
-                res.minimized = ("minimized: " if small is not doc["scenario"] else "not minimized: ") + \
+                small = minimized_kill(found.scenario, sig, root / name / "minimized.json", config=config)
+                res.minimized = ("minimized: " if small is not found.scenario else "not minimized: ") + \
                     describe_scenario(small)
             corpus = art / "corpus"
         if any(t is not None for t in res.kill_times) or res.signature:

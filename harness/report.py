@@ -11,7 +11,7 @@ import html
 import json
 from pathlib import Path
 
-from harness.artifacts import artifact_verdict, read_artifact
+from harness.artifacts import FindingArtifact
 from harness.errors import BadInput
 from harness.e2e_verdict import describe
 from harness.verdict import new_signatures
@@ -81,19 +81,19 @@ def render(directory: str | Path) -> tuple[Path, Path]:
     for folder in sorted((directory / "findings").glob("finding-*")):
         if not (folder / "finding.json").exists() or folder.name in other:
             continue
-        doc = read_artifact(folder, strict=False)
-        verdict = artifact_verdict(doc)
+        found = FindingArtifact.read(folder, strict=False)
+        verdict = found.verdict_or_new
         sig = ", ".join(new_signatures(verdict)) if verdict["new"] else ""
         known = ", ".join(f"{s} = {k}" for s, k in verdict["known"].items())
-        first = doc["findings"][0]
-        findings.append({"name": folder.name, "signature": sig or doc.get("signature", ""), "known": known,
+        first = found.findings[0]
+        findings.append({"name": folder.name, "signature": sig or found.signature or "", "known": known,
                          "new": verdict["new"],
                          "headline": f"[{first['oracle']}] step {first['step']}: expected {first['expected']}; actual {first['actual']}",
                          "minimized": (folder / "minimized.json").exists(),
                          "regression": (folder / "test_regression.py").exists(),
-                         "after_s": (doc.get("detection") or {}).get("after_startup_s"),
+                         "after_s": found.detection.get("after_startup_s"),
                          # what users see: the finding on vLLM's whole engine (harness/e2e_verdict.py)
-                         "e2e": describe(doc["e2e"]).removeprefix("e2e: ") if doc.get("e2e") else "-"})
+                         "e2e": describe(found.e2e).removeprefix("e2e: ") if found.e2e else "-"})
     last = samples[-1] if samples else {}
     head = (f"{last.get('execs', 0)} execs over {last.get('t', 0):.0f} s; coverage {last.get('cov', 0)}; corpus "
             f"{last.get('corpus', 0)}; {len(findings)} finding(s); harness errors {last.get('harness_errors', 0)}; "

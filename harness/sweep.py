@@ -33,7 +33,7 @@ def tier_label(config) -> str:
 
 
 def run_sweep(config, first_seed: int, count: int, artifacts: Path, out=print) -> SweepResult:
-    from harness.artifacts import finding_artifact, write_finding, write_json_atomic
+    from harness.artifacts import FindingArtifact, write_json_atomic
     from harness.genome import budget_scenario, run_budget
     from harness.oracles import merge_output_summaries, output_summary
     from harness.scenario import scenario_to_json
@@ -60,8 +60,7 @@ def run_sweep(config, first_seed: int, count: int, artifacts: Path, out=print) -
             result.outputs = merge_output_summaries(result.outputs, output_summary(trace))
         if not findings:
             continue
-        path = write_finding(artifacts, f"sweep-{seed}", finding_artifact(scenario, findings, version, config, verdict,
-                                                                           trace))
+        path = FindingArtifact.of(scenario, findings, version, config, verdict, trace).write(artifacts, f"sweep-{seed}")
         if verdict.is_new:
             result.new.append((seed, path))
             latent = f"; latent behind {'+'.join(verdict.latent)}" if verdict.latent else ""

@@ -24,10 +24,14 @@ and the split's grid under extract_hidden_states, an engine-only issue (vllm_sty
 from __future__ import annotations
 
 import textwrap
+from typing import TYPE_CHECKING
 
 from harness import vllm_style_split_grid
 from harness.errors import BadInput
 from harness.known_issues import KnownIssue
+
+if TYPE_CHECKING:
+    from harness.artifacts import FindingArtifact
 
 # the test shapes of the known-issue registry's `vllm_test` besides the runner batch orders (vllm_style_runner.SHAPES)
 ALLOCATOR, SPLIT_GRID, ACCEPTED_COUNTS = "allocator", "split-grid", "accepted-counts"
@@ -129,19 +133,18 @@ def _docstring(issue: KnownIssue | None, scenario, signature: str, version: str)
     return '"""' + "\n".join(wrapped) + '\n"""'
 
 
-def emit_vllm_test(artifact: dict, issues: list[KnownIssue]) -> tuple[str, str]:
+def emit_vllm_test(artifact: FindingArtifact, issues: list[KnownIssue]) -> tuple[str, str]:
     """(test text, its path in vLLM's tree) for a finding artifact whose verdict names `issues`."""
     from harness.regression import emit_regression
     from harness.scenario import parse_scenario
 
-    config = artifact.get("config") or {}
-    if (config.get("tier") or artifact.get("tier") or "symbolic") == "engine" and not issues:
+    if (artifact.config.get("tier") or artifact.tier or "symbolic") == "engine" and not issues:
         raise BadInput("--style vllm: an engine-tier finding of no known issue cannot be replayed as an allocator "
                        "test; replay it on the symbolic tier first")
-    scenario = parse_scenario(artifact["scenario"])
+    scenario = parse_scenario(artifact.scenario)
     issue = issues[0] if len(issues) == 1 else None
     folder = folder_for(issue) if issue else "tests/v1/core"
-    docstring = _docstring(issue, scenario, artifact["signature"], artifact.get("vllm_version", "?"))
+    docstring = _docstring(issue, scenario, artifact.signature, artifact.vllm_version or "?")
     own = issue and own_shape(issue)
     if own:  # a runner's test (tests/v1/worker) or the split's grid: its own emitter
         return own[1](artifact, issue, docstring)
@@ -149,8 +152,8 @@ def emit_vllm_test(artifact: dict, issues: list[KnownIssue]) -> tuple[str, str]:
         if own_shape(k) or folder_for(k) != folder:  # each must be allocator or split code
             raise BadInput(f"--style vllm: {k.id}'s test is not an allocator replay; emit it from a finding of it "
                            "alone")
-    name = (issue.id if issue else artifact["signature"].split(":")[0]).replace("-", "_")
-    body = emit_regression(scenario, artifact["signature"], None, issues, split=True,
+    name = (issue.id if issue else artifact.signature.split(":")[0]).replace("-", "_")
+    body = emit_regression(scenario, artifact.signature, None, issues, split=True,
                            until_step=last_finding_step(artifact, issues))
     # vLLM's header and docstring instead of the standalone file's; pytest (and the split stub's SimpleNamespace)
     _, _, rest = body.partition('"""\n\nfrom __future__ import annotations\n')
@@ -163,12 +166,12 @@ def emit_vllm_test(artifact: dict, issues: list[KnownIssue]) -> tuple[str, str]:
     return head + rest, f"{folder}/test_hh_{name}.py"
 
 
-def last_finding_step(artifact: dict, issues: list[KnownIssue]) -> int | None:
+def last_finding_step(artifact: FindingArtifact, issues: list[KnownIssue]) -> int | None:
     """The last step at which the finding showed (its findings of `issues`, where its verdict names them): the
     replay needs no later step. None where a finding has no step (the test then runs the whole schedule)."""
-    known = (artifact.get("verdict") or {}).get("known") or {}
+    known = (artifact.verdict or {}).get("known") or {}
     ids = {k.id for k in issues}
-    findings = artifact.get("findings") or []
+    findings = artifact.findings
     mine = [f for f in findings if ids & set(known.get(f.get("signature"), "").split("+"))] or findings
     steps = [f.get("step") for f in mine]
     return max(steps) if steps and None not in steps else None

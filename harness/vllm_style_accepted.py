@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import textwrap
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from harness.errors import BadInput
 from harness.known_issues import KnownIssue
 from harness.vllm_style_runner_templates import host_state
+
+if TYPE_CHECKING:
+    from harness.artifacts import FindingArtifact
 
 FOLDER = "tests/v1/worker"
 
@@ -259,11 +263,11 @@ def record_steps(scenario, options) -> tuple[list[Step], dict]:
     return steps, settings
 
 
-def _options(artifact: dict):
+def _options(artifact: FindingArtifact):
     """The engine options of the finding's run, on vLLM's V1 runner (a symbolic-tier finding: the defaults)."""
     from harness.engine_options import EngineOptions
 
-    engine = dict((artifact.get("config") or {}).get("engine") or artifact.get("engine") or {})
+    engine = artifact.engine
     if engine.get("copy_timing", "early") != "early":
         raise BadInput("--style vllm: the emitted test puts each step's accepted-count copy in place before the "
                        "step (copy timing early); replay this finding with --copy-timing early")
@@ -278,7 +282,7 @@ def _literal(value) -> str:
     return pprint.pformat(value, width=88, sort_dicts=False, compact=True)
 
 
-def emit_accepted_test(artifact: dict, issue: KnownIssue, docstring: str) -> tuple[str, str]:
+def emit_accepted_test(artifact: FindingArtifact, issue: KnownIssue, docstring: str) -> tuple[str, str]:
     """(test text, its place in vLLM's tree) for a finding of `issue`: the steps up to the first whose rows read
     accepted counts other than with the issue's fix applied."""
     from harness.patching import patched
@@ -287,7 +291,7 @@ def emit_accepted_test(artifact: dict, issue: KnownIssue, docstring: str) -> tup
     from harness.scenario import parse_scenario
 
     vllm_release().refuse_v1(f"--style vllm for {issue.id}")
-    scenario, options = parse_scenario(artifact["scenario"]), _options(artifact)
+    scenario, options = parse_scenario(artifact.scenario), _options(artifact)
     stock, settings = record_steps(scenario, options)
     with patched(RunConfig(fixes=(issue.id,))):
         fixed, _ = record_steps(scenario, options)

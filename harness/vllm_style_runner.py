@@ -22,11 +22,14 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from harness.errors import BadInput
 from harness.known_issues import KnownIssue
 from harness.vllm_style_runner_templates import METADATA_HELPER, V1_TEMPLATE, V2_TEMPLATE
+
+if TYPE_CHECKING:
+    from harness.artifacts import FindingArtifact
 
 FOLDER = "tests/v1/worker"
 
@@ -164,13 +167,13 @@ def render(shape: Shape, batch: Batch, name: str, docstring: str, geometry) -> s
                                  metadata_helper=METADATA_HELPER)
 
 
-def emit_runner_test(artifact: dict, issue: KnownIssue, docstring: str) -> tuple[str, str]:
+def emit_runner_test(artifact: FindingArtifact, issue: KnownIssue, docstring: str) -> tuple[str, str]:
     """(test text, its place in vLLM's tree) for a finding of `issue` (whose `vllm_test` is one of SHAPES): the first
     batch of the repro the issue misorders."""
     from harness.scenario import parse_scenario
 
     shape = SHAPES[issue.vllm_test]
-    scenario = parse_scenario(artifact["scenario"])
+    scenario = parse_scenario(artifact.scenario)
     wrong = [b for b in record_batches(scenario, shape.runner) if shape.wrong(b)]
     if not wrong:
         raise BadInput(f"--style vllm: no batch of this finding {shape.what} ({issue.id})")

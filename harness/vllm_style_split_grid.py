@@ -21,9 +21,13 @@ import inspect
 import json
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from harness.errors import BadInput
 from harness.known_issues import KnownIssue
+
+if TYPE_CHECKING:
+    from harness.artifacts import FindingArtifact
 
 FOLDER = "tests/v1/core"
 
@@ -269,14 +273,14 @@ def _layer_specs(groups) -> dict:
             "hidden_dtype": _dtype(h.dtype)}
 
 
-def emit_split_grid_test(artifact: dict, issue: KnownIssue, docstring: str) -> tuple[str, str]:
+def emit_split_grid_test(artifact: FindingArtifact, issue: KnownIssue, docstring: str) -> tuple[str, str]:
     """(test text, its place in vLLM's tree) for a finding of `issue` (its fix changes the split): the geometry and the
     scheduler fields from vLLM's own Scheduler built for the finding on the engine tier (stock)."""
     from harness.engine.config import build_scheduler, derive_geometry
     from harness.fixes import fix_by_name
     from harness.scenario import parse_scenario
 
-    scenario = parse_scenario(artifact["scenario"])
+    scenario = parse_scenario(artifact.scenario)
     g = scenario.geometry
     if not (g.model and g.hidden_state_layers and g.mamba_cache_mode == "align"):
         raise BadInput(f"--style vllm: {issue.id}'s test needs a model with extract_hidden_states "

@@ -63,28 +63,31 @@ def test_infeasible_explicit_chunk_is_bad_input(tmp_path, capsys, chunk):
 
 
 def test_one_reader_takes_every_finding_layout_and_refuses_the_rest(tmp_path):
-    """harness.artifacts.read_artifact (issue 46: one artifact type): a kept finding's folder, a `run` artifact
+    """harness.artifacts.FindingArtifact (issue 46: one artifact type): a kept finding's folder, a `run` artifact
     without "signature", an older one without "config" or "verdict"; a scenario or a broken file is bad input."""
     import json
 
-    from harness.artifacts import artifact_config, artifact_verdict, read_artifact
+    from harness.artifacts import FindingArtifact
     from harness.errors import BadInput
+    from harness.run_config import RunConfig
 
     scenario = json.loads((SCENARIOS / "seed-external-hit-same-block.json").read_text())
     old = {"scenario": scenario, "tier": "engine", "mutant": None, "engine": {"runner": "v1"},
            "findings": [{"signature": "live-column:RUNNING"}]}
     (tmp_path / "finding-x").mkdir()
     (tmp_path / "finding-x" / "finding.json").write_text(json.dumps(old))
-    doc = read_artifact(tmp_path / "finding-x")
-    assert doc["signature"] == "live-column:RUNNING"
-    assert artifact_config(doc) == {"tier": "engine", "engine": {"runner": "v1"}}
-    assert artifact_verdict(doc)["new"] and artifact_verdict(doc)["unexplained"] == ["live-column:RUNNING"]
+    found = FindingArtifact.read(tmp_path / "finding-x")
+    assert found.signature == "live-column:RUNNING" and found.as_json() == {**old, "signature": found.signature}
+    assert found.config == {"tier": "engine", "engine": {"runner": "v1"}} and not found.has_config
+    assert found.verdict is None and not found.is_new  # no verdict recorded; counted as new where one is asked
+    assert found.verdict_or_new["new"] and found.verdict_or_new["unexplained"] == ["live-column:RUNNING"]
+    assert found.run_config(RunConfig(tier="model")) == RunConfig(tier="model")  # no `config`: the caller's
     for bad in (scenario, [1, 2], "{"):
         path = tmp_path / "bad.json"
         path.write_text(bad if isinstance(bad, str) else json.dumps(bad))
         with pytest.raises(BadInput):
-            read_artifact(path)
+            FindingArtifact.read(path)
     (tmp_path / "bare.json").write_text(json.dumps({"findings": []}))
     with pytest.raises(BadInput):
-        read_artifact(tmp_path / "bare.json")  # nothing to replay
-    assert read_artifact(tmp_path / "bare.json", strict=False) == {"findings": []}
+        FindingArtifact.read(tmp_path / "bare.json")  # nothing to replay
+    assert FindingArtifact.read(tmp_path / "bare.json", strict=False).as_json() == {"findings": []}

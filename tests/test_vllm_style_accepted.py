@@ -50,13 +50,17 @@ def test_the_template_is_a_test_of_vllms_own_runner_methods_importing_only_vllm_
 
 def test_a_finding_with_late_copies_is_refused():
     """The emitted test puts each step's accepted counts in place before the step: copies landed early."""
+    from harness.artifacts import FindingArtifact
     from harness.vllm_style_accepted import _options
 
+    def recorded(config):
+        return FindingArtifact.from_json({"config": config}, strict=False)
+
     with pytest.raises(BadInput, match="copy-timing early"):
-        _options({"config": {"tier": "engine", "engine": {"runner": "v1", "copy_timing": "late"}}})
-    options = _options({"config": {"tier": "engine", "engine": {"runner": "v1", "async_scheduling": "on"}}})
+        _options(recorded({"tier": "engine", "engine": {"runner": "v1", "copy_timing": "late"}}))
+    options = _options(recorded({"tier": "engine", "engine": {"runner": "v1", "async_scheduling": "on"}}))
     assert (options.runner, options.async_scheduling, options.copy_timing) == ("v1", "on", "early")
-    assert _options({"config": {"tier": "symbolic"}}).runner == "v1"  # the mirror's finding: vLLM's own V1 runner
+    assert _options(recorded({"tier": "symbolic"})).runner == "v1"  # the mirror's finding: vLLM's own V1 runner
 
 
 @pytest.mark.slow

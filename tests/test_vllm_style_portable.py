@@ -33,18 +33,19 @@ def _scenario(issue_id: str):
 
 # -- the emitter --------------------------------------------------------------------------------------------------
 def test_the_replay_stops_after_the_last_step_the_issue_showed_at():
+    from harness.artifacts import FindingArtifact
     from harness.vllm_style import last_finding_step
 
     seed = known_issue_by_id(SEED)
-    artifact = {"verdict": {"known": {"live-column:RUNNING": SEED, "cache-integrity": f"{SEED}+other",
+    doc = {"verdict": {"known": {"live-column:RUNNING": SEED, "cache-integrity": f"{SEED}+other",
                                       "vllm-exception:x": "other"}},
                 "findings": [{"signature": "live-column:RUNNING", "step": 2}, {"signature": "cache-integrity", "step": 3},
                              {"signature": "vllm-exception:x", "step": 9}]}
-    assert last_finding_step(artifact, [seed]) == 3  # the other issue's later finding is not the seed's
-    assert last_finding_step(json.loads(SEED_FINDING.read_text()), [seed]) == 3
+    assert last_finding_step(FindingArtifact.from_json(doc, strict=False), [seed]) == 3  # not the other issue's
+    assert last_finding_step(FindingArtifact.read(SEED_FINDING), [seed]) == 3
     # a finding without a step (an end-of-run oracle): the whole schedule
-    artifact["findings"].append({"signature": "live-column:RUNNING", "step": None})
-    assert last_finding_step(artifact, [seed]) is None
+    doc["findings"].append({"signature": "live-column:RUNNING", "step": None})
+    assert last_finding_step(FindingArtifact.from_json(doc, strict=False), [seed]) is None
 
 
 @pytest.mark.parametrize("issue_id", [SEED, "checkpoint-midblock-start", "eagle-midblock-stop-dropped",
@@ -95,10 +96,10 @@ def test_the_seed_test_asserts_state_not_this_releases_schedule():
     """From the seed's 0.27.1 finding, recorded here with its fix: no chunk split asserted, the replay ends with the
     step the bug last showed at (3: b reads its hit's state), then every request still holding blocks is aborted and
     the pool must be whole."""
+    from harness.artifacts import FindingArtifact
     from harness.vllm_style import emit_vllm_test
 
-    artifact = json.loads(SEED_FINDING.read_text())
-    text, place = emit_vllm_test(artifact, [known_issue_by_id(SEED)])
+    text, place = emit_vllm_test(FindingArtifact.read(SEED_FINDING), [known_issue_by_id(SEED)])
     compile(text, place, "exec")
     assert place == "tests/v1/core/test_hh_seed_external_hit_unmarked.py"
     assert "mamba_split" not in text and "SimpleNamespace" not in text
@@ -116,12 +117,13 @@ def test_the_seed_test_asserts_state_not_this_releases_schedule():
 def test_the_seed_test_passes_here_and_fails_on_0_27_1(tmp_path):
     """The seed test from its 0.27.1 finding, recorded on this release (the bug fixed since 0.28.0): green here; red on
     vLLM 0.27.1 (its venv, where built) for the bug's reason (a live column, a state read), not a chunk size."""
+    from harness.artifacts import FindingArtifact
     from harness.vllm_style import emit_vllm_test
 
     if tuple(int(x) for x in installed_version().split(".")[:2]) < (0, 28):
         pytest.skip("this release carries the seed bug: the test is red here by design")
 
-    text, _ = emit_vllm_test(json.loads(SEED_FINDING.read_text()), [known_issue_by_id(SEED)])
+    text, _ = emit_vllm_test(FindingArtifact.read(SEED_FINDING), [known_issue_by_id(SEED)])
     test = tmp_path / "test_seed.py"
     test.write_text(text)
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": ""}
