@@ -58,6 +58,35 @@ def test_the_sglang_mutant_bank_is_killed_by_a_short_sweep(tmp_path, mutant, cou
     assert out.returncode == 1, out.stdout + out.stderr[-3000:]
 
 
+def _summary(*args: str) -> dict:
+    out = wing(*args, "--summary")
+    assert out.returncode in (0, 1), out.stdout + out.stderr[-3000:]
+    return json.loads(out.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["extra_buffer", "no_buffer"])
+def test_an_external_hit_is_loaded_through_sglangs_linker_and_a_load_that_skips_its_cow_is_found(strategy):
+    """c's device hit (a's state at 40) queues a copy-on-write; the store's longer hit (48) must supersede it
+    (mamba.py:784-790). harness/sglang/linker.py is the store SGLang's own factory loads."""
+    path = str(DATA / "sglang-external.json")
+    stock = _summary(path, "--strategy", strategy)
+    assert stock["findings"] == [] and stock["served"]["c"] == 48 and stock["state_reads"]["c"][0] == 48
+    slip = _summary(path, "--strategy", strategy, "--mutant", "sglang-linker-load-keeps-cow")
+    assert slip["state_reads"]["c"][0] == 40 and any("[provenance]" in f for f in slip["findings"])
+
+
+@pytest.mark.slow
+def test_a_failed_external_load_aborts_its_request_and_a_failure_read_as_landed_is_found():
+    """SGLang aborts a request whose load failed and drops what its kernel read (unified_cache_linker.py:570-600);
+    a counter that takes a failed layer for a landed one lets it run on a slot the load never wrote."""
+    path = str(DATA / "sglang-external-load-fails.json")
+    stock = _summary(path)
+    assert stock["findings"] == [] and "c" not in stock["state_reads"]
+    slip = _summary(path, "--mutant", "sglang-linker-failure-read-as-landed")
+    assert slip["state_reads"]["c"][0] is None and any("[provenance]" in f for f in slip["findings"])
+
+
 def test_speculation_is_bad_input(tmp_path):
     doc = json.loads(SHARED.read_text())
     doc["geometry"]["num_speculative_tokens"] = 2
@@ -148,9 +177,8 @@ def test_a_preempt_event_is_bad_input(tmp_path):
 
 @pytest.mark.slow
 def test_a_short_campaign_is_clean_on_stock_and_keeps_a_planted_bug_with_its_input(tmp_path):
-    from harness.genome import decode
     from harness.scenario import scenario_to_json
-    from harness.sglang.sweep import project
+    from harness.sglang.sweep import decoded
 
     stock = wing("campaign", "--minutes", "0.3", "--opening", "16", "--artifacts", str(tmp_path / "stock"))
     assert stock.returncode == 0, stock.stdout[-3000:] + stock.stderr[-3000:]
@@ -159,6 +187,6 @@ def test_a_short_campaign_is_clean_on_stock_and_keeps_a_planted_bug_with_its_inp
     assert planted.returncode == 1, planted.stdout[-3000:] + planted.stderr[-3000:]
     kept = json.loads(min((tmp_path / "m").glob("finding-*.json")).read_text())
     # the input bytes alone decode to the scenario kept (the genome and the projection are the wing's only decoders)
-    assert scenario_to_json(project(decode(bytes.fromhex(kept["input"])))) == kept["scenario"]
+    assert scenario_to_json(decoded(bytes.fromhex(kept["input"]))) == kept["scenario"]
     again = wing(str(min((tmp_path / "m").glob("finding-*.json"))))
     assert again.returncode == 1, again.stdout + again.stderr[-3000:]

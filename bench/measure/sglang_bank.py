@@ -18,10 +18,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-# tried and dropped (0 of 300: the sweep never reaches the code), kept so no one tries them blind again
-DROPPED = """Tried and dropped (0 of 300, the sweep never reaches the code):
+# tried and dropped (unreached or equivalent), kept so no one tries them blind again
+DROPPED = """Tried and dropped:
 - `mamba.py:602` (`_select_finished_checkpoint` overshoot fallback names the latest ping-pong slot): 0 of 300;
   the overshoot fallback is not reached (or not distinguishable) in these scenarios.
+- `unified_radix_cache.py:3645` (a request whose external load failed is not marked `skip_radix_cache_insert`):
+  equivalent. SGLang releases the aborted request with `checkpoint=False` either way, and a chunked one through
+  `process_pending_chunked_abort` before any stash; the bank's `sglang-linker-failure-read-as-landed` (the failure
+  not reported at all) is killed instead.
+- `retract` keeping the Mamba slot: equivalent (`free_mamba_cache` already clears it).
 
 Reached since the sweep alternates the Mamba strategy (odd seeds no_buffer): `mamba.py:677-678`, no_buffer's stash
 copy, was 0 of 300 when every seed ran extra_buffer; it is the bank's `sglang-no-buffer-stash-args-swapped` now."""

@@ -13,9 +13,13 @@ allocators, `Req`, `SamplingParams`, `PrefillAdder`, `ScheduleBatch` (`prepare_f
 track entry and the deferred CoW collection, `prepare_for_decode`, `filter_batch`, `merge_batch`, `retract_decode`),
 `checkpoint_kv_cache`, `ModelRunner._maybe_execute_deferred_mamba_cow_and_clear` (srt/model_executor/
 model_runner.py:1915, on a `__new__` ModelRunner), `SchedulerBatchResultProcessor` (release, tracking-slot swap,
-caching into the tree) and `build_prefill_track_plan`.
+caching into the tree), `build_prefill_track_plan`, and for external hits the linker path: the factory that loads an
+out-of-tree linker, `UnifiedCacheLinkerWrapper` (match, load-back, write-through offloads, failed-load aborts) and
+`LayerWiseLoadCounter`.
 
 Not SGLang's: the forward (`forward.py`: it reads each request's Mamba slot, writes the state after the tokens it
 fed, and writes the tracking slots where srt/layers/attention/hybrid_linear_attn_backend.py:537-556 would) and
-`scheduler.run_batch`, which calls it in place of Scheduler.run_batch. Nothing of the scheduler loop is copied.
+`scheduler.run_batch`, which calls it in place of Scheduler.run_batch (and, as run_batch does, asks the cache which
+external loads failed), and the external store (`linker.py`, a `UnifiedCacheLinker` as a user's plug-in would be).
+Nothing of the scheduler loop is copied.
 """

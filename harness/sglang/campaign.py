@@ -4,7 +4,7 @@ The campaign (`run_campaign`) starts one worker process (`python -m harness.sgla
 libFuzzer loop, which ends the process itself) for the time asked and then reads what the worker kept, so the exit
 code is the campaign's: 0 nothing kept, 1 findings kept (each written to disk before it is printed), 3 the worker
 failed. Inputs are the project's genome (harness/genome.py: the same bytes the vLLM campaigns mutate, decoded with
-the default budget) projected onto what the wing expresses (harness/sglang/sweep.py `project`); the Mamba strategy
+loads that fail) projected onto what the wing expresses (harness/sglang/sweep.py `decoded`); the Mamba strategy
 is the parity of the input's CRC-32 (no_buffer when odd), so the search reaches both (a byte of the input would
 not: every generator input starts with the same magic). The first 2 x `opening`
 inputs are the generator's scenarios (a sweep, instrumented), then libFuzzer's mutations, half structure-aware
@@ -27,7 +27,7 @@ from pathlib import Path
 from harness.artifacts import write_json_atomic
 from harness.errors import EXIT_FINDING, EXIT_HARNESS_ERROR, EXIT_OK, BadInput
 from harness.sglang.geometry import SglangRun
-from harness.sglang.sweep import finding_record, project
+from harness.sglang.sweep import decoded, finding_record
 
 # what libFuzzer's edges come from (packages, instrumented after import: harness/state_coverage.py)
 COVERED = ("harness.sglang", "sglang.srt.mem_cache", "sglang.srt.managers.schedule_batch",
@@ -44,13 +44,12 @@ class Target:
         self.started = time.monotonic()
 
     def __call__(self, data: bytes) -> None:
-        from harness.genome import decode
         from harness.oracles import judge
         from harness.sglang.driver import replay
 
         self.inputs += 1
         try:
-            scenario = project(decode(data))
+            scenario = decoded(data)
             run = replace(self.run, strategy="no_buffer") if zlib.crc32(data) % 2 else self.run
             findings = judge(replay(scenario, run))
         except BadInput:  # a geometry the wing refuses (a Mamba block off the page grid): not SGLang's

@@ -56,6 +56,9 @@ def _run(scenario: Scenario, env, sched, trace: Trace) -> None:
             reqs[spec.id] = make_req(spec.id, prompts[spec.id], spec.max_tokens)
             trace.prefixes[spec.id] = chain([0], prompts[spec.id])
             trace.prompt_tokens[spec.id] = len(prompts[spec.id])
+            if spec.external is not None:  # the store holds its hit from its arrival on (harness/sglang/linker.py)
+                env.cache.linker.cache_linker.seed(reqs[spec.id].rid, prompts[spec.id], spec.external.tokens,
+                                                   env.geom.cache_chunk, spec.external.load_fails)
             sched.waiting_queue.append(reqs[spec.id])
             pending.remove(spec)
         for event in [e for e in scenario.events if e.step == step and e.request not in aborted]:

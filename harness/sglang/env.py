@@ -20,6 +20,7 @@ from sglang.test.kits.unified_radix_cache.config import CacheConfig
 
 from harness.scenario import VOCAB_SIZE
 from harness.sglang.geometry import MAX_RUNNING
+from harness.sglang.linker import LINKER_CONFIG
 from harness.states import ZERO_STATE, State
 
 WORD_BITS, WORDS = 14, 4  # 14-bit int16 patterns are finite bf16 values: copy_from/clear_slots move them exactly
@@ -73,7 +74,7 @@ class NoOp:
         return lambda *a, **k: None
 
 
-def _publish_server_args(geom) -> None:
+def _publish_server_args(geom) -> ServerArgs:
     """The scheduler's view, published after the fixture's own; extra_buffer is refused by real argument
     resolution on CPU, so the fields are set directly."""
     sa = ServerArgs(model_path="dummy", page_size=geom.page)
@@ -86,7 +87,25 @@ def _publish_server_args(geom) -> None:
     # what Scheduler.__init__ publishes when it is unset (scheduler.py:1237-1243, pp size 1): the micro-batch bound
     # get_num_allocatable_reqs reads (:4034) on the wing's __new__ Scheduler (harness/sglang/scheduler.py)
     sa.pp_max_micro_batch_size = MAX_RUNNING
+    if geom.external:  # the wing's store as an out-of-tree linker (harness/sglang/linker.py)
+        sa.enable_unified_cache_external_linker = True
+        sa.unified_cache_external_linker_backend = "dynamic"
+        sa.unified_cache_external_linker_config = dict(LINKER_CONFIG)
     set_global_server_args_for_scheduler(sa)
+    return sa
+
+
+def _attach_linker(sa, cache, alloc, io) -> None:
+    """The external linker as SGLang's cache registry attaches it (srt/mem_cache/registry.py:200-215): SGLang's own
+    factory and startup config, the layer counter registered with the KV pool."""
+    from sglang.srt.mem_cache.unified_cache.linker_factory import create_unified_cache_linker, get_startup_linker_config
+    from sglang.srt.runtime_context import get_memory
+
+    cache.init_cache_linker(create_unified_cache_linker(
+        sa, None, backend=get_memory().unified_cache_external_linker_backend, config=get_startup_linker_config(),
+        components=set(cache.components)))
+    alloc.get_kvcache().register_layer_transfer_counter(cache.linker.layer_done_counter)
+    cache.linker.cache_linker.io = io
 
 
 def build(geom) -> SimpleNamespace:
@@ -97,7 +116,7 @@ def build(geom) -> SimpleNamespace:
                       kv_size=geom.kv_size, max_num_reqs=geom.max_reqs, max_context_len=geom.max_context)
     cache, alloc, rtp = fixtures.build_fixture(cfg, mamba_cache_chunk_size=geom.cache_chunk,
                                                tree_core_backend=geom.tree_core)
-    _publish_server_args(geom)
+    sa = _publish_server_args(geom)
     model_config = SimpleNamespace(vocab_size=VOCAB_SIZE, is_encoder_decoder=False, is_multimodal=False,
                                    hf_text_config=SimpleNamespace(mamba_chunk_size=geom.cache_chunk),
                                    self_opened_think_start_ids=None, think_end_ids=None)
@@ -111,8 +130,10 @@ def build(geom) -> SimpleNamespace:
         metrics_reporter=NoOp(num_generated_tokens=0, forward_ct_decode=0), draft_worker=None, model_worker=None,
         logprob_result_processor=NoOp(), output_streamer=NoOp(),
         beam_coordinator=NoOp(commit_decode=lambda b: set()), abort_request=lambda *a, **k: None)
-    return SimpleNamespace(geom=geom, cache=cache, alloc=alloc, rtp=rtp, mc=model_config, mr=runner, brp=brp,
-                           io=StateIO(rtp.mamba_pool))
+    io = StateIO(rtp.mamba_pool)
+    if geom.external:
+        _attach_linker(sa, cache, alloc, io)
+    return SimpleNamespace(geom=geom, cache=cache, alloc=alloc, rtp=rtp, mc=model_config, mr=runner, brp=brp, io=io)
 
 
 def tree_values(env, sequences):

@@ -14,12 +14,19 @@
 | max_model_len           | not mapped: max_context_len = the longest request + 2 pages (at least 256)      |
 | prefill_checkpoint      | not mapped: SGLang always stashes a chunked prefix (checkpoint_kv_cache)        |
 | temperature, acceptance | not mapped: greedy, no speculation; tokens are the harness's token rule         |
+| external                | an external hit through SGLang's linker (`--enable-unified-cache-external-linker|
+|                         | --unified-cache-external-linker-backend dynamic`, harness/sglang/linker.py): the |
+|                         | store holds the prompt's first `tokens` (whole pages) from the request's arrival,|
+|                         | a Mamba state every `mamba_block_size` and at the last page; content-addressed,  |
+|                         | so any request with that prefix may load it. `load_fails`: the request's load    |
+|                         | fails and SGLang aborts it; `async` and `load_steps` are not mapped (SGLang loads|
+|                         | layer by layer within the admitting batch's forward)                             |
 
 Refused (BadInput naming the field): num_speculative_tokens > 0, eagle_block_drop, mtp_modules,
 lookahead_hashes, hidden_state_layers, prefix_cache_retention_interval, the scheduler knobs, a real `model`,
 mamba_cache_mode "all" and "none" (prefix caching off is SGLang's --disable-radix-cache, a ChunkCache the wing does
-not build), `preempt` events (an `abort` event is SGLang's Scheduler.abort_request), a request's external hit,
-explicit chunks or prefix_cache_hit_limit.
+not build), `preempt` events (an `abort` event is SGLang's Scheduler.abort_request), a request's explicit chunks or
+prefix_cache_hit_limit.
 """
 
 from __future__ import annotations
@@ -55,6 +62,8 @@ class SglangGeometry:
     max_reqs: int
     max_context: int
     tree_core: str = "rust"  # the radix tree's core: "rust" (SGLang's default, the bundled binding) or "python"
+    external: bool = False  # a request has an external hit: the wing's store is SGLang's external linker
+
 
     @property
     def extra(self) -> bool:
@@ -76,7 +85,7 @@ def _refuse(scenario: Scenario) -> None:
         if event.kind != "abort":  # vLLM's forced preemption (reset_prefix_cache) has no SGLang counterpart
             raise BadInput(f"scenario field events[{i}].kind={event.kind!r}: not expressible on the SGLang wing")
     for i, req in enumerate(scenario.requests):
-        for name in ("external", "chunks", "prefix_cache_hit_limit"):
+        for name in ("chunks", "prefix_cache_hit_limit"):
             if getattr(req, name) is not None:
                 raise BadInput(f"scenario field requests[{i}].{name}: not expressible on the SGLang wing")
 
@@ -125,4 +134,5 @@ def sglang_geometry(scenario: Scenario, run: SglangRun | None = None) -> SglangG
         strategy=run.strategy, page=page, cache_chunk=g.mamba_block_size,
         budget=g.token_budget, kv_size=(g.num_blocks - 1) * g.attn_block_size // page * page,
         mamba_slots=max(20, reqs * per_req),
-        max_reqs=reqs, max_context=max(256, longest + 2 * page), tree_core=run.tree_core)
+        max_reqs=reqs, max_context=max(256, longest + 2 * page), tree_core=run.tree_core,
+        external=any(r.external is not None for r in scenario.requests))

@@ -82,6 +82,27 @@ SLIPS = {
         "srt/mem_cache/unified_cache/components/mamba.py:677-678",
         "no_buffer's stash of an unfinished request copies the freshly allocated slot over the request's working "
         "slot, not the working state into the slot the tree keeps"),
+    "sglang-linker-load-keeps-cow": Slip(
+        "sglang.srt.mem_cache.unified_cache.components.mamba", "MambaComponent", "_adopt_loaded_state",
+        "req.kv.mamba_cow_src_index = None",
+        "pass  # slip: the deferred copy-on-write is kept",
+        "srt/mem_cache/unified_cache/components/mamba.py:789",
+        "an external load does not cancel the device hit's deferred copy-on-write, which then overwrites the "
+        "loaded (longer) state with the device prefix's"),
+    "sglang-linker-mamba-key-first-page": Slip(
+        "sglang.srt.mem_cache.unified_cache.components.mamba", "MambaComponent", "build_external_linker_transfer",
+        "keys=[keys[-1]],",
+        "keys=[keys[0]],",
+        "srt/mem_cache/unified_cache/components/mamba.py:754",
+        "an external hit's Mamba state is looked up and loaded under the tail's first page, not its last: the "
+        "request continues from a state the store holds for a shorter prefix"),
+    "sglang-linker-failure-read-as-landed": Slip(
+        "sglang.srt.mem_cache.unified_cache.unified_cache_linker", "LayerWiseLoadCounter", "finish",
+        "landed = all(future.exception() is None for future in futures)",
+        "landed = all(future.done() for future in futures)",
+        "srt/mem_cache/unified_cache/unified_cache_linker.py:123",
+        "a failed layer counts as landed (it is done, with an error): the request whose external load failed is "
+        "not aborted and continues from a slot the load never wrote"),
 }
 MUTANTS = {COW_DROPPED: "a prefix hit's Mamba state is not copied into the new working slot: "
                         "MambaComponent.finalize_match_result_in_cache drops mamba_cow_src_index and clears instead",

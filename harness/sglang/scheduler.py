@@ -49,7 +49,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from harness.scenario import VOCAB_SIZE
 from harness.sglang.env import NoOp
 from harness.sglang.forward import simulated_forward
-from harness.sglang.geometry import MAX_RUNNING, sglang_rid
+from harness.sglang.geometry import MAX_RUNNING, scenario_id, sglang_rid
 
 
 def make_req(rid: str, tokens: list[int], max_new: int) -> Req:
@@ -67,7 +67,7 @@ def _flags(s: Scheduler) -> None:
     s.scheduler_stage_metrics = None  # the stage decorator (observability/scheduler_stage_metrics.py:176)
     s._pending_chunked_abort_req = None  # process_pending_chunked_abort :3792
     s.enable_hierarchical_cache = s.enable_lmcache = False  # :3884, :3887, :4240, :4351
-    s.enable_unified_cache_external_linker = s.enable_hicache_storage = False  # :3886, :3890, :4240, :4351
+    s.enable_hicache_storage = False  # :3890, :4240
     s.dllm_config = None  # :3900, :3906, :3944, :3970, :4171
     s.disaggregation_mode = DisaggregationMode.NULL  # :3488, stash_chunked_request :3773, :5096
     s.enable_hisparse = False  # :3922, :3935
@@ -99,6 +99,7 @@ def _flags(s: Scheduler) -> None:
 def _sizes(s: Scheduler, env) -> None:
     """Pools, sizes, queues and counters."""
     s.page_size = env.geom.page  # :4158, :4182
+    s.enable_unified_cache_external_linker = env.geom.external  # :517; :3886, :4351, :4926
     s.tree_cache = env.cache  # :3776, :4159, :4202
     s.token_to_kv_pool_allocator = env.alloc  # :4160, :4338, :4483
     s.req_to_token_pool = env.rtp  # get_num_allocatable_reqs :4040, :4199, :4337
@@ -181,7 +182,16 @@ def run_batch(s: Scheduler, env, batch, trace, step: int) -> GenerationBatchResu
     if batch.extend_num_tokens:  # :4632-4633
         s.processed_tokens_counter += batch.extend_num_tokens
     env.mr._maybe_execute_deferred_mamba_cow_and_clear(batch)
-    return GenerationBatchResult(next_token_ids=simulated_forward(env, trace, step, batch))
+    result = GenerationBatchResult(next_token_ids=simulated_forward(env, trace, step, batch))
+    if s.enable_unified_cache_external_linker:  # :4926-4931
+        failed = s.tree_cache.finish_external_linker_loads(batch.reqs)
+        if s.chunked_req in failed:
+            s._pending_chunked_abort_req = s.chunked_req
+        # SGLang drops these requests' output and never inserts their KV (unified_radix_cache.py:3631-3649): what
+        # their kernels read is not served, so it is not a read of the trace
+        dropped = {scenario_id(r) for r in failed}
+        trace.reads[:] = [r for r in trace.reads if r.step != step or r.request not in dropped]
+    return result
 
 
 class _Queue:

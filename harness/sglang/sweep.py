@@ -2,10 +2,10 @@
 to disk before they are reported.
 
 Each scenario is `harness.generate.random_scenario(seed)` projected onto what the wing expresses
-(harness/sglang/geometry.py): no drafter, retention, scheduler knobs, preempt events, external hits, explicit chunks
-or hit limits; Mamba cache modes "all" and "none" read as "align"; the token budget rounded down to a multiple of
-the page, as SGLang's server arguments require (srt/arg_groups/validation_hook.py:244 in 0.5.23). The prompts, their
-shared prefixes, arrivals, output lengths and abort events stay the generator's. The coverage-guided campaign
+(harness/sglang/geometry.py): no drafter, retention, scheduler knobs, preempt events, explicit chunks or hit limits;
+Mamba cache modes "all" and "none" read as "align"; the token budget rounded down to a multiple of the page, as
+SGLang's server arguments require (srt/arg_groups/validation_hook.py:244 in 0.5.23). The prompts, their shared
+prefixes, arrivals, output lengths, external hits and abort events stay the generator's. The coverage-guided campaign
 (harness/sglang/campaign.py) projects its inputs the same way (`project`)."""
 
 from __future__ import annotations
@@ -27,6 +27,14 @@ def projected(seed: int) -> Scenario:
     return project(random_scenario(seed, checkpoints=False))
 
 
+def decoded(data: bytes) -> Scenario:
+    """A campaign input's scenario on the wing: the genome's decoding, with external loads that fail (SGLang's
+    linker reports them from any batch: harness/sglang/linker.py), projected."""
+    from harness.genome import Budget, decode
+
+    return project(decode(data, Budget(load_failures=True)))
+
+
 def project(scenario: Scenario) -> Scenario:
     """`scenario` as the SGLang wing can replay it (the module docstring): what it cannot express dropped."""
     doc = scenario_to_json(scenario)
@@ -40,7 +48,7 @@ def project(scenario: Scenario) -> Scenario:
     g["token_budget"] = max(page, g["token_budget"] // page * page)
     doc["events"] = [e for e in doc.get("events", []) if e["kind"] == "abort"]  # SGLang has no forced preemption
     for r in doc["requests"]:
-        r.update(external=None, chunks=None, acceptance=[])
+        r.update(chunks=None, acceptance=[])
         for name in OPTIONAL_REQUEST:
             r.pop(name, None)
     return parse_scenario(doc)
