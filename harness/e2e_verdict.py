@@ -28,11 +28,11 @@ def unavailable_reason() -> str | None:
 
 def from_trace(trace) -> dict:
     """The e2e verdict of a tier-e2e trace."""
-    from harness.oracles import _divergence, _symptom, reference_output
+    from harness.oracles import first_divergence, symptom_at, reference_output
 
     requests, visible, drift = [], False, False
     for rec in trace.outputs or ():
-        first_logit, first_token = _divergence(rec)
+        first_logit, first_token = first_divergence(rec)
         if first_logit is None and first_token is None:
             continue
         out = rec.tokens[rec.prompt_len:]
@@ -40,7 +40,7 @@ def from_trace(trace) -> dict:
         if first_token is not None:
             visible = True
             entry.update(first_divergence=first_token, reference=out[:first_token] + reference_output(rec)[first_token:],
-                         symptom=_symptom(rec, first_token), step=rec.steps[first_token])
+                         symptom=symptom_at(rec, first_token), step=rec.steps[first_token])
         else:
             drift = True
             entry.update(first_divergence=first_logit, reference=out, symptom="logprobs",

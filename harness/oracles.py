@@ -323,7 +323,7 @@ def livelock_bound(end) -> int:
     return sum(end.tokens.values()) + end.longest_load + IDLE_SLACK
 
 
-def _how_it_ended(end) -> tuple[str, str] | None:
+def how_it_ended(end) -> tuple[str, str] | None:
     """(kind, how) when a run that ended with requests unfinished is a liveness finding, None when it is not:
     stuck, idle at the step limit, or a livelock (steps kept scheduling, only recomputation, past
     `livelock_bound`)."""
@@ -348,7 +348,7 @@ def liveness(trace: Trace) -> list[Finding]:
     end = trace.end
     if end is None or end.reason == "done" or not end.unfinished:
         return []
-    ended = _how_it_ended(end)
+    ended = how_it_ended(end)
     if ended is None:
         return []
     kind, how = ended
@@ -368,14 +368,14 @@ def liveness(trace: Trace) -> list[Finding]:
 def witness_liveness(trace: Trace, witness: Trace | None) -> list[Finding]:
     """(differential) A request the witness run finishes (stock vLLM, or the unpatched tree, on the same scenario
     and pool: harness/witness.py) that this run leaves waiting forever (stuck, idle past its loads, or a livelock:
-    `_how_it_ended`). `liveness` judges a stall only where the pool could hold every stalled request at its largest;
+    `how_it_ended`). `liveness` judges a stall only where the pool could hold every stalled request at its largest;
     between the fewest blocks a request needs and the most it may hold it cannot tell a hang from a pool too small,
     and the witness can: it served the request in that pool."""
     end = trace.end
     wend = witness.end if witness is not None and witness.exception is None else None
     if end is None or wend is None or end.reason == "done" or not end.unfinished or liveness(trace):
         return []
-    ended = _how_it_ended(end)
+    ended = how_it_ended(end)
     stalled = sorted(r for r in end.unfinished if r in wend.finished)
     if ended is None or not stalled:
         return []
@@ -405,11 +405,11 @@ def outputs(trace: Trace) -> list[Finding]:
     out = []
     for rec in trace.outputs or ():
         tol = rec.tolerance
-        first_logit, first_token = _divergence(rec)
+        first_logit, first_token = first_divergence(rec)
         if first_logit is None and first_token is None:
             continue
         i = min(x for x in (first_logit, first_token) if x is not None)
-        symptom = _symptom(rec, first_token)
+        symptom = symptom_at(rec, first_token)
         j = rec.prompt_len + i
         got = rec.tokens[j:]
         if first_token is None:
@@ -436,7 +436,7 @@ def first_token_divergence(rec) -> int | None:
     return None
 
 
-def _divergence(rec) -> tuple[int | None, int | None]:
+def first_divergence(rec) -> tuple[int | None, int | None]:
     """(first output whose logits leave the tolerance, first output whose token is not the reference's)."""
     first_logit = next((i for i, d in enumerate(rec.max_diff) if not d <= rec.tolerance), None)
     return first_logit, first_token_divergence(rec)
@@ -452,11 +452,11 @@ def reference_output(rec) -> list[int]:
 
 def output_symptom(rec) -> str | None:
     """None when the output matches the reference, else repeat | garbage | drift."""
-    first_logit, first_token = _divergence(rec)
-    return None if first_logit is None and first_token is None else _symptom(rec, first_token)
+    first_logit, first_token = first_divergence(rec)
+    return None if first_logit is None and first_token is None else symptom_at(rec, first_token)
 
 
-def _symptom(rec, first_token: int | None) -> str:
+def symptom_at(rec, first_token: int | None) -> str:
     if not rec.finite:
         return "garbage"
     if first_token is None:

@@ -16,7 +16,7 @@ import sys
 from types import SimpleNamespace
 
 from harness.errors import BadInput
-from harness.release import check_version, parse_version, vllm_release, vllm_source
+from harness.release import check_version, vllm_release, vllm_source
 from harness.scenario import Geometry
 from harness.vllm_env import prepare
 
@@ -26,10 +26,6 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "CRITICAL")
 
 ATTN_GROUP = 0
 MAMBA_GROUP = 1
-
-
-def _parse_version(text: str) -> tuple[int, ...]:
-    return parse_version(text)
 
 
 def installed_version() -> str:

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import asdict
 
 from harness.errors import HarnessError
-from harness.oracles import Finding, _how_it_ended, judge, witness_liveness
+from harness.oracles import Finding, how_it_ended, judge, witness_liveness
 from harness.run_config import RunConfig
 from harness.trace import RunEnd, Trace, VllmException
 
@@ -32,7 +32,7 @@ _SERVERS: dict[str, subprocess.Popen] = {}
 def stalls(trace: Trace, findings: list[Finding]) -> bool:
     """The run waits forever with requests unfinished and `liveness` could not judge it: the witness decides."""
     end = trace.end
-    return (end is not None and end.reason != "done" and bool(end.unfinished) and _how_it_ended(end) is not None
+    return (end is not None and end.reason != "done" and bool(end.unfinished) and how_it_ended(end) is not None
             and not any(f.oracle == "liveness" for f in findings))
 
 

@@ -65,7 +65,7 @@ def test_seed_scenario_as_the_mirror_judges_it():
     assert {r.what for r in trace.reads} <= {"initial", "precopy", "postcopy"}
 
 
-# Seeds whose scenarios share a runner config (harness.engine.v1_pool._runner_key, vLLM 0.33.0): K = 0
+# Seeds whose scenarios share a runner config (harness.engine.v1_pool.runner_key, vLLM 0.33.0): K = 0
 # (7, 22), K = 1 (21, 47), K = 2 (23, 52), three of one (12, 24, 27); replayed interleaved so that every
 # replay after the first of its group runs on a runner another scenario used.
 _LEAK_SEQUENCE = (7, 22, 7, 21, 47, 21, 23, 52, 23, 12, 24, 27, 12)
@@ -75,7 +75,7 @@ import json, sys
 from harness.engine import v1_pool
 out = {}
 for seed in sys.argv[1:]:
-    v1_pool._POOL.clear()  # a runner built for this scenario alone
+    v1_pool.POOL.clear()  # a runner built for this scenario alone
     out[seed] = _digest(_replay(random_scenario(int(seed), checkpoints=False)))
 print(json.dumps(out))
 """
@@ -103,9 +103,9 @@ def test_no_state_leaks_across_scenarios():
     from harness.engine import v1_pool
 
     _v1_or_skip(load_scenario(SEED))
-    v1_pool._POOL.clear()
+    v1_pool.POOL.clear()
     pooled = [(seed, _digest(_replay(random_scenario(seed, checkpoints=False)))) for seed in _LEAK_SEQUENCE]
-    assert len(v1_pool._POOL) < len(set(_LEAK_SEQUENCE)), "no runner was reused: the sequence tests nothing"
+    assert len(v1_pool.POOL) < len(set(_LEAK_SEQUENCE)), "no runner was reused: the sequence tests nothing"
     code = ("import sys; sys.path.insert(0, %r); sys.path.insert(0, %r)\n" % (str(ROOT), str(ROOT / "tests"))
             + "from test_engine_v1 import _digest, _replay, random_scenario\n" + _FRESH_PROCESS)
     proc = subprocess.run([sys.executable, "-c", code, *map(str, sorted(set(_LEAK_SEQUENCE)))], capture_output=True,
@@ -372,10 +372,10 @@ def test_draftless_steps_get_the_spec_decode_arguments_the_release_gives(group):
     builders the spec-decode arguments (accepted counts, draft counts) only in a step with drafts scheduled, 0.33
     whenever drafting is configured. Passing them always on 0.26-0.30 made a Mamba2 builder split a draftless step
     at 1 + K tokens, and these two release groups were NEW there; as vLLM builds it, every oracle holds."""
-    from harness.engine.runner_v1 import _spec_metadata_per_step
+    from harness.engine.runner_v1 import spec_metadata_per_step
 
     scenario = load_scenario(ROOT / "scenarios" / "releases" / f"{group}.json")
     _v1_or_skip(scenario)
-    if not _spec_metadata_per_step():
+    if not spec_metadata_per_step():
         pytest.skip("0.33+: the builders get the spec-decode arguments in every step")
     assert _signatures(_replay(scenario, scheduling="off")) == []

@@ -251,12 +251,12 @@ def test_async_decision_is_vllms_for_the_drafting_method():
     only from 0.33 (0.32 turns it off); an EAGLE geometry gets the EAGLE decision although its config is built
     as n-gram (harness/engine/config.py _as_eagle)."""
     from harness.engine.scheduler import EngineDriver
-    from harness.vllm_adapter import _parse_version
+    from harness.release import parse_version
 
     ngram = load_scenario(SPEC)
     eagle = ngram.model_copy(update={"geometry": ngram.geometry.model_copy(update={"eagle_block_drop": True})})
     assert EngineDriver(eagle, None, V2).asynchronous
-    assert EngineDriver(ngram, None, V2).asynchronous == (_parse_version(installed_version()) >= (0, 33))
+    assert EngineDriver(ngram, None, V2).asynchronous == (parse_version(installed_version()) >= (0, 33))
 
 
 @needs_async

@@ -156,3 +156,35 @@ def test_only_the_doors_import_vllm():
     assert not outside, f"modules importing vLLM outside the doors: {outside}"
     text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
     assert all(f"`{Path(m).name}`" in text or Path(m).stem in text for m in VLLM_DOORS)
+
+
+def _private_uses(path: Path) -> list[str]:
+    """`from harness.X import _name` and `alias._name` on an imported harness module, in one file."""
+    tree = ast.parse(path.read_text(), str(path))
+    found, aliases = [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness"):
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private:
+                    found.append(f"{node.module}.{alias.name}")
+                aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("harness") and alias.asname:
+                    aliases[alias.asname] = alias.name
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            found.append(f"{aliases[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    """The package, its benches, tools and fuzz targets use what another module makes public, never its `_names`
+    (issue 46's wall: a private name is free to change with its module). Tests may reach in: they test it."""
+    root = PACKAGE.parent
+    files = [p for d in ("harness", "bench", "tools", "fuzz") for p in (root / d).rglob("*.py")]
+    assert (root / "harness" / "witness.py") in files  # the walk sees the package
+    reached = {str(p.relative_to(root)): uses for p in files if (uses := _private_uses(p))}
+    assert not reached, f"private names used outside their module: {reached}"

@@ -40,7 +40,7 @@ def _row(name: str, drafter: str, K: int, user_block: int | None) -> dict:
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, MambaSpec
 
     from harness.engine.config import engine_block_sizes, vllm_config
-    from harness.engine.model_geometry import (HIDDEN_LAYER, _group, engine_block_size, hidden_state_spec,
+    from harness.engine.model_geometry import (HIDDEN_LAYER, kv_cache_groups_of, engine_block_size, hidden_state_spec,
                                                model_config_for, model_layer_specs)
     from harness.errors import BadInput
     from harness.model_configs import load
@@ -60,7 +60,7 @@ def _row(name: str, drafter: str, K: int, user_block: int | None) -> dict:
         specs = {k: v for k, v in specs.items() if not k.startswith("mtp.")}  # the EAGLE3 head, not the MTP one
         specs["draft.layers.0.self_attn.attn"] = FullAttentionSpec(block_size=block, num_kv_heads=8, head_size=128,
                                                                    dtype=torch.bfloat16)
-    groups = _group(vc2, specs)
+    groups = kv_cache_groups_of(vc2, specs)
     cc_block = engine_block_size(groups)
     mamba = {g.kv_cache_spec.block_size for g in groups if isinstance(g.kv_cache_spec, MambaSpec)}
     kinds: dict = {}

@@ -40,10 +40,10 @@ def measure(tier: str, scenarios: list) -> dict:
     out = {"tier": tier, "scenarios": n, "skipped": skipped, "first_pass_s": round(passes[0], 2),
            "rate": round(n / passes[1], 1), "maxrss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
     if tier == "e2e":
-        from harness.e2e.engine import _ENGINES
+        from harness.e2e.engine import ENGINES
 
-        out["engines"] = len(_ENGINES)
-        out["engine_start_s"] = round(sum(e.build_s for e in _ENGINES.values()) / max(len(_ENGINES), 1), 2)
+        out["engines"] = len(ENGINES)
+        out["engine_start_s"] = round(sum(e.build_s for e in ENGINES.values()) / max(len(ENGINES), 1), 2)
     return out
 
 

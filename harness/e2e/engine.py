@@ -43,7 +43,7 @@ from harness.trace import Trace, VllmException, VllmRaised, run_steps
 TOLERANCE = 1e-3
 MAX_MODEL_LEN = 16384  # each engine's model length (a scenario's requests are checked against the pool)
 MAX_ENGINES = 32  # engines kept per process (one per block and prefix-match unit; measured ~15 MiB each)
-_ENGINES: dict["EngineKey", "Engine"] = {}
+ENGINES: dict["EngineKey", "Engine"] = {}
 _SERIAL = itertools.count()
 
 
@@ -405,11 +405,11 @@ def engine_for(sc: Scenario, family: str, seed: int) -> Engine:
 
 
 def _engine(key: EngineKey) -> Engine:
-    eng = _ENGINES.get(key)
+    eng = ENGINES.get(key)
     if eng is None:
-        if len(_ENGINES) >= MAX_ENGINES:  # the oldest geometry gives way
-            _ENGINES.pop(next(iter(_ENGINES)))
-        eng = _ENGINES[key] = Engine(key)
+        if len(ENGINES) >= MAX_ENGINES:  # the oldest geometry gives way
+            ENGINES.pop(next(iter(ENGINES)))
+        eng = ENGINES[key] = Engine(key)
     return eng
 
 
@@ -441,7 +441,7 @@ class E2EDriver:
         try:
             self.eng.reset()
         except HarnessError:  # a block the last replay leaked (its pool accounting said so): a fresh engine
-            _ENGINES.pop(self.eng.key, None)
+            ENGINES.pop(self.eng.key, None)
             self.eng = engine_for(self.sc, family, seed)
             self.eng.reset()
         self.trace = Trace(**vllm_source().as_json(), mutant=mutant)
@@ -605,7 +605,7 @@ class E2EDriver:
                 if eng.scheduler.kv_cache_manager.block_pool.get_num_free_blocks() < eng.key.num_blocks - 1:
                     raise HarnessError("blocks still held after the abort")
             except Exception:  # noqa: BLE001 - any failure to recover: a fresh engine next time
-                _ENGINES.pop(eng.key, None)
+                ENGINES.pop(eng.key, None)
 
     def _finish(self, trace: Trace) -> Trace:
         trace.e2e = {"scale": self.scale, "block_size": self.sc.geometry.mamba_block_size,

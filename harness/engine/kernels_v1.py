@@ -261,7 +261,7 @@ class _Launch:
         return self.fn(*args, **kwargs)
 
 
-def _exists(name: str) -> bool:
+def kernel_exists(name: str) -> bool:
     import importlib
 
     module, attr = name.rsplit(".", 1)
@@ -296,7 +296,7 @@ def register() -> str:
         import importlib
 
         for name, fn in _KERNELS.items():
-            if _exists(name) and name.rsplit(".", 2)[-2][:1].islower():
+            if kernel_exists(name) and name.rsplit(".", 2)[-2][:1].islower():
                 module, attr = name.rsplit(".", 1)
                 host = importlib.import_module(module)
                 _JIT[name] = getattr(host, attr)
@@ -306,7 +306,7 @@ def register() -> str:
         _active = "torch"
         _registered = "module"
         return _registered
-    register_replacements({name: _impl(name, fn) for name, fn in _KERNELS.items() if _exists(name)})
+    register_replacements({name: _impl(name, fn) for name, fn in _KERNELS.items() if kernel_exists(name)})
     _registered = "dispatcher"
     return _registered
 

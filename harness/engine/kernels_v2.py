@@ -15,9 +15,9 @@ Kernels (vLLM 0.33.0 file:line of the Triton source each one follows):
 - input prep: `_prepare_prefill_inputs_kernel`, `_prepare_pos_seq_lens_kernel`,
   `_combine_sampled_and_draft_tokens_kernel`, `_get_num_sampled_and_rejected_kernel`, `_post_update_kernel`,
   `_post_update_num_computed_tokens_kernel`, `_expand_idx_mapping_kernel` (gpu/input_batch.py:279-740);
-- sampling: `_gumbel_sample_kernel` (gpu/sample/gumbel.py:282, murmur3 noise bit for bit), the rejection
-  sampler's `_gather_draft_sampled_kernel` (gpu/spec_decode/rejection_sampler.py:78),
-  `_compute_local_logits_stats_kernel`, `_rejection_kernel`, `_resample_kernel`, `_insert_resampled_kernel`
+- sampling: `gumbel_sample_kernel` (gpu/sample/gumbel.py:282, murmur3 noise bit for bit), the rejection
+  sampler's `gather_draft_sampled_kernel` (gpu/spec_decode/rejection_sampler.py:78),
+  `compute_local_logits_stats_kernel`, `rejection_kernel`, `resample_kernel`, `insert_resampled_kernel`
   (gpu/spec_decode/rejection_sampler_utils.py:209-1060; Philox `tl.rand` bit for bit) — the paths without
   draft logits, watermarking, block verification, FLy or synthetic acceptance (an n-gram/EAGLE-as-n-gram
   drafter, which is what the engine tier builds); any other path raises NotImplementedError;
@@ -37,16 +37,16 @@ import torch
 
 from harness.engine import kernels_v1
 from harness.engine.kernels_v2_sampling import (
-    _compute_local_logits_stats_kernel,
-    _gather_draft_sampled_kernel,
-    _gumbel_combine_kernel,
-    _gumbel_sample_kernel,
-    _insert_resampled_kernel,
-    _prompt_logprobs_token_ids_kernel,
-    _ranks_kernel,
-    _rejection_kernel,
-    _resample_kernel,
-    _topk_log_softmax_kernel,
+    compute_local_logits_stats_kernel,
+    gather_draft_sampled_kernel,
+    gumbel_combine_kernel,
+    gumbel_sample_kernel,
+    insert_resampled_kernel,
+    prompt_logprobs_token_ids_kernel,
+    ranks_kernel,
+    rejection_kernel,
+    resample_kernel,
+    topk_log_softmax_kernel,
 )
 
 _registered = ""
@@ -375,16 +375,16 @@ KERNELS = {
     _G + "input_batch._expand_idx_mapping_kernel": _expand_idx_mapping_kernel,
     _G + "model_states.mamba_hybrid._scatter_num_accepted_kernel": _scatter_num_accepted_kernel,
     _G + "model_states.mamba_hybrid._fill_num_accepted_kernel": _fill_num_accepted_kernel,
-    _G + "sample.gumbel._gumbel_sample_kernel": _gumbel_sample_kernel,
-    _G + "sample.gumbel._gumbel_combine_kernel": _gumbel_combine_kernel,  # 0.34.0
-    _G + "sample.logprob._topk_log_softmax_kernel": _topk_log_softmax_kernel,
-    _G + "sample.logprob._ranks_kernel": _ranks_kernel,
-    _G + "sample.prompt_logprob._prompt_logprobs_token_ids_kernel": _prompt_logprobs_token_ids_kernel,
-    _G + "spec_decode.rejection_sampler._gather_draft_sampled_kernel": _gather_draft_sampled_kernel,
-    _G + "spec_decode.rejection_sampler_utils._compute_local_logits_stats_kernel": _compute_local_logits_stats_kernel,
-    _G + "spec_decode.rejection_sampler_utils._rejection_kernel": _rejection_kernel,
-    _G + "spec_decode.rejection_sampler_utils._resample_kernel": _resample_kernel,
-    _G + "spec_decode.rejection_sampler_utils._insert_resampled_kernel": _insert_resampled_kernel,
+    _G + "sample.gumbel._gumbel_sample_kernel": gumbel_sample_kernel,
+    _G + "sample.gumbel._gumbel_combine_kernel": gumbel_combine_kernel,  # 0.34.0
+    _G + "sample.logprob._topk_log_softmax_kernel": topk_log_softmax_kernel,
+    _G + "sample.logprob._ranks_kernel": ranks_kernel,
+    _G + "sample.prompt_logprob._prompt_logprobs_token_ids_kernel": prompt_logprobs_token_ids_kernel,
+    _G + "spec_decode.rejection_sampler._gather_draft_sampled_kernel": gather_draft_sampled_kernel,
+    _G + "spec_decode.rejection_sampler_utils._compute_local_logits_stats_kernel": compute_local_logits_stats_kernel,
+    _G + "spec_decode.rejection_sampler_utils._rejection_kernel": rejection_kernel,
+    _G + "spec_decode.rejection_sampler_utils._resample_kernel": resample_kernel,
+    _G + "spec_decode.rejection_sampler_utils._insert_resampled_kernel": insert_resampled_kernel,
     "vllm.v1.worker.mamba_utils.preprocess_mamba_align_fused_kernel": preprocess_mamba_align_fused_kernel,
     "vllm.v1.worker.mamba_utils.get_aligned_state_indices_multi_group_kernel":
         get_aligned_state_indices_multi_group_kernel,
@@ -418,7 +418,7 @@ def register() -> str:
 
     present = {}
     for name, fn in KERNELS.items():
-        if kernels_v1._exists(name):
+        if kernels_v1.kernel_exists(name):
             host, attr = dispatcher._resolve_kernel(name)
             present[name] = _by_name(fn, dispatcher._kernel_arg_names(getattr(host, attr)))
     kernels_v1.register_replacements(present)

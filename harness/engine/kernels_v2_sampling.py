@@ -130,7 +130,7 @@ def _noised_block_argmax(logits, temp, seed, pos, block_size, *, drafting, use_f
     return torch.from_numpy(value), torch.from_numpy(idx)
 
 
-def _gumbel_sample_kernel(local_argmax_ptr, local_argmax_stride, local_max_ptr, local_max_stride, logits_cache_ptr,
+def gumbel_sample_kernel(local_argmax_ptr, local_argmax_stride, local_max_ptr, local_max_stride, logits_cache_ptr,
                           logits_cache_stride_0, logits_cache_stride_1, logits_cache_col_ptr, logits_cache_source_ptr,
                           logits_cache_source_stride, logits_ptr, logits_stride, expanded_idx_mapping_ptr, seeds_ptr,
                           pos_ptr, temp_ptr, vocab_size, BLOCK_SIZE=1024, IS_DRAFTING=False, APPLY_TEMPERATURE=True,
@@ -169,7 +169,7 @@ def _gumbel_sample_kernel(local_argmax_ptr, local_argmax_stride, local_max_ptr, 
     local_max_ptr[:n, :nb] = value.to(local_max_ptr.dtype)
 
 
-def _gumbel_combine_kernel(local_argmax_ptr, local_argmax_stride, local_max_ptr, local_max_stride, sampled_ptr,
+def gumbel_combine_kernel(local_argmax_ptr, local_argmax_stride, local_max_ptr, local_max_stride, sampled_ptr,
                            num_blocks, PADDED_NUM_BLOCKS=None, **_):
     """0.34.0's combine of the per-block maxima (gumbel.py:362-386): per row the first NaN block wins, else the
     first block holding the maximum (torch.argmax's rule); the row samples that block's argmax."""
@@ -186,7 +186,7 @@ def _gumbel_combine_kernel(local_argmax_ptr, local_argmax_stride, local_max_ptr,
 # limit, harness/engine/scheduler.py `hit_limit_params`) runs them over the whole vocabulary, which Triton's
 # interpreter takes seconds a row for. The same math; the sums run in torch's order, not the kernel's blocks ---------
 
-def _topk_log_softmax_kernel(output_ptr, logits_ptr, logits_stride, topk_ids_ptr, topk_ids_stride, topk, vocab_size,
+def topk_log_softmax_kernel(output_ptr, logits_ptr, logits_stride, topk_ids_ptr, topk_ids_stride, topk, vocab_size,
                              BLOCK_SIZE=1024, TOPK_BLOCK_SIZE=None, **_):
     """logprob.py:17-57: per row, the fp32 log-softmax (shifted by the row's maximum) at the given token ids."""
     rows, k, v = output_ptr.shape[0], int(topk), int(vocab_size)
@@ -197,7 +197,7 @@ def _topk_log_softmax_kernel(output_ptr, logits_ptr, logits_stride, topk_ids_ptr
     output_ptr.view(rows, -1)[:, :k] = torch.log_softmax(logits, dim=1).gather(1, ids)
 
 
-def _ranks_kernel(output_ptr, logits_ptr, logits_stride, token_ids_ptr, vocab_size, BLOCK_SIZE=8192, **_):
+def ranks_kernel(output_ptr, logits_ptr, logits_stride, token_ids_ptr, vocab_size, BLOCK_SIZE=8192, **_):
     """logprob.py:60-78: per row, how many logits are at least the token's."""
     rows, v = output_ptr.shape[0], int(vocab_size)
     logits = logits_ptr[:rows, :v]
@@ -205,7 +205,7 @@ def _ranks_kernel(output_ptr, logits_ptr, logits_stride, token_ids_ptr, vocab_si
     output_ptr[:rows] = (logits >= x).sum(dim=1).to(output_ptr.dtype)
 
 
-def _prompt_logprobs_token_ids_kernel(prompt_logprobs_token_ids_ptr, query_start_loc_ptr, idx_mapping_ptr,
+def prompt_logprobs_token_ids_kernel(prompt_logprobs_token_ids_ptr, query_start_loc_ptr, idx_mapping_ptr,
                                       num_computed_tokens_ptr, all_token_ids_ptr, all_token_ids_stride,
                                       BLOCK_SIZE=1024, **_):
     """prompt_logprob.py:236-266: each query token's next token, read from its request's token row."""
@@ -218,7 +218,7 @@ def _prompt_logprobs_token_ids_kernel(prompt_logprobs_token_ids_ptr, query_start
 
 # -- the rejection sampler (gpu/spec_decode/rejection_sampler*.py) -------------------------------------------------
 
-def _gather_draft_sampled_kernel(draft_sampled_ptr, pos_ptr, input_ids_ptr, positions_ptr, logits_indices_ptr,
+def gather_draft_sampled_kernel(draft_sampled_ptr, pos_ptr, input_ids_ptr, positions_ptr, logits_indices_ptr,
                                  expanded_idx_mapping_ptr, expanded_local_pos_ptr, prefill_len_ptr, num_logits,
                                  BLOCK_SIZE=1024, **_):
     n = int(num_logits)
@@ -238,7 +238,7 @@ def _is_bonus(local_pos, n):
     return nxt == 0
 
 
-def _compute_local_logits_stats_kernel(target_local_argmax_ptr, target_local_argmax_stride, target_local_max_ptr,
+def compute_local_logits_stats_kernel(target_local_argmax_ptr, target_local_argmax_stride, target_local_max_ptr,
                                        target_local_max_stride, target_local_sumexp_ptr, target_local_sumexp_stride,
                                        draft_local_max_ptr, draft_local_max_stride, draft_local_sumexp_ptr,
                                        draft_local_sumexp_stride, target_logits_ptr, target_logits_stride,
@@ -301,7 +301,7 @@ def _global_lse(local_max, local_sumexp, row, nb):
     return g + torch.log((s * torch.exp(m - g)).sum())
 
 
-def _rejection_kernel(sampled_ptr, sampled_stride, rejected_steps_ptr, target_rejected_logsumexp_ptr,
+def rejection_kernel(sampled_ptr, sampled_stride, rejected_steps_ptr, target_rejected_logsumexp_ptr,
                       draft_rejected_logsumexp_ptr, target_logits_ptr, target_logits_stride, target_local_argmax_ptr,
                       target_local_argmax_stride, target_local_max_ptr, target_local_max_stride,
                       target_local_sumexp_ptr, target_local_sumexp_stride, draft_sampled_ptr, draft_logits_ptr,
@@ -357,7 +357,7 @@ def _rejection_kernel(sampled_ptr, sampled_stride, rejected_steps_ptr, target_re
         draft_rejected_logsumexp_ptr[r] = 0.0
 
 
-def _resample_kernel(resampled_local_argmax_ptr, resampled_local_argmax_stride, resampled_local_max_ptr,
+def resample_kernel(resampled_local_argmax_ptr, resampled_local_argmax_stride, resampled_local_max_ptr,
                      resampled_local_max_stride, target_logits_ptr, target_logits_stride,
                      target_rejected_logsumexp_ptr, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
                      draft_rejected_logsumexp_ptr, rejected_step_ptr, cu_num_logits_ptr, expanded_idx_mapping_ptr,
@@ -393,7 +393,7 @@ def _resample_kernel(resampled_local_argmax_ptr, resampled_local_argmax_stride, 
         resampled_local_max_ptr[r, :nb] = value[0].to(resampled_local_max_ptr.dtype)
 
 
-def _insert_resampled_kernel(sampled_ptr, sampled_stride, num_sampled_ptr, resampled_local_argmax_ptr,
+def insert_resampled_kernel(sampled_ptr, sampled_stride, num_sampled_ptr, resampled_local_argmax_ptr,
                              resampled_local_argmax_stride, resampled_local_max_ptr, resampled_local_max_stride,
                              resample_num_blocks, cu_num_logits_ptr, expanded_idx_mapping_ptr, temp_ptr,
                              PADDED_RESAMPLE_NUM_BLOCKS=1, **_):

@@ -200,12 +200,12 @@ def _model_groups(key: str, vc, block_size: int, mode: str, K: int, hidden: int 
         raise BadInput(f"geometry.model {load(json.loads(key))[0]!r}: a {MIXER_NAMES[mixer]} model with speculative "
                        f"decoding (K={K}); vLLM {installed_version()}'s {MIXER_NAMES[mixer]} decode kernels take no "
                        "accepted counts, so the engine tier follows them at K = 0 only")
-    return ModelGroups(tuple(_group(vc, specs)))
+    return ModelGroups(tuple(kv_cache_groups_of(vc, specs)))
 
 
 def model_layer_specs(ref, vc, block_size: int, mode: str, K: int) -> tuple:
     """(the config after vLLM's hooks, the model class, each layer's spec as its layer builds it) for the model
-    `ref` at a user block of `block_size`: what vLLM groups (`_group`)."""
+    `ref` at a user block of `block_size`: what vLLM groups (`kv_cache_groups_of`)."""
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
     name, doc = load(ref)
@@ -396,7 +396,7 @@ def model_config_for(name: str, doc: dict, vc, block_size: int, mode: str):
     return vc, mc, model_cls
 
 
-def _group(vc, specs: dict) -> list:
+def kv_cache_groups_of(vc, specs: dict) -> list:
     """vLLM's grouping of the model's layers, as the engine core calls it for this release: the KV cache layout
     resolved first where the release resolves one (0.30+, v1/engine/core.py:286 in 0.33.0), then
     `get_global_kv_cache_groups` (0.33) or `kv_cache_utils.get_kv_cache_groups` (0.26-0.32)."""

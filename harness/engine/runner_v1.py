@@ -51,12 +51,12 @@ from harness.engine.copy_timing import CopyTiming
 from harness.engine.mamba_meta import kernel_rows, write_row
 from harness.engine.model_geometry import conv_window_only, state_copy_funcs
 from harness.engine.v1_eagle import EagleStep
-from harness.engine.v1_pool import _POOL, _POOL_SIZE, _Pooled, _reinitialize_input_batch, _replace, _runner_key
+from harness.engine.v1_pool import POOL, POOL_SIZE, Pooled, reinitialize_input_batch, replace_spec, runner_key
 from harness.engine.v1_process import (
-    _PROCESS,
-    _entry_points_scanned_once,
-    _host_streams,
-    _init_process,
+    PROCESS,
+    entry_points_scanned_once,
+    host_streams,
+    init_process,
     supported,
 )
 
@@ -171,7 +171,7 @@ class V1Worker:
         self.K = K = driver.eg.num_speculative_tokens
         self.bs = driver.eg.block_size
         self.align = driver.eg.mamba_cache_mode == "align"  # mode none: no running column, no align copies
-        _init_process(vc)
+        init_process(vc)
         sched_kvc = driver.sched.kv_cache_config
         num_blocks = sched_kvc.num_blocks
         self.mixers = driver.group_mixers  # each group's Mamba type: vLLM's Mamba1, Mamba2 or ShortConv backend
@@ -191,23 +191,23 @@ class V1Worker:
         # the worker's copy of the scheduler's groups: one layer per group (a group's layers share its block
         # table and state indices), the Mamba groups with the tagged state shapes and dtypes (the scheduler's
         # config keeps its own specs: page sizes play no part in its block counts, num_blocks is given)
-        groups = [_replace(gr, layer_names=list(gr.layer_names[:1])) for gr in sched_kvc.kv_cache_groups]
+        groups = [replace_spec(gr, layer_names=list(gr.layer_names[:1])) for gr in sched_kvc.kv_cache_groups]
         for g in self.mamba_groups:
-            spec = _replace(groups[g].kv_cache_spec, shapes=shapes, dtypes=(torch.int64,) * len(shapes),
+            spec = replace_spec(groups[g].kv_cache_spec, shapes=shapes, dtypes=(torch.int64,) * len(shapes),
                             **_unpadded(groups[g].kv_cache_spec))
-            groups[g] = _replace(groups[g], kv_cache_spec=spec)
-        kvc = _replace(sched_kvc, kv_cache_groups=groups)  # tensors: registered below, not allocated by vLLM
+            groups[g] = replace_spec(groups[g], kv_cache_spec=spec)
+        kvc = replace_spec(sched_kvc, kv_cache_groups=groups)  # tensors: registered below, not allocated by vLLM
         # prefill checkpoint blocks: the Mamba builders are built with the specs that declare them
-        key = (*_runner_key(vc, driver.group_mixers), driver.geometry.prefill_checkpoint,
+        key = (*runner_key(vc, driver.group_mixers), driver.geometry.prefill_checkpoint,
                tuple(driver.hidden_blocks.items()))
-        pooled = _POOL.pop(key, None)
+        pooled = POOL.pop(key, None)
         if pooled is not None and not pooled.reset(kvc):
             pooled = None  # it could not be put back to its built state: build another
         if pooled is None:
-            pooled = _Pooled(self._build_runner(vc, kvc, groups), vc)
-        _POOL[key] = pooled  # most recently used last
-        while len(_POOL) > _POOL_SIZE:
-            _POOL.pop(next(iter(_POOL)))
+            pooled = Pooled(self._build_runner(vc, kvc, groups), vc)
+        POOL[key] = pooled  # most recently used last
+        while len(POOL) > POOL_SIZE:
+            POOL.pop(next(iter(POOL)))
         runner = pooled.runner
         if driver.geometry.prefill_checkpoint:  # the prefix-cache granularity the engine core resolves and the
             # worker adopts (v1/engine/core.py:356-370, gpu_worker.py:877-880): the Mamba builder's checkpoint
@@ -250,11 +250,11 @@ class V1Worker:
 
         from vllm.v1.worker.utils import prepare_kernel_block_sizes
 
-        from harness.engine.v2_setup import _classes
+        from harness.engine.v2_setup import layer_classes
 
-        attn_layer, mamba_layer, _ = _classes()
-        with self.set_config(vc), _scenario_drafter(vc.speculative_config), _entry_points_scanned_once(), \
-                _host_streams():
+        attn_layer, mamba_layer, _ = layer_classes()
+        with self.set_config(vc), _scenario_drafter(vc.speculative_config), entry_points_scanned_once(), \
+                host_streams():
             runner = CPUModelRunner(vc, torch.device("cpu"))
             kernels_v1.bind_slot_mapping()  # after the CPU runner bound its own (releases < 0.28)
             runner.kv_cache_config = kvc
@@ -272,7 +272,7 @@ class V1Worker:
                 ctx[groups[g].layer_names[0]] = mamba_layer(self.K + 1, mixer=self.mixers[g])
             runner.initialize_attn_backend(kvc)
             runner.initialize_metadata_builders(kvc, prepare_kernel_block_sizes(kvc, runner.attn_groups))
-            _reinitialize_input_batch(runner, kvc)
+            reinitialize_input_batch(runner, kvc)
         _checkpoint_builders_as_configured(runner)
         return runner
 
@@ -310,7 +310,7 @@ class V1Worker:
 
     # -- one step ---------------------------------------------------------------------------------------------
     def execute(self, so, step: int, seq_fps: dict[str, list[int]], core_tables) -> None:
-        with self.kernels_v1.mode(self.kernels), _host_streams():  # replacements, or vLLM's kernels
+        with self.kernels_v1.mode(self.kernels), host_streams():  # replacements, or vLLM's kernels
             self._execute(so, step, seq_fps, core_tables)
 
     def sample(self, so, step: int, sampled: dict[str, list[int]], accepted: dict[str, int], seq_fps):
@@ -324,14 +324,14 @@ class V1Worker:
         takes the batch off its queue (`collect`). The tokens are the token rule's after the prefix the runner
         fed (its own input_ids), not the scheduler's record; with EAGLE drafts (K > 0) the runner's drafter
         path runs too (harness/engine/v1_eagle.py)."""
-        with self.kernels_v1.mode(self.kernels), _host_streams():
+        with self.kernels_v1.mode(self.kernels), host_streams():
             return self._sample_async(so, step)
 
     def collect(self, out):
         """A batch's sampled tokens as the scheduler gets them (`future.result()`, core.py:783)."""
         if out is None:
             return [], []
-        with _host_streams():
+        with host_streams():
             # its ready event: the output's copy stream waited for the default stream when the step sampled
             self.timing.default_stream_waited(self._issued_before.pop(id(out), None))
             out = out.get_output()
@@ -376,7 +376,7 @@ class V1Worker:
     def _execute(self, so, step: int, seq_fps: dict[str, list[int]], core_tables) -> None:
         r = self.runner
         self._step, self._seq_fps, self._precopied, self._fed = step, seq_fps, {}, {}
-        _PROCESS["observer"] = self._observe
+        PROCESS["observer"] = self._observe
         self.kernels_v1.OBSERVER = self._observe
         if self.backend is not None:  # the model's pages: zeroing, then the CoW copies (_update_states :1205-1212)
             self.backend.zero(list(so.new_block_ids_to_zero or ()))
@@ -489,7 +489,7 @@ class V1Worker:
         n, total = len(ns_np), int(ns_np.sum())
         # the builders get the spec-decode arguments (accepted counts, draft counts) as the release's execute_model
         # decides: whenever drafting is configured (0.33), or in steps with drafts scheduled only (before)
-        spec = bool(so.scheduled_spec_decode_tokens) if _spec_metadata_per_step() else self.K > 0
+        spec = bool(so.scheduled_spec_decode_tokens) if spec_metadata_per_step() else self.K > 0
         kwargs = dict(num_tokens=total, num_reqs=n, max_query_len=int(ns_np.max()), use_spec_decode=spec,
                       num_scheduled_tokens=so.num_scheduled_tokens)
         if hasattr(r, "_get_slot_mappings"):
@@ -531,7 +531,7 @@ class V1Worker:
 
 
 @functools.cache
-def _spec_metadata_per_step() -> bool:
+def spec_metadata_per_step() -> bool:
     """Whether the release's execute_model passes the metadata builders the spec-decode arguments only in a step
     with drafts scheduled (`use_spec_decode = len(scheduler_output.scheduled_spec_decode_tokens) > 0`,
     gpu_model_runner.py:4384 in 0.30.0), not whenever a speculative config is set (:4093 in 0.33.0). A builder

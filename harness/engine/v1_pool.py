@@ -1,9 +1,9 @@
 """The V1 runner pool (harness/engine/runner_v1.py): one vLLM V1 model runner per runner config in the process.
 
-One runner per runner config (`_POOL`, keyed by the config values the runner is built from,
-`_runner_key`): building one costs more than a short scenario (its logits-processor set-up scans the installed
+One runner per runner config (`POOL`, keyed by the config values the runner is built from,
+`runner_key`): building one costs more than a short scenario (its logits-processor set-up scans the installed
 distributions' entry points). Between scenarios a pooled runner is put back to its freshly built state
-(`_Pooled.reset`): every request it still holds is finished through its own `_update_states` (what the
+(`Pooled.reset`): every request it still holds is finished through its own `_update_states` (what the
 engine's next step would send), the persistent batch is rebuilt by its own `may_reinitialize_input_batch`,
 the Mamba buffers are dropped as `initialize_kv_cache` drops them, and every buffer and attribute of the
 runner itself is restored from the snapshot taken when it was built; the state tensors are the scenario's
@@ -16,11 +16,11 @@ import numpy as np
 
 from harness.vllm_adapter import installed_version, parameters
 
-_POOL: dict[tuple, "_Pooled"] = {}  # one runner per runner config (_runner_key), reset between scenarios
-_POOL_SIZE = 256  # runners kept (a few MB each at the harness's sizes); the oldest goes first
+POOL: dict[tuple, "Pooled"] = {}  # one runner per runner config (runner_key), reset between scenarios
+POOL_SIZE = 256  # runners kept (a few MB each at the harness's sizes); the oldest goes first
 
 
-def _runner_key(vc, group_mixers: tuple = ()) -> tuple:
+def runner_key(vc, group_mixers: tuple = ()) -> tuple:
     """What a V1 runner is built from, of the engine config: batch and token limits, model length, block sizes,
     cache mode, scheduling mode and the drafter (method, K). The rest of the engine config (the prefix-match
     unit, the connector and its load-failure policy, the scheduler's block count) is read by the scheduler
@@ -34,7 +34,7 @@ def _runner_key(vc, group_mixers: tuple = ()) -> tuple:
             None if spec is None else (spec.method, spec.num_speculative_tokens), group_mixers)
 
 
-def _reinitialize_input_batch(runner, kvc) -> None:
+def reinitialize_input_batch(runner, kvc) -> None:
     """The runner's own may_reinitialize_input_batch (gpu_model_runner.py:6836 in 0.33.0), made to build a
     fresh InputBatch: it rebuilds when the block sizes differ from the ones recorded (`_init_block_sizes`,
     every release 0.26-0.33), so the record is cleared first."""
@@ -46,7 +46,7 @@ def _reinitialize_input_batch(runner, kvc) -> None:
         runner.may_reinitialize_input_batch(kvc)
 
 
-class _Pooled:
+class Pooled:
     """A runner kept for its runner config, and the state it was built in.
 
     `reset` puts it back before the next scenario, in vLLM's own ways where vLLM has one: the requests it still
@@ -84,7 +84,7 @@ class _Pooled:
                 if getattr(r, name) is not value:
                     setattr(r, name, value)
             with set_current_vllm_config(self.vc):
-                _reinitialize_input_batch(r, kvc)
+                reinitialize_input_batch(r, kvc)
         except Exception:  # noqa: BLE001 - a runner left mid-step by an exception: not reusable
             return False
         return not r.requests and r.input_batch.num_reqs == 0
@@ -134,7 +134,7 @@ def _restore(value, saved) -> None:
         value.update(saved)
 
 
-def _replace(obj, **changes):
+def replace_spec(obj, **changes):
     import dataclasses
 
     return dataclasses.replace(obj, **changes)

@@ -13,7 +13,7 @@ import socket
 
 from harness.patches import patch_attr, undo_all
 
-_PROCESS: dict = {}  # once per process: distributed init, kernel registration, the collect wrapper; "observer"
+PROCESS: dict = {}  # once per process: distributed init, kernel registration, the collect wrapper; "observer"
 
 
 def supported() -> str | None:
@@ -35,8 +35,8 @@ def supported() -> str | None:
     return None
 
 
-def _init_process(vc) -> None:
-    if _PROCESS:
+def init_process(vc) -> None:
+    if PROCESS:
         return
     from vllm.config import set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
@@ -61,15 +61,15 @@ def _init_process(vc) -> None:
                                 accept_token_bias, req_state, forward_context):
         # the non-fused pre-copy: every copy listed here runs in do_mamba_copy_block after the loop
         # (mamba_utils.py:1345-1396), so the source pages read now are what the copy consumes
-        if not (src_block_idx == dest_block_idx and accept_token_bias == 0) and _PROCESS.get("observer"):
-            _PROCESS["observer"]("precopy", req_state.req_id, src_block_idx, dest_block_idx, accept_token_bias)
+        if not (src_block_idx == dest_block_idx and accept_token_bias == 0) and PROCESS.get("observer"):
+            PROCESS["observer"]("precopy", req_state.req_id, src_block_idx, dest_block_idx, accept_token_bias)
         return original(copy_bufs, kv_cache_config, funcs, group_ids, src_block_idx, dest_block_idx,
                         accept_token_bias, req_state, forward_context)
 
     collect_mamba_copy_meta.__wrapped__ = original
     # for the process's life: the observer hook reports nothing while no V1 worker is set
     patch_attr(mamba_utils, "collect_mamba_copy_meta", collect_mamba_copy_meta, by="engine:copy-observer")
-    _PROCESS["init"] = True
+    PROCESS["init"] = True
 
 
 class _HostEvent:
@@ -100,7 +100,7 @@ class _HostStream(_HostEvent):
 
 
 @contextlib.contextmanager
-def _host_streams():
+def host_streams():
     """The CUDA stream and event calls of vLLM's async output path (AsyncGPUModelRunnerOutput, the runner's
     copy stream) on a CPU-only torch, where they raise: vLLM's CPU platform turns async scheduling off, so
     its CPU runner has no stand-ins for them beyond its build (`_torch_cuda_wrapper`). Host copies are
@@ -164,7 +164,7 @@ def _eager_compiled_helpers() -> None:
                 patch_attr(mod, attr, original, by="engine:eager")
 
 
-class _entry_points_scanned_once:
+class entry_points_scanned_once:
     """While a runner is built, the installed distributions' entry points are read once per process: the
     runner's logits-processor set-up looks up its plugin group on every build (`_load_logitsprocs_plugins`,
     v1/sample/logits_processor/__init__.py:57), which reads every distribution's metadata (most of a

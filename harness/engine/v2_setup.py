@@ -40,7 +40,7 @@ def v2_unavailable() -> str | None:
 
 # -- the runner's model: layers vLLM binds state tensors to, a forward that moves state tags ---------------
 
-def _classes():
+def layer_classes():
     """The layer, backend and model classes (built on first use: they subclass vLLM's own bases). Long: the
     classes close over vLLM's base classes imported here, so they are defined together in one scope."""
     import torch
@@ -240,7 +240,7 @@ class _Runner:
         from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
         from vllm.v1.worker.cpu.model_runner import CPUModelRunner
 
-        AttnLayer, MambaLayer, TagModel = _classes()
+        AttnLayer, MambaLayer, TagModel = layer_classes()
         torch.set_num_threads(1)  # tiny tensors: intra-op threads only spin (3-4x slower on a shared 2-core box)
         self.vc, self.num_blocks = vc, num_blocks
         B = vc.cache_config.block_size

@@ -26,9 +26,10 @@ def _tail_keyed_while_computing(original):
 
 def _prompt_end_tail() -> bool:
     """The prompt-end tail sits at the prompt's end P (before 0.32.0, which moved it to P - 1)."""
-    from harness.vllm_adapter import _parse_version, installed_version
+    from harness.release import parse_version
+    from harness.vllm_adapter import installed_version
 
-    return hasattr(MAMBA_MANAGER(), "_cache_partial_tail_block") and _parse_version(installed_version()) < (0, 32, 0)
+    return hasattr(MAMBA_MANAGER(), "_cache_partial_tail_block") and parse_version(installed_version()) < (0, 32, 0)
 
 
 # -- fix: a preemption that frees nothing now is not made (scheduler.py:755-757 in 0.30.0, :940-942 in 0.33.0) ---

@@ -190,10 +190,10 @@ def _spec_arguments_every_step_fix() -> Fix:
 
 
 def _spec_arguments_per_step() -> bool:
-    from harness.engine.runner_v1 import _spec_metadata_per_step
+    from harness.engine.runner_v1 import spec_metadata_per_step
 
     try:
-        return _spec_metadata_per_step()
+        return spec_metadata_per_step()
     except ImportError:  # no V1 GPU runner module here
         return False
 
