@@ -33,12 +33,39 @@ def _config(args: argparse.Namespace, recorded: dict | None = None, **given):
     return config
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    if args.engine == "sglang":  # the SGLang wing, in its own venv and process: its exit code is the run's
-        from harness.engines import sglang_wing
+# `run` flags that configure vLLM's replay only: given with --engine sglang they are refused, not ignored
+VLLM_ONLY_RUN_FLAGS = ("tier", "model", "runner", "forward", "async_scheduling", "kernels", "copy_timing",
+                       "model_config", "e2e_model")
 
-        return sglang_wing(args.scenario, *(["--mutant", args.mutant] if args.mutant else []),
-                           *(["--json"] if args.json else [])).returncode
+
+def _run_engine(args: argparse.Namespace) -> str:
+    """--engine as given, else the file's own: a finding the SGLang wing wrote replays on the SGLang wing."""
+    if args.engine is not None:
+        return args.engine
+    from harness.sglang.sweep import FINDING_KIND
+
+    try:
+        doc = json.loads(Path(args.scenario).read_text())
+    except (OSError, ValueError):
+        return "vllm"  # load_scenario names what is wrong with the file
+    return "sglang" if isinstance(doc, dict) and doc.get("kind") == FINDING_KIND else "vllm"
+
+
+def _cmd_run_sglang(args: argparse.Namespace) -> int:
+    """The SGLang wing, in its own venv and process: its exit code is the run's."""
+    from harness.engines import sglang_wing
+
+    given = [f"--{name.replace('_', '-')}" for name in VLLM_ONLY_RUN_FLAGS if getattr(args, name, None) is not None]
+    given += ["--e2e"] if args.e2e else []
+    if given:
+        raise BadInput(f"{', '.join(given)}: vLLM's replay options, not the SGLang wing's (--engine sglang)")
+    return sglang_wing(args.scenario, *(["--mutant", args.mutant] if args.mutant else []),
+                       *(["--json"] if args.json else [])).returncode
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    if _run_engine(args) == "sglang":
+        return _cmd_run_sglang(args)
     from harness.artifacts import FindingArtifact
     from harness.replay import replay
     from harness.verdict import judge_scenario, masking_issues

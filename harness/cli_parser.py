@@ -76,9 +76,10 @@ def build_parser(commands: dict) -> argparse.ArgumentParser:
     run.add_argument("scenario", help="scenario JSON, or a finding artifact JSON")
     run.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     run.add_argument("--mutant", help="apply a named run-time patch of vLLM first")
-    run.add_argument("--engine", choices=("vllm", "sglang"), default="vllm",
+    run.add_argument("--engine", choices=("vllm", "sglang"),
                      help="sglang: replay on the SGLang wing in its own venv (python -m harness.sglang; `make venv "
-                     "ENGINE=sglang`), --mutant naming one of its planted SGLang bugs")
+                     "ENGINE=sglang`), --mutant naming one of its planted SGLang bugs (default: vllm, or sglang for "
+                     "a finding the SGLang wing wrote)")
     run.add_argument("--artifacts", default="artifacts", help="where finding artifacts are written (default: artifacts/)")
     run.add_argument("--tier", choices=TIERS, help="symbolic (default; a finding artifact's own tier), model (a "
                      "tiny hybrid LM on real state tensors, judged against an uncached reference), engine (vLLM's "

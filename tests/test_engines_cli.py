@@ -44,12 +44,41 @@ def test_a_planted_sglang_bug_is_red_on_the_sglang_side_only(capfd):
     assert any(h.startswith("[provenance]") for h in result["sglang"]["findings"])
 
 
-def test_a_field_sglang_cannot_express_is_bad_input_naming_it(capfd):
-    assert main(["engines", str(SCENARIOS / "seed-external-hit-same-block.json")]) == 2
-    assert "requests[0].external" in capfd.readouterr().err
+def test_a_field_sglang_cannot_express_is_bad_input_naming_it(capfd, tmp_path):
+    doc = json.loads(SHARED.read_text())
+    doc["requests"][1]["chunks"] = [8, 8, 8, 8, 8, 8]
+    (tmp_path / "chunks.json").write_text(json.dumps(doc))
+    assert main(["engines", str(tmp_path / "chunks.json")]) == 2
+    assert "requests[1].chunks" in capfd.readouterr().err
+
+
+@pytest.mark.slow
+def test_an_external_hit_is_served_alike_by_vllms_connector_and_sglangs_linker(capfd):
+    """c's hit: a's whole prompt from each cache (40), then the connector's / linker's store to 48."""
+    assert main(["engines", str(DATA / "sglang-external.json"), "--json"]) == 0
+    result = json.loads(capfd.readouterr().out)
+    assert result["served"]["c"] == {"vllm": 48, "sglang": 48}
 
 
 @pytest.mark.slow
 def test_run_engine_sglang_is_the_wings_exit_code():
     assert main(["run", str(SHARED), "--engine", "sglang"]) == 0
     assert main(["run", str(SHARED), "--engine", "sglang", "--mutant", "sglang-cow-source-dropped"]) == 1
+
+
+def test_run_refuses_vllms_options_for_the_sglang_wing(capfd):
+    assert main(["run", str(SHARED), "--engine", "sglang", "--tier", "engine"]) == 2
+    assert "--tier" in capfd.readouterr().err
+
+
+@pytest.mark.slow
+def test_run_replays_a_finding_the_sglang_wing_wrote_on_the_sglang_wing(tmp_path):
+    """The file names its engine (its kind): `run FILE` needs no --engine; --engine vllm replays its scenario on vLLM."""
+    from harness.sglang.sweep import FINDING_KIND
+
+    doc = {"kind": FINDING_KIND, "run": {"mutant": "sglang-cow-source-dropped", "tree_core": "rust",
+                                         "strategy": "extra_buffer"},
+           "scenario": json.loads(SHARED.read_text()), "findings": []}
+    (tmp_path / "f.json").write_text(json.dumps(doc))
+    assert main(["run", str(tmp_path / "f.json")]) == 1  # the recorded run's mutant, on SGLang
+    assert main(["run", str(tmp_path / "f.json"), "--engine", "vllm"]) == 0
