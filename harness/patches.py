@@ -4,8 +4,8 @@ listed (`active()`), each live patch can be checked to still be in place (`check
 exact object that was there before (a class's own attribute, or no own attribute where it was inherited).
 
 Who patches (the `by` label): a mutant or a known issue's fix (`patch:NAME`, harness/mutants/base.py), the engine tier's
-stand-ins for what a GPU host has (`engine:...`: CUDA streams and events, kernel replacements, pinned
-memory) and the harness's own recorders. tests/test_patches.py applies every mutant and every fix, undoes
+stand-ins for what a GPU host has (`engine:...`: CUDA streams and events, kernel replacements and,
+for a call on vLLM's own Triton kernels, `engine:kernels-triton`, pinned memory) and the harness's own recorders. tests/test_patches.py applies every mutant and every fix, undoes
 them, and proves every vLLM class attribute and module global is back to the object it was.
 """
 

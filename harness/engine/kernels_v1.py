@@ -26,7 +26,7 @@ import ctypes
 
 import numpy as np
 
-from harness.patches import patch_attr
+from harness.patches import patch_attr, undo_all
 
 OBSERVER = None  # callable(kind, req_idx, src_col, dst_col, token_bias) or None
 
@@ -385,13 +385,27 @@ def _holders() -> list:
     return _HOLDERS
 
 
+_TRITON: list = []  # the undos of the patches that bind vLLM's own kernels back while "triton" is active
+
+
 def _set(kind: str) -> None:
+    """Bind every holder to `kind`'s kernels, through the one patch layer (harness/patches.py): "triton" patches
+    vLLM's kernels over the overrides (`engine:kernels-triton`), "torch" undoes those patches; a holder first seen
+    in a triton call (a module imported then took vLLM's kernel) is bound to the override for the process's life,
+    as `register` binds the defining modules (`engine:kernels`)."""
     global _active
     if kind == _active or not _OVR:
         return
-    table = _OVR if kind == "torch" else _JIT
-    for owner, attr, name in _holders():
-        setattr(owner, attr, table[name])
+    if kind == "triton":
+        _TRITON.extend(patch_attr(owner, attr, _JIT[name], by="engine:kernels-triton")
+                       for owner, attr, name in _holders())
+    else:
+        undo_all(_TRITON)()
+        _TRITON.clear()
+        for owner, attr, name in _holders():
+            if getattr(owner, attr) is not _OVR[name]:
+                patch_attr(owner, attr, _OVR[name], by="engine:kernels")
+    for owner, attr, _ in _holders():
         if attr == "kernel" and not isinstance(owner, type):
             owner.__dict__.pop("_kernel_arg_names", None)  # a warmup owner re-derives its launch binding
     _active = kind
