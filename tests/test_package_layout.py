@@ -188,3 +188,28 @@ def test_no_module_reaches_into_another_modules_private_names():
     assert (root / "harness" / "witness.py") in files  # the walk sees the package
     reached = {str(p.relative_to(root)): uses for p in files if (uses := _private_uses(p))}
     assert not reached, f"private names used outside their module: {reached}"
+
+
+CORE = ("harness.scenario", "harness.run_config", "harness.trace", "harness.oracles", "harness.artifacts",
+        "harness.verdict", "harness.errors", "harness.genome", "harness.generate", "harness.states", "harness.tokens",
+        "harness.known_issues", "harness.patches", "harness.sglang", "harness.sglang.geometry",
+        "harness.sglang.sweep")
+
+
+def test_the_engine_free_core_imports_without_any_engine():
+    """The core (issue 46's wall) imports in a process where importing vLLM or SGLang fails: each engine is
+    reached only through its wing's doors, when a replay runs."""
+    import subprocess
+    import sys
+
+    blocker = ("import sys\n"
+               "class Block:\n"
+               "    def find_spec(self, name, path=None, target=None):\n"
+               "        if name.split('.')[0] in ('vllm', 'sglang'):\n"
+               "            raise ImportError(f'engine import from the core: {name}')\n"
+               "sys.meta_path.insert(0, Block())\n"
+               f"for m in {CORE!r}:\n"
+               "    __import__(m)\n")
+    out = subprocess.run([sys.executable, "-c", blocker], cwd=PACKAGE.parent, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
