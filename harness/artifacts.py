@@ -15,7 +15,6 @@ from typing import Mapping
 
 from harness.errors import BadInput
 from harness.oracles import Finding
-from harness.release import vllm_source
 from harness.run_config import RunConfig
 from harness.scenario import Scenario, scenario_to_json
 
@@ -45,18 +44,19 @@ class FindingArtifact:
 
     # -- writing -------------------------------------------------------------------------------------------
     @classmethod
-    def of(cls, scenario: Scenario, findings: list[Finding], vllm_version: str, config: RunConfig, verdict=None,
-           trace=None) -> FindingArtifact:
+    def of(cls, scenario: Scenario, findings: list[Finding], engine_build: Mapping, config: RunConfig, verdict=None,
+           trace=None, e2e: dict | None = None) -> FindingArtifact:
         """A self-contained artifact: `hybrid-harness run ARTIFACT.json` replays its scenario under the recorded
         configuration (`config`: RunConfig.as_json, the engine tier's `auto` async scheduling as `trace` resolved
         it; `tier`, `mutant`, `model` and `engine` repeated for readers and older tools). With a verdict
         (harness.verdict.Verdict), it records which findings are known (and by which fix) and which are new;
-        "signature" is the first new one (or the first finding of an all-known input)."""
+        "signature" is the first new one (or the first finding of an all-known input). `engine_build`: the fields
+        that name the engine build it ran on (the vLLM wing's: harness.verdict.finding_artifact); `e2e`: what users
+        see (tier e2e). The core imports no engine: the wing hands both in."""
         config = config.with_resolved(trace)
         doc = {
             "kind": "hybrid-harness-finding",
-            **vllm_source().as_json(),
-            "vllm_version": vllm_version,
+            **engine_build,
             "mutant": config.mutant,
             "tier": config.tier,
             "model": config.model if config.runs_model else None,
@@ -68,10 +68,8 @@ class FindingArtifact:
         }
         if verdict is not None:
             doc["verdict"] = verdict.to_json()
-        if config.tier == "e2e" and trace is not None:  # what users see, from the trace itself
-            from harness.e2e_verdict import from_trace
-
-            doc["e2e"] = from_trace(trace)
+        if e2e is not None:
+            doc["e2e"] = e2e
         return cls(doc)
 
     def but(self, **fields) -> FindingArtifact:

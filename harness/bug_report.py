@@ -185,14 +185,13 @@ def open_issues() -> tuple[list[str], str]:
 
 def finding_of(issue: KnownIssue) -> FindingArtifact:
     """Replay the issue's repro here (the installed release) on its tier: a finding artifact (not written)."""
-    from harness.artifacts import FindingArtifact
     from harness.bisect import issue_config
     from harness.oracles import judge
     from harness.release import vllm_source
     from harness.replay import replay
     from harness.run_config import RunConfig
     from harness.scenario import load_scenario
-    from harness.verdict import judge_scenario
+    from harness.verdict import finding_artifact, judge_scenario
 
     c = issue_config(issue)
     config = RunConfig.from_json({"tier": c["tier"], "engine": c.get("engine") or {}}).but(known_fixes=False)
@@ -204,7 +203,7 @@ def finding_of(issue: KnownIssue) -> FindingArtifact:
     if not findings:
         raise BadInput(f"{issue.id}: its repro shows nothing on vLLM {vllm_source().describe()}")
     verdict = judge_scenario(scenario, findings, config=config, base=base)
-    artifact = FindingArtifact.of(scenario, findings, vllm_source().version, config, verdict, trace)
+    artifact = finding_artifact(scenario, findings, vllm_source().version, config, verdict, trace)
     if c["tier"] == "e2e":
         from harness.e2e_verdict import from_trace
 

@@ -66,9 +66,8 @@ def _cmd_run_sglang(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     if _run_engine(args) == "sglang":
         return _cmd_run_sglang(args)
-    from harness.artifacts import FindingArtifact
     from harness.replay import replay
-    from harness.verdict import judge_scenario, masking_issues
+    from harness.verdict import finding_artifact, judge_scenario, masking_issues
     from harness.witness import judged
     from harness.release import vllm_source
     from harness.scenario import load_scenario
@@ -99,7 +98,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     artifact_path = None
     if findings:
         stem = Path(args.scenario).stem
-        artifact = FindingArtifact.of(scenario, findings, version, config, verdict, trace)
+        artifact = finding_artifact(scenario, findings, version, config, verdict, trace)
         if e2e is not None:
             artifact = artifact.but(e2e=e2e)
         artifact_path = artifact.write(Path(args.artifacts), stem)

@@ -30,10 +30,10 @@ from pathlib import Path
 import psutil
 
 import harness.engine  # noqa: F401 - vLLM's environment for its runners, set before vLLM loads (engine confirmation)
-from harness.artifacts import FindingArtifact, write_json_atomic
+from harness.artifacts import write_json_atomic
 from harness.errors import BadInput, HarnessError
 from harness.genome import decode, generator_input, run_budget, without_checkpoints
-from harness.verdict import Verdict, confirm_on_e2e, judge_input, replay_and_judge
+from harness.verdict import Verdict, confirm_on_e2e, finding_artifact, judge_input, replay_and_judge
 from harness.oracles import merge_output_summaries, output_summary
 from harness.release import vllm_source
 from harness.run_config import RunConfig
@@ -158,7 +158,7 @@ class Target:
         tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
         (tmp / "input.bin").write_bytes(data)
-        artifact = FindingArtifact.of(scenario, findings, self.version, self.config, verdict, trace)
+        artifact = finding_artifact(scenario, findings, self.version, self.config, verdict, trace)
         artifact = artifact.but(detection={"execs": self.execs, "startup_s": self.startup_s,
                                            "after_startup_s": round(time.monotonic() - self.first_exec, 3)})
         if artifact.e2e is None:  # a kept finding (never every input) replayed on vLLM's whole engine

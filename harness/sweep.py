@@ -33,11 +33,11 @@ def tier_label(config) -> str:
 
 
 def run_sweep(config, first_seed: int, count: int, artifacts: Path, out=print) -> SweepResult:
-    from harness.artifacts import FindingArtifact, write_json_atomic
+    from harness.artifacts import write_json_atomic
     from harness.genome import budget_scenario, run_budget
     from harness.oracles import merge_output_summaries, output_summary
     from harness.scenario import scenario_to_json
-    from harness.verdict import judge_input
+    from harness.verdict import finding_artifact, judge_input
     from harness.vllm_adapter import installed_version, load_vllm, supports_prefill_checkpoints
 
     version = installed_version()
@@ -60,7 +60,7 @@ def run_sweep(config, first_seed: int, count: int, artifacts: Path, out=print) -
             result.outputs = merge_output_summaries(result.outputs, output_summary(trace))
         if not findings:
             continue
-        path = FindingArtifact.of(scenario, findings, version, config, verdict, trace).write(artifacts, f"sweep-{seed}")
+        path = finding_artifact(scenario, findings, version, config, verdict, trace).write(artifacts, f"sweep-{seed}")
         if verdict.is_new:
             result.new.append((seed, path))
             latent = f"; latent behind {'+'.join(verdict.latent)}" if verdict.latent else ""

@@ -310,3 +310,20 @@ def _exposing_fixes(revealed: set, issues: list, replay_signatures) -> list[str]
         if trial and revealed & set(replay_signatures(trial)):
             needed = trial
     return [k.id for k in needed]
+
+
+def finding_artifact(scenario, findings, version: str, config: RunConfig, verdict: Verdict | None = None,
+                     trace=None):
+    """The vLLM wing's kept finding: the core's `FindingArtifact` with the vLLM build it ran on
+    (harness.release.vllm_source, `version` as the replay named it) and, on tier e2e, what users see, from the
+    trace itself (harness.e2e_verdict.from_trace)."""
+    from harness.artifacts import FindingArtifact
+    from harness.release import vllm_source
+
+    e2e = None
+    if config.tier == "e2e" and trace is not None:
+        from harness.e2e_verdict import from_trace
+
+        e2e = from_trace(trace)
+    return FindingArtifact.of(scenario, findings, {**vllm_source().as_json(), "vllm_version": version}, config,
+                              verdict, trace, e2e=e2e)
