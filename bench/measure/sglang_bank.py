@@ -29,7 +29,13 @@ DROPPED = """Tried and dropped:
 - `retract` keeping the Mamba slot: equivalent (`free_mamba_cache` already clears it).
 
 Reached since the sweep alternates the Mamba strategy (odd seeds no_buffer): `mamba.py:677-678`, no_buffer's stash
-copy, was 0 of 300 when every seed ran extra_buffer; it is the bank's `sglang-no-buffer-stash-args-swapped` now."""
+copy, was 0 of 300 when every seed ran extra_buffer; it is the bank's `sglang-no-buffer-stash-args-swapped` now.
+
+The generator's scenarios (the sweep) draw external hits but no failing loads; the campaign's genome draws them
+(harness/sglang/sweep.py `decoded`), so `sglang-linker-failure-read-as-landed` is 0 of 300 in the sweep and killed
+by the campaign only. External hits entered the sweep with the linker: requests they serve from the store skip the
+device copy-on-write, so the two CoW mutants' sweep counts fell from 83 to 49 of 300 (the campaign still kills both
+within 8 inputs)."""
 
 
 def sweep(count: int, mutant: str | None, tree_core: str) -> dict:
