@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 SHARED = DATA / "sglang-shared-prefix.json"
 CHUNKED = DATA / "sglang-shared-prefix-chunked.json"
+SPEC = DATA / "sglang-spec.json"
 
 
 def wing(*args: str) -> subprocess.CompletedProcess:
@@ -52,7 +53,10 @@ def test_a_generator_sweep_is_clean_on_stock_and_writes_what_the_planted_bug_sho
 @pytest.mark.slow
 @pytest.mark.parametrize("mutant,count", [("sglang-cow-args-swapped", 40), ("sglang-track-seqlen-page-early", 40),
                                           ("sglang-decode-track-idx-stale", 40),
-                                          ("sglang-force-track-h-no-plus-one", 40)])
+                                          ("sglang-force-track-h-no-plus-one", 40),
+                                          ("sglang-spec-commit-step-one-short", 10),
+                                          ("sglang-spec-track-step-one-early", 10),
+                                          ("sglang-spec-track-boundary-seqlen-late", 20)])
 def test_the_sglang_mutant_bank_is_killed_by_a_short_sweep(tmp_path, mutant, count):
     out = wing("sweep", "--count", str(count), "--mutant", mutant, "--artifacts", str(tmp_path))
     assert out.returncode == 1, out.stdout + out.stderr[-3000:]
@@ -87,12 +91,33 @@ def test_a_failed_external_load_aborts_its_request_and_a_failure_read_as_landed_
     assert slip["state_reads"]["c"][0] is None and any("[provenance]" in f for f in slip["findings"])
 
 
-def test_speculation_is_bad_input(tmp_path):
-    doc = json.loads(SHARED.read_text())
-    doc["geometry"]["num_speculative_tokens"] = 2
+@pytest.mark.parametrize("field,value", [("num_speculative_tokens", 3), ("mamba_block_size", 2)])
+def test_speculation_the_wing_cannot_run_is_bad_input(tmp_path, field, value):
+    """Only k = 2 (D = 3, the fixture pool's intermediate steps); extra_buffer needs a track interval >= D
+    (SGLang's rule, mamba_hook.py:133)."""
+    doc = json.loads(SPEC.read_text())
+    doc["geometry"].update({field: value, "attn_block_size": 2, "hash_block_size": 2})
     (tmp_path / "spec.json").write_text(json.dumps(doc))
     out = wing(str(tmp_path / "spec.json"))
-    assert out.returncode == 2 and "num_speculative_tokens" in out.stderr, out.stderr[-3000:]
+    assert out.returncode == 2 and f"geometry.{field}" in out.stderr, out.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["extra_buffer", "no_buffer"])
+def test_ngram_speculation_is_clean_on_stock_and_a_commit_one_step_short_is_a_provenance_finding(strategy):
+    """SGLang's own spec prepare, verify-track rebuild and post-verify commit around the NGRAM worker stand-in
+    (harness/sglang/spec.py): a's acceptance [2, 1, 0] commits 3, 2, 1 tokens per verify."""
+    stock = _summary(str(SPEC), "--strategy", strategy)
+    assert stock["findings"] == [] and stock["state_reads"]["a"][2:6] == [21, 24, 26, 27], stock
+    slip = _summary(str(SPEC), "--strategy", strategy, "--mutant", "sglang-spec-commit-step-one-short")
+    assert any("[provenance]" in f for f in slip["findings"]), slip
+
+
+@pytest.mark.slow
+def test_a_verify_tracking_the_state_before_the_boundary_is_a_cache_integrity_finding():
+    out = wing(str(SPEC), "--mutant", "sglang-spec-track-step-one-early", "--json")
+    assert out.returncode == 1, out.stdout + out.stderr[-3000:]
+    assert {f["oracle"] for f in json.loads(out.stdout)} == {"cache-integrity"}
 
 
 @pytest.mark.slow

@@ -15,11 +15,17 @@ track entry and the deferred CoW collection, `prepare_for_decode`, `filter_batch
 model_runner.py:1915, on a `__new__` ModelRunner), `SchedulerBatchResultProcessor` (release, tracking-slot swap,
 caching into the tree), `build_prefill_track_plan`, and for external hits the linker path: the factory that loads an
 out-of-tree linker, `UnifiedCacheLinkerWrapper` (match, load-back, write-through offloads, failed-load aborts) and
-`LayerWiseLoadCounter`.
+`LayerWiseLoadCounter`; with speculation (NGRAM, harness/sglang/spec.py), the spec prepare and KV allocation
+(`spec_prepare_for_decode`, `alloc_for_spec_decode`), `_forward_isolation`, the future map, `NgramVerifyInput`,
+`prepare_mamba_track_for_verify`, `commit_mamba_states_after_verify` (with `_verify_commit_step_indices` and
+`HybridLinearAttnBackend.update_mamba_state_after_mtp_verify`) and the result processor's spec paths.
 
 Not SGLang's: the forward (`forward.py`: it reads each request's Mamba slot, writes the state after the tokens it
 fed, and writes the tracking slots where srt/layers/attention/hybrid_linear_attn_backend.py:537-556 would) and
 `scheduler.run_batch`, which calls it in place of Scheduler.run_batch (and, as run_batch does, asks the cache which
-external loads failed), and the external store (`linker.py`, a `UnifiedCacheLinker` as a user's plug-in would be).
+external loads failed), the NGRAM worker (`spec.py`: a stand-in following NGRAMWorker.forward_batch_generation
+with the scenario's drafts; the verify's per-step states written where the GDN kernel keeps them; CPU stand-ins
+for the scatter and req-to-token kernels in runtime.py), and the external store (`linker.py`, a `UnifiedCacheLinker`
+as a user's plug-in would be).
 Nothing of the scheduler loop is copied.
 """

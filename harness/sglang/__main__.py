@@ -86,6 +86,7 @@ def _sweep(argv) -> int:
     elapsed = time.monotonic() - started
     print(f"sweep (SGLang wing, {args.tree_core} tree core, {args.strategy}, mutant {args.mutant}): seeds "
           f"{summary['seeds'][0]}..{summary['seeds'][1]}, {summary['ran']} replayed "
+          f"({summary['speculative']} speculative) "
           f"({summary['ran'] / elapsed:.1f}/s), "
           f"{summary['not_expressible']} not expressible, {summary['with_findings']} with findings "
           f"{summary['signatures'] or ''}")

@@ -7,6 +7,13 @@ request's sequence, its `prefix_owner`); what each request's first admission was
 (`Trace.served`); the run end (liveness) and, once every request finished or was aborted, SGLang's pools
 (pool accounting). `Trace.prefixes[rid]` are the fingerprints of the request's prompt then its generated tokens.
 Not recorded (named in `Trace.unjudged`): block-table rows (live-column).
+
+With speculation (harness/sglang/spec.py) a verify commits its whole accepted run, so `output_ids` may run past
+max_new_tokens (13 of 12); SGLang keeps them there and caps what it emits and caches with `finished_len`
+(Req.update_finish_state, schedule_batch.py:2038-2042) and `owned_kv_len` (:1553-1562; no_buffer does not cache a
+finished request whose owned length falls short of what it committed: _mamba_can_cache_finished_req). The
+fingerprints follow SGLang's own `output_ids`, overshoot included (the token rule's tokens, like the rest), so every
+read and cached key is judged against the sequence SGLang itself holds.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ def replay(scenario: Scenario, run: SglangRun | None = None) -> Trace:
     cannot express or an unknown mutant, before SGLang is imported."""
     run = run or SglangRun()
     geom = sglang_geometry(scenario, run)
-    undo = runtime.patched(geom.page, run.mutant)
+    undo = runtime.patched(geom.page, run.mutant, spec=bool(geom.draft_tokens))
     try:
         from harness.sglang.env import build
         from harness.sglang.scheduler import RealScheduler
@@ -39,10 +46,19 @@ def replay(scenario: Scenario, run: SglangRun | None = None) -> Trace:
                            "asked (srt/mem_cache/unified_cache/tree_core_registry.py _rust_fallback_reason)")
         trace = Trace(vllm_version=f"sglang {importlib.metadata.version('sglang')} ({geom.tree_core} tree core, "
                                    f"{geom.strategy})", mutant=run.mutant, vllm_kind="sglang", unjudged=dict(UNJUDGED))
-        _run(scenario, env, RealScheduler(env), trace)
+        _run(scenario, env, RealScheduler(env, _spec_worker(scenario, env)), trace)
         return trace
     finally:
         undo()
+
+
+def _spec_worker(scenario: Scenario, env):
+    """The NGRAM worker stand-in (harness/sglang/spec.py) when the scenario speculates, else None."""
+    if not env.geom.draft_tokens:
+        return None
+    from harness.sglang.spec import NgramWorkerStandIn
+
+    return NgramWorkerStandIn(env, {r.id: list(r.acceptance) for r in scenario.requests})
 
 
 def _run(scenario: Scenario, env, sched, trace: Trace) -> None:

@@ -34,27 +34,36 @@ class StateIO:
 
     def __init__(self, mamba_pool) -> None:
         self.temporal = mamba_pool.mamba_cache.temporal
+        self.steps = mamba_pool.mamba_cache.intermediate_ssm  # a verify's per-step states: [layer, row, step, ...]
         self.states: list[State] = [ZERO_STATE]
         self.ids: dict[State, int] = {ZERO_STATE: 0}
         for slot in range(self.temporal.shape[1]):
             self._write_id(slot, GARBAGE_ID)
 
-    def _words(self, slot: int):
-        return self.temporal[0, int(slot)].reshape(-1).view(torch.int16)[:WORDS]
+    def _words(self, slot: int, step: int | None = None):
+        row = self.temporal[0, int(slot)] if step is None else self.steps[0, int(slot), int(step)]
+        return row.reshape(-1).view(torch.int16)[:WORDS]
 
-    def _write_id(self, slot: int, sid: int) -> None:
+    def _write_id(self, slot: int, sid: int, step: int | None = None) -> None:
         mask = (1 << WORD_BITS) - 1
         words = [(sid >> (WORD_BITS * k)) & mask for k in range(WORDS)]
-        self._words(slot).copy_(torch.tensor(words, dtype=torch.int16))
+        self._words(slot, step).copy_(torch.tensor(words, dtype=torch.int16))
 
-    def write(self, slot: int, state: State | None) -> None:
+    def _id(self, state: State | None) -> int:
         if state is None:
-            self._write_id(slot, GARBAGE_ID)
-            return
+            return GARBAGE_ID
         if state not in self.ids:
             self.ids[state] = len(self.states)
             self.states.append(state)
-        self._write_id(slot, self.ids[state])
+        return self.ids[state]
+
+    def write(self, slot: int, state: State | None) -> None:
+        self._write_id(slot, self._id(state))
+
+    def write_step(self, row: int, step: int, state: State | None) -> None:
+        """A verify's state after draft-tree node `step` of batch row `row`, where the GDN verify kernel keeps it
+        (intermediate_ssm[layer, row, step]); SGLang's own commit scatters it into the slots."""
+        self._write_id(row, self._id(state), step)
 
     def read(self, slot: int) -> State | None:
         sid = sum((w & ((1 << WORD_BITS) - 1)) << (WORD_BITS * k) for k, w in enumerate(self._words(slot).tolist()))
@@ -87,6 +96,13 @@ def _publish_server_args(geom) -> ServerArgs:
     # what Scheduler.__init__ publishes when it is unset (scheduler.py:1237-1243, pp size 1): the micro-batch bound
     # get_num_allocatable_reqs reads (:4034) on the wing's __new__ Scheduler (harness/sglang/scheduler.py)
     sa.pp_max_micro_batch_size = MAX_RUNNING
+    if geom.draft_tokens:  # NGRAM speculative decoding (harness/sglang/spec.py); torch_native: get_last_loc's torch
+        # path (a Triton kernel otherwise)
+        sa.speculative_algorithm = "NGRAM"
+        sa.speculative_num_draft_tokens = geom.draft_tokens
+        sa.speculative_eagle_topk = 1
+        sa.speculative_num_steps = geom.draft_tokens - 1
+        sa.attention_backend = "torch_native"
     if geom.external:  # the wing's store as an out-of-tree linker (harness/sglang/linker.py)
         sa.enable_unified_cache_external_linker = True
         sa.unified_cache_external_linker_backend = "dynamic"

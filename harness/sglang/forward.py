@@ -27,7 +27,7 @@ def fold(state: State | None, tokens) -> State | None:
     return n + len(tokens), chain([fp], tokens)[-1]
 
 
-def _fps(trace: Trace, req) -> list[int]:
+def prefix_fps(trace: Trace, req) -> list[int]:
     """The request's prefix fingerprints, extended over the outputs SGLang has recorded so far."""
     fps = trace.prefixes[scenario_id(req)]
     seq = list(req.origin_input_ids) + list(req.output_ids)
@@ -36,10 +36,12 @@ def _fps(trace: Trace, req) -> list[int]:
     return fps
 
 
-def _read(env, trace: Trace, step: int, req, fed: int) -> State | None:
+def read_initial(env, trace: Trace, step: int, req, fed: int) -> State | None:
+    """The kernel's initial state for `req` having fed its first `fed` tokens (its working slot; the zero state
+    without a prefix), recorded as the trace's Read."""
     slot = int(req.kv.mamba_pool_idx)
     got = env.io.read(slot) if fed > 0 else ZERO_STATE
-    fps = _fps(trace, req)
+    fps = prefix_fps(trace, req)
     trace.reads.append(Read(step, scenario_id(req), "initial", 1, 0, slot, got, got, (fed, fps[fed])))
     return got
 
@@ -49,10 +51,10 @@ def _extend(env, trace: Trace, step: int, batch) -> list[int]:
     for i, req in enumerate(batch.reqs):
         seq = list(req.full_untruncated_fill_ids)
         pre, end = req.prefix_len, req.extend_end
-        inits[i] = _read(env, trace, step, req, pre)
+        inits[i] = read_initial(env, trace, step, req, pre)
         finals[i] = fold(inits[i], seq[pre:end])
         io.write(int(req.kv.mamba_pool_idx), finals[i])
-        out.append(true_token(_fps(trace, req)[end]))  # discarded by SGLang after a non-final chunk
+        out.append(true_token(prefix_fps(trace, req)[end]))  # discarded by SGLang after a non-final chunk
     if env.geom.extra and batch.mamba_track_indices is not None:
         plan = build_prefill_track_plan(batch.mamba_prefill_track_mask_cpu, batch.mamba_track_seqlens_cpu,
                                         list(batch.extend_lens), list(batch.prefix_lens), env.geom.cache_chunk,
@@ -71,10 +73,10 @@ def _decode(env, trace: Trace, step: int, batch) -> list[int]:
     out, finals = [], {}
     for i, req in enumerate(batch.reqs):
         seq = list(req.origin_input_ids) + list(req.output_ids)  # the input is the last output token
-        got = _read(env, trace, step, req, len(seq) - 1)
+        got = read_initial(env, trace, step, req, len(seq) - 1)
         finals[i] = fold(got, seq[-1:])
         env.io.write(int(req.kv.mamba_pool_idx), finals[i])
-        out.append(true_token(_fps(trace, req)[len(seq)]))
+        out.append(true_token(prefix_fps(trace, req)[len(seq)]))
     if env.geom.extra and batch.mamba_track_indices is not None:
         dst = batch.mamba_track_indices.tolist()
         for i, tracked in enumerate(batch.mamba_track_mask_cpu):

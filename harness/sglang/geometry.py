@@ -13,7 +13,14 @@
 |                         | SGLang's. The Mamba slots and request rows stay generous (every request's own)  |
 | max_model_len           | not mapped: max_context_len = the longest request + 2 pages (at least 256)      |
 | prefill_checkpoint      | not mapped: SGLang always stashes a chunked prefix (checkpoint_kv_cache)        |
-| temperature, acceptance | not mapped: greedy, no speculation; tokens are the harness's token rule         |
+| temperature             | not mapped: greedy; tokens are the harness's token rule                         |
+| num_speculative_tokens  | 2 only: NGRAM speculative decoding with speculative_num_draft_tokens D = 3 (the |
+|                         | fixture's HybridReqToTokenPool holds 3 intermediate steps: fixtures.py:172),    |
+|                         | topk 1, num_steps 2; the scheduler side is SGLang's, the NGRAM worker a stand-in|
+|                         | (harness/sglang/spec.py). extra_buffer needs mamba_block_size >= D (SGLang's    |
+|                         | rule: srt/arg_groups/mamba_hook.py:132-133)                                     |
+| acceptance              | a request's drafts per verify (cycled by SGLang's own req.spec_verify_ct): the  |
+|                         | first `a` of the D - 1 drafts right, the rest wrong; empty: all right           |
 | external                | an external hit through SGLang's linker (`--enable-unified-cache-external-linker|
 |                         | --unified-cache-external-linker-backend dynamic`, harness/sglang/linker.py): the |
 |                         | store holds the prompt's first `tokens` (whole pages) from the request's arrival,|
@@ -22,7 +29,7 @@
 |                         | fails and SGLang aborts it; `async` and `load_steps` are not mapped (SGLang loads|
 |                         | layer by layer within the admitting batch's forward)                             |
 
-Refused (BadInput naming the field): num_speculative_tokens > 0, eagle_block_drop, mtp_modules,
+Refused (BadInput naming the field): num_speculative_tokens other than 0 and 2, eagle_block_drop, mtp_modules,
 lookahead_hashes, hidden_state_layers, prefix_cache_retention_interval, the scheduler knobs, a real `model`,
 mamba_cache_mode "all" and "none" (prefix caching off is SGLang's --disable-radix-cache, a ChunkCache the wing does
 not build), `preempt` events (an `abort` event is SGLang's Scheduler.abort_request), a request's explicit chunks or
@@ -36,6 +43,7 @@ from dataclasses import dataclass
 from harness.errors import BadInput
 from harness.scenario import SCHEDULER_KNOBS, Scenario
 
+SPEC_K = 2  # the one num_speculative_tokens the wing runs: D = SPEC_K + 1 draft tokens, the fixture pool's 3
 MAX_RUNNING = 8  # PrefillAdder's max_running_requests, as the prototype ran it
 # SGLang aborts every request whose rid starts with the one named (Scheduler.abort_request, scheduler.py:5677-5688):
 # each scenario id gets this end in its rid, so aborting "a" never aborts "ab"
@@ -63,7 +71,7 @@ class SglangGeometry:
     max_context: int
     tree_core: str = "rust"  # the radix tree's core: "rust" (SGLang's default, the bundled binding) or "python"
     external: bool = False  # a request has an external hit: the wing's store is SGLang's external linker
-
+    draft_tokens: int = 0  # speculative_num_draft_tokens D (NGRAM, harness/sglang/spec.py); 0: no speculation
 
     @property
     def extra(self) -> bool:
@@ -72,8 +80,9 @@ class SglangGeometry:
 
 def _refuse(scenario: Scenario) -> None:
     g = scenario.geometry
-    flags = {"num_speculative_tokens": g.num_speculative_tokens > 0, "eagle_block_drop": g.eagle_block_drop,
-             "mtp_modules": g.mtp_modules > 0, "lookahead_hashes": g.lookahead_hashes,
+    flags = {"num_speculative_tokens": g.num_speculative_tokens not in (0, SPEC_K),
+             "eagle_block_drop": g.eagle_block_drop, "mtp_modules": g.mtp_modules > 0,
+             "lookahead_hashes": g.lookahead_hashes,
              "hidden_state_layers": g.hidden_state_layers > 0, "model": g.model is not None,
              "prefix_cache_retention_interval": g.prefix_cache_retention_interval is not None,
              "mamba_cache_mode": g.mamba_cache_mode != "align"}
@@ -127,7 +136,11 @@ def sglang_geometry(scenario: Scenario, run: SglangRun | None = None) -> SglangG
     if g.token_budget % page:  # SGLang's own rule (srt/arg_groups/validation_hook.py:244 in 0.5.23)
         raise BadInput(f"scenario field geometry.token_budget={g.token_budget}: SGLang requires chunked_prefill_size "
                        f"divisible by page_size ({page})")
-    longest = max(r.prompt.num_tokens + r.max_tokens for r in scenario.requests)
+    draft = g.num_speculative_tokens + 1 if g.num_speculative_tokens else 0
+    if extra and g.mamba_block_size < draft:  # mamba_track_interval >= speculative_num_draft_tokens (mamba_hook.py:133)
+        raise BadInput(f"scenario field geometry.mamba_block_size={g.mamba_block_size}: SGLang requires "
+                       f"mamba_track_interval >= speculative_num_draft_tokens ({draft}) with extra_buffer")
+    longest = max(r.prompt.num_tokens + r.max_tokens for r in scenario.requests) + draft  # a verify overshoots
     reqs = max(MAX_RUNNING, len(scenario.requests))
     per_req = 8 if extra else 2  # a working slot, tracking slots (extra_buffer) and cached states
     return SglangGeometry(
@@ -135,4 +148,4 @@ def sglang_geometry(scenario: Scenario, run: SglangRun | None = None) -> SglangG
         budget=g.token_budget, kv_size=(g.num_blocks - 1) * g.attn_block_size // page * page,
         mamba_slots=max(20, reqs * per_req),
         max_reqs=reqs, max_context=max(256, longest + 2 * page), tree_core=run.tree_core,
-        external=any(r.external is not None for r in scenario.requests))
+        external=any(r.external is not None for r in scenario.requests), draft_tokens=draft)

@@ -25,8 +25,9 @@ COW_DROPPED = "sglang-cow-source-dropped"
 
 
 class Slip(NamedTuple):
-    """A one-place slip in SGLang's source: in `module`.`owner`.`method`, the text `old` (once, in the dedented
-    source) becomes `new`; `where` is the SGLang file:line it changes, `bug` its class."""
+    """A one-place slip in SGLang's source: in `module`.`owner`.`method` (`owner` "": a module-level function), the
+    text `old` (once, in the dedented source) becomes `new`; `where` is the SGLang file:line it changes, `bug` its
+    class."""
     module: str
     owner: str
     method: str
@@ -103,6 +104,28 @@ SLIPS = {
         "srt/mem_cache/unified_cache/unified_cache_linker.py:123",
         "a failed layer counts as landed (it is done, with an error): the request whose external load failed is "
         "not aborted and continues from a slot the load never wrote"),
+    "sglang-spec-commit-step-one-short": Slip(
+        "sglang.srt.speculative.spec_utils", "", "_verify_commit_step_indices",
+        "accept_index[req_idx, (accept_lens - 1).to(torch.int64)] - accept_indices_offset",
+        "accept_index[req_idx, (accept_lens - 2).clamp(min=0).to(torch.int64)] - accept_indices_offset",
+        "srt/speculative/spec_utils.py:981",
+        "a verify commits the state of the next-to-last accepted tree node into the working slot: after accepting "
+        "drafts the request continues from a state one token short"),
+    "sglang-spec-track-step-one-early": Slip(
+        "sglang.srt.speculative.spec_utils", "", "_verify_commit_step_indices",
+        "torch.clamp(tracking_point - seq_lens_pre_verify - 1, min=0)",
+        "torch.clamp(tracking_point - seq_lens_pre_verify - 2, min=0)",
+        "srt/speculative/spec_utils.py:993",
+        "a verify that crosses a track interval scatters the state one tree node before the boundary into the "
+        "tracking slot, which the tree then caches for the boundary"),
+    "sglang-spec-track-boundary-seqlen-late": Slip(
+        "sglang.srt.managers.scheduler_components.batch_result_processor", "SchedulerBatchResultProcessor",
+        "_mamba_check_track_boundary",
+        "cur = req.seqlen - 1",
+        "cur = req.seqlen",
+        "srt/managers/scheduler_components/batch_result_processor.py:1671",
+        "the verify's committed length is read one token late: the tracked state is recorded under a boundary the "
+        "commit did not cross"),
 }
 MUTANTS = {COW_DROPPED: "a prefix hit's Mamba state is not copied into the new working slot: "
                         "MambaComponent.finalize_match_result_in_cache drops mamba_cow_src_index and clears instead",
@@ -139,9 +162,10 @@ class _TorchvisionStubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
 
-def patched(page: int, mutant: str | None = None) -> Callable[[], None]:
-    """Apply the wing's patches for a run with SGLang page size `page` (and the planted bug `mutant`); return the
-    undo. BadInput for an unknown mutant (checked before anything is patched)."""
+def patched(page: int, mutant: str | None = None, spec: bool = False) -> Callable[[], None]:
+    """Apply the wing's patches for a run with SGLang page size `page` (and the planted bug `mutant`; `spec`: the
+    CPU stand-ins speculative decoding needs, `_spec_kernels`); return the undo. BadInput for an unknown mutant
+    (checked before anything is patched)."""
     if mutant is not None and mutant not in MUTANTS:
         raise BadInput(f"unknown SGLang mutant {mutant!r} (known: {', '.join(sorted(MUTANTS))})")
     undos = [patch_attr(sys, "meta_path", [_TorchvisionStubs(), *sys.meta_path], by="sglang:torchvision-stubs")]
@@ -168,15 +192,54 @@ def patched(page: int, mutant: str | None = None) -> Callable[[], None]:
     allocator = TokenToKVPoolAllocator if page == 1 else (
         lambda **kw: PagedTokenToKVPoolAllocator(page_size=page, **kw))
     undos.append(patch_attr(fixtures, "TokenToKVPoolAllocator", allocator, by="sglang:paged-allocator"))
+    if spec:
+        undos.extend(_spec_kernels())
     if mutant == COW_DROPPED:
         undos.append(patch_attr(MambaComponent, "finalize_match_result_in_cache",
                                 _drop_cow(MambaComponent.finalize_match_result_in_cache), by=f"patch:{mutant}"))
     elif mutant in SLIPS:
         slip = SLIPS[mutant]
-        owner = getattr(importlib.import_module(slip.module), slip.owner)
+        module = importlib.import_module(slip.module)
+        owner = getattr(module, slip.owner) if slip.owner else module
         undos.append(patch_attr(owner, slip.method, _slipped(getattr(owner, slip.method), slip),
                                 by=f"patch:{mutant}"))
     return undo_all(undos)
+
+
+def _assign_req_to_token_pool(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size):
+    """The contract of srt/mem_cache/allocation.py:737 `assign_req_to_token_pool_func` (its CPU branch calls an
+    sgl_kernel op this venv lacks): row i's columns [start, end) take the next out_cache_loc entries."""
+    pos = 0
+    for i in range(batch_size):
+        a, b = int(start_offset[i]), int(end_offset[i])
+        req_to_token[int(req_pool_indices[i]), a:b] = out_cache_loc[pos:pos + b - a].to(req_to_token.dtype)
+        pos += b - a
+
+
+def _scatter_after_verify(caches, state_idx, last_steps, track_idx, track_steps, src_indices_raw=None):
+    """The fused Triton scatter (kernels/ops/mamba/mamba_state_scatter_triton.py, CUDA/XPU only) on CPU, by SGLang's
+    own CPU semantics: HybridLinearAttnBackend._scatter_speculative_state_with_mask (hybrid_linear_attn_backend.py:
+    1619-1658), for the working slots and then the tracking slots."""
+    from sglang.srt.layers.attention.hybrid_linear_attn_backend import HybridLinearAttnBackend
+
+    scatter = HybridLinearAttnBackend._scatter_speculative_state_with_mask
+    scatter(caches.temporal, caches.intermediate_ssm, state_idx, last_steps, src_indices_raw)
+    if track_idx is not None:
+        scatter(caches.temporal, caches.intermediate_ssm, track_idx, track_steps, src_indices_raw)
+
+
+def _spec_kernels() -> list:
+    """Speculative decoding's device kernels as CPU stand-ins of the same contract, and `mambaish_config` true for
+    the wing's model-config namespace (spec_utils.py:1025 returns early otherwise)."""
+    from sglang.srt.layers.attention import hybrid_linear_attn_backend as hlab
+    from sglang.srt.mem_cache import allocation
+    from sglang.srt.speculative import spec_utils
+
+    return [patch_attr(allocation, "assign_req_to_token_pool_func", _assign_req_to_token_pool,
+                       by="sglang:spec-assign-rtt"),
+            patch_attr(hlab, "scatter_mamba_states_after_mtp_verify", _scatter_after_verify,
+                       by="sglang:spec-scatter"),
+            patch_attr(spec_utils, "mambaish_config", lambda model_config: True, by="sglang:spec-mambaish")]
 
 
 def _slipped(original, slip: Slip):

@@ -1,5 +1,5 @@
 """SGLang's real `Scheduler` (srt/managers/scheduler.py, 0.5.23; lines cited are that file's), made by
-`Scheduler.__new__` plus the attributes that a single-GPU (tp 1, no DP attention), non-overlap, FCFS, no-spec,
+`Scheduler.__new__` plus the attributes that a single-GPU (tp 1, no DP attention), non-overlap, FCFS, no-spec or NGRAM,
 no-LoRA, no-hicache, no-grammar, no-disaggregation, no-priority, no-mixed-chunk generation run reads, on the wing's
 env (harness/sglang/env.py `build`). Import only after `runtime.patched` (harness/sglang/driver.py does).
 
@@ -19,12 +19,14 @@ Stand-ins (harness/sglang/env.py `NoOp`, every method a no-op): `metrics_reporte
 the metrics-collector context; metrics off), `ipc_channels` (send_abort_output's tokenizer socket: only a request
 retract_decode aborts reaches it), and `tp_worker`, a namespace whose `model_runner` has an attention backend
 without `extend_attention_block_m` (PrefillAdder's tile fallback 64) and `prefill_aware_swa` False. Not SGLang's:
-`run_batch` (the wing's forward: run_batch's counters 4621-4633, the deferred CoW, `forward.simulated_forward`) and
+`run_batch` (the wing's forward: run_batch's counters 4621-4633, the deferred CoW, `forward.simulated_forward`; with
+speculation the non-overlap spec branch, `_run_spec`, around harness/sglang/spec.py's worker stand-in) and
 `RealScheduler`, the driver's view of it, stepping the Scheduler as `event_loop_normal` (2026-2056)
 does."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from array import array
 from collections import deque
@@ -34,6 +36,7 @@ from sglang.srt.beam_search.coordinator import BeamCoordinator
 from sglang.srt.constrained.grammar_manager import GrammarManager
 from sglang.srt.disaggregation.utils import DisaggregationMode
 from sglang.srt.managers.io_struct import AbortReq
+from sglang.srt.managers.overlap_utils import resolve_forward_inputs
 from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
 from sglang.srt.managers.schedule_policy import SchedulePolicy
 from sglang.srt.managers.scheduler import PAUSE_WINDOWS_MAX, Scheduler
@@ -74,7 +77,7 @@ def _flags(s: Scheduler) -> None:
     s.hisparse_coordinator = None  # :4349
     s._prefill_decode_interval_remaining = s.prefill_decode_interval = 0  # :1401, :1414
     s.require_mlp_sync = False  # :1422, :3979 (no DP attention)
-    s.spec_algorithm = SpeculativeAlgorithm.NONE  # :3982, :4342
+    s.spec_algorithm = SpeculativeAlgorithm.NONE  # :3982, :4342 (NGRAM with speculation: `_spec`)
     s.prefill_delayer = None  # get_new_batch_prefill :4054, :4068
     s.enable_priority_preemption = s.is_hybrid_swa = False  # :4090, :4123, :4235
     s.min_free_slots_delayer = s.dynamic_chunk_sizer = None  # :4106, :4143
@@ -162,10 +165,23 @@ def _load_inquirer(s: Scheduler, env) -> SchedulerLoadInquirer:
         get_decode_moment_totals=lambda: s.decode_moment_totals, get_waiting_storage_span=None)
 
 
-def build_scheduler(env) -> Scheduler:
-    """SGLang's Scheduler, uninitialised (`__new__`), with the attributes its scheduling and result paths read."""
+def _spec(s: Scheduler, env, worker) -> None:
+    """NGRAM speculation (harness/sglang/spec.py): the algorithm (read by the helpers `_helpers` builds), the future
+    map as Scheduler.__init__ makes it (init_future_map: `create_future_map`), the worker stand-in as model worker
+    and as the result processor's model and draft worker (a frozen dataclass: rebuilt with them)."""
+    s.spec_algorithm = SpeculativeAlgorithm.NGRAM
+    s.future_map = s.spec_algorithm.create_future_map("cpu", env.rtp)
+    s.model_worker = s.draft_worker = worker
+    env.brp = dataclasses.replace(env.brp, model_worker=worker, draft_worker=worker)
+
+
+def build_scheduler(env, worker=None) -> Scheduler:
+    """SGLang's Scheduler, uninitialised (`__new__`), with the attributes its scheduling and result paths read;
+    with `worker` (harness/sglang/spec.py), NGRAM speculation."""
     s = Scheduler.__new__(Scheduler)
     _flags(s)
+    if worker is not None:
+        _spec(s, env, worker)
     _sizes(s, env)
     _helpers(s, env)
     return s
@@ -182,7 +198,10 @@ def run_batch(s: Scheduler, env, batch, trace, step: int) -> GenerationBatchResu
     if batch.extend_num_tokens:  # :4632-4633
         s.processed_tokens_counter += batch.extend_num_tokens
     env.mr._maybe_execute_deferred_mamba_cow_and_clear(batch)
-    result = GenerationBatchResult(next_token_ids=simulated_forward(env, trace, step, batch))
+    if s.spec_algorithm.is_none():
+        result = GenerationBatchResult(next_token_ids=simulated_forward(env, trace, step, batch))
+    else:
+        result = _run_spec(s, batch, trace, step)
     if s.enable_unified_cache_external_linker:  # :4926-4931
         failed = s.tree_cache.finish_external_linker_loads(batch.reqs)
         if s.chunked_req in failed:
@@ -192,6 +211,25 @@ def run_batch(s: Scheduler, env, batch, trace, step: int) -> GenerationBatchResu
         dropped = {scenario_id(r) for r in failed}
         trace.reads[:] = [r for r in trace.reads if r.step != step or r.request not in dropped]
     return result
+
+
+def _run_spec(s: Scheduler, batch, trace, step: int) -> GenerationBatchResult:
+    """The non-overlap branch of Scheduler.run_batch for speculative decoding (scheduler.py:4763-4770, 4823-4856;
+    pp size 1: no verify relay round), SGLang's own forward isolation included."""
+    s.model_worker.at(trace, step)
+    resolve_forward_inputs(batch, s.future_map)  # :4826
+    with s._forward_isolation(batch, overlap=False):  # :4827-4830
+        result = s.model_worker.forward_batch_generation(batch)
+    batch.spec_info = result.next_draft_input  # :4836-4840 (is_verify_round is False at pp size 1)
+    new_seq_lens = result.new_seq_lens  # :4841-4847
+    if new_seq_lens is not None and new_seq_lens is not batch.seq_lens:
+        batch.seq_lens = new_seq_lens
+        if batch.seq_lens_cpu is not None:
+            batch.seq_lens_cpu = new_seq_lens.to("cpu")
+            batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
+    batch.input_ids = None  # :4848
+    s.update_cache_from_scheduler(batch, result)  # :4849 (a no-op hook)
+    return result  # :4850-4856: the copy to the host (the wing's tensors are on it)
 
 
 class _Queue:
@@ -215,9 +253,9 @@ class RealScheduler:
     """The driver's view (harness/sglang/driver.py `_run`) of the real Scheduler `self.s`,
     stepping it as event_loop_normal (scheduler.py:2026-2056) does; `last_batch` is None after an idle step."""
 
-    def __init__(self, env) -> None:
+    def __init__(self, env, worker=None) -> None:
         self.env = env
-        self.s = build_scheduler(env)
+        self.s = build_scheduler(env, worker)
         self.waiting_queue = _Queue(self.s)
 
     @property

@@ -2,7 +2,9 @@
 to disk before they are reported.
 
 Each scenario is `harness.generate.random_scenario(seed)` projected onto what the wing expresses
-(harness/sglang/geometry.py): no drafter, retention, scheduler knobs, preempt events, explicit chunks or hit limits;
+(harness/sglang/geometry.py): speculation as NGRAM with 2 speculative tokens (any num_speculative_tokens > 0 becomes 2,
+the acceptance patterns kept: a verify accepts min(entry, 2)); no EAGLE block drop, MTP, lookahead hashes or hidden
+states, retention, scheduler knobs, preempt events, explicit chunks or hit limits;
 Mamba cache modes "all" and "none" read as "align"; the token budget rounded down to a multiple of the page, as
 SGLang's server arguments require (srt/arg_groups/validation_hook.py:244 in 0.5.23). The prompts, their shared
 prefixes, arrivals, output lengths, external hits and abort events stay the generator's. The coverage-guided campaign
@@ -17,7 +19,7 @@ from pathlib import Path
 from harness.artifacts import write_json_atomic
 from harness.errors import BadInput
 from harness.scenario import OPTIONAL_GEOMETRY, OPTIONAL_REQUEST, Scenario, parse_scenario, scenario_to_json
-from harness.sglang.geometry import SglangRun
+from harness.sglang.geometry import SPEC_K, SglangRun
 
 
 def projected(seed: int) -> Scenario:
@@ -36,10 +38,13 @@ def decoded(data: bytes) -> Scenario:
 
 
 def project(scenario: Scenario) -> Scenario:
-    """`scenario` as the SGLang wing can replay it (the module docstring): what it cannot express dropped."""
+    """`scenario` as the SGLang wing can replay it (the module docstring): num_speculative_tokens > 0 projected to
+    2 (SPEC_K: D = 3 draft tokens, the one the wing runs) with the requests' acceptance patterns kept, clipped to 2
+    (without speculation they are emptied); what it cannot express dropped."""
     doc = scenario_to_json(scenario)
     g = doc["geometry"]
-    g.update(num_speculative_tokens=0, eagle_block_drop=False, mtp_modules=0, lookahead_hashes=False,
+    spec = SPEC_K if g.get("num_speculative_tokens") else 0
+    g.update(num_speculative_tokens=spec, eagle_block_drop=False, mtp_modules=0, lookahead_hashes=False,
              hidden_state_layers=0, model=None)
     for name in OPTIONAL_GEOMETRY:
         g.pop(name, None)
@@ -48,7 +53,7 @@ def project(scenario: Scenario) -> Scenario:
     g["token_budget"] = max(page, g["token_budget"] // page * page)
     doc["events"] = [e for e in doc.get("events", []) if e["kind"] == "abort"]  # SGLang has no forced preemption
     for r in doc["requests"]:
-        r.update(chunks=None, acceptance=[])
+        r.update(chunks=None, acceptance=[min(a, spec) for a in r.get("acceptance") or []] if spec else [])
         for name in OPTIONAL_REQUEST:
             r.pop(name, None)
     return parse_scenario(doc)
@@ -79,7 +84,7 @@ def run_sweep(first_seed: int, count: int | None, minutes: float | None, run: Sg
 
     started = time.monotonic()
     deadline = started + 60 * minutes if minutes else None
-    summary = {"ran": 0, "not_expressible": 0, "with_findings": 0, "signatures": {}}
+    summary = {"ran": 0, "speculative": 0, "not_expressible": 0, "with_findings": 0, "signatures": {}}
     seed = first_seed
     while (count is None or seed < first_seed + count) and (deadline is None or time.monotonic() < deadline):
         try:
@@ -91,6 +96,7 @@ def run_sweep(first_seed: int, count: int | None, minutes: float | None, run: Sg
             seed += 1
             continue
         summary["ran"] += 1
+        summary["speculative"] += scenario.geometry.num_speculative_tokens > 0
         if findings:
             summary["with_findings"] += 1
             path = write_json_atomic(artifacts / f"finding-{seed}.json",
