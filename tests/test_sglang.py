@@ -106,9 +106,11 @@ def test_speculation_the_wing_cannot_run_is_bad_input(tmp_path, field, value):
 @pytest.mark.parametrize("strategy", ["extra_buffer", "no_buffer"])
 def test_ngram_speculation_is_clean_on_stock_and_a_commit_one_step_short_is_a_provenance_finding(strategy):
     """SGLang's own spec prepare, verify-track rebuild and post-verify commit around the NGRAM worker stand-in
-    (harness/sglang/spec.py): a's acceptance [2, 1, 0] commits 3, 2, 1 tokens per verify."""
+    (harness/sglang/spec.py): a's acceptance [2, 1, 0] commits 3, 2, 1 tokens per verify; d's 4 verifies of 3 run
+    to 13 outputs for max_tokens 11, which SGLang caps (finished_len, owned_kv_len: harness/sglang/driver.py)."""
     stock = _summary(str(SPEC), "--strategy", strategy)
     assert stock["findings"] == [] and stock["state_reads"]["a"][2:6] == [21, 24, 26, 27], stock
+    assert stock["state_reads"]["d"] == [0, 13, 16, 19, 22], stock
     slip = _summary(str(SPEC), "--strategy", strategy, "--mutant", "sglang-spec-commit-step-one-short")
     assert any("[provenance]" in f for f in slip["findings"]), slip
 
