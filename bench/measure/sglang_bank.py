@@ -35,7 +35,8 @@ The generator's scenarios (the sweep) draw external hits but no failing loads; t
 (harness/sglang/sweep.py `decoded`), so `sglang-linker-failure-read-as-landed` is 0 of 300 in the sweep and killed
 by the campaign only. External hits entered the sweep with the linker: requests they serve from the store skip the
 device copy-on-write, so the two CoW mutants' sweep counts fell from 83 to 49 of 300 (the campaign still kills both
-within 8 inputs)."""
+within 8 inputs). Speculation (NGRAM, k=2) entered it too: a speculative decode tracks its state through the verify's
+commit, not the decode tracking slot, so `sglang-decode-track-idx-stale` fell from 81 to 38 of 300."""
 
 
 def sweep(count: int, mutant: str | None, tree_core: str) -> dict:
